@@ -1,0 +1,21 @@
+# Third-party dependencies, all from Debian 12 packages (see README.md, "Dependencies").
+find_package(Threads REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(Protobuf REQUIRED)              # FindProtobuf (protobuf 3.21)
+find_package(gRPC CONFIG REQUIRED)           # needs protobuf-compiler-grpc for the plugin
+find_package(nlohmann_json 3.10 REQUIRED)    # JSON: config.json, tokenizer.json, HTTP API
+find_package(CLI11 CONFIG REQUIRED)          # command-line parsing
+find_package(spdlog CONFIG REQUIRED)         # logging
+find_package(yaml-cpp CONFIG REQUIRED)       # YAML cluster files
+find_package(MPI COMPONENTS C)               # OpenMPI transport (optional at build time)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)   # pre-tokenizer regexes
+pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)          # OpenAI-compatible HTTP API
+
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+if(CASCADE_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(CASCADE_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

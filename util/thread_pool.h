@@ -1,0 +1,60 @@
+// A fixed-size fork-join thread pool for the compute kernels.
+//
+// Contract:
+// - ThreadPool(n) uses the calling thread plus n-1 worker threads; n >= 1.
+// - Run(fn) calls fn(i, n) once on each of the n threads (the caller runs i = 0) and
+//   returns when every call has returned. Runs are serialized: concurrent callers wait
+//   for each other (one stage executor normally owns a pool).
+// - Idle workers sleep on a futex (std::atomic::wait) after a short bounded spin, so a
+//   pool never burns a core that another process on a small shared machine needs.
+// - fn must not throw and must not call Run on the same pool (that would deadlock).
+#ifndef CASCADE_UTIL_THREAD_POOL_H_
+#define CASCADE_UTIL_THREAD_POOL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+
+namespace cascade {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads, int spin_iterations = 256);
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  ~ThreadPool();
+
+  int num_threads() const { return num_threads_; }
+
+  void Run(absl::FunctionRef<void(int thread, int num_threads)> fn);
+
+  // Splits [0, count) into num_threads() contiguous ranges of nearly equal size whose
+  // inner boundaries are multiples of `grain`, and calls fn(begin, end) for each non-empty
+  // range, in parallel. The split depends only on (count, grain, num_threads()).
+  void ParallelFor(int64_t count, int64_t grain,
+                   absl::FunctionRef<void(int64_t begin, int64_t end)> fn);
+
+  // The range that ParallelFor gives to thread `t` of `n`.
+  static void SplitRange(int64_t count, int64_t grain, int t, int n, int64_t* begin,
+                         int64_t* end);
+
+ private:
+  void WorkerLoop(int index);
+
+  const int num_threads_;
+  const int spin_iterations_;
+  std::mutex run_mu_;  // serializes Run()
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  const absl::FunctionRef<void(int, int)>* job_ = nullptr;  // valid during a Run
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_UTIL_THREAD_POOL_H_

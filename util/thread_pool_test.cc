@@ -1,0 +1,54 @@
+#include "util/thread_pool.h"
+
+#include <atomic>
+#include <numeric>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace cascade {
+namespace {
+
+TEST(ThreadPool, RunCallsEveryThreadOnce) {
+  ThreadPool pool(3);
+  for (int iter = 0; iter < 200; ++iter) {
+    std::vector<std::atomic<int>> hits(3);
+    pool.Run([&](int t, int n) {
+      EXPECT_EQ(n, 3);
+      hits[t].fetch_add(1);
+    });
+    for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  }
+}
+
+TEST(ThreadPool, ParallelForCoversRangeExactlyOnce) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    for (int64_t count : {0, 1, 7, 64, 1000}) {
+      for (int64_t grain : {1, 8, 32}) {
+        std::vector<std::atomic<int>> seen(count);
+        pool.ParallelFor(count, grain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) seen[i].fetch_add(1);
+        });
+        for (int64_t i = 0; i < count; ++i) ASSERT_EQ(seen[i].load(), 1) << i;
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, SplitRangeRespectsGrain) {
+  int64_t covered = 0;
+  for (int t = 0; t < 3; ++t) {
+    int64_t b, e;
+    ThreadPool::SplitRange(100, 8, t, 3, &b, &e);
+    if (b < e && e != 100) {
+      EXPECT_EQ(e % 8, 0);
+    }
+    EXPECT_EQ(b, covered);
+    covered = e;
+  }
+  EXPECT_EQ(covered, 100);
+}
+
+}  // namespace
+}  // namespace cascade
