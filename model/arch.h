@@ -1,0 +1,43 @@
+// Model architectures: how each one's hyperparameters are read from GGUF metadata and from
+// a Hugging Face config.json. One file per architecture in model/arch/.
+//
+// Contract: the parse functions fill a ModelConfig and return an error naming the file
+// and key for a missing or ill-typed field; the caller runs ModelConfig::Validate().
+// Registry lookups are thread-safe (static data).
+#ifndef CASCADE_MODEL_ARCH_H_
+#define CASCADE_MODEL_ARCH_H_
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "model/gguf.h"
+#include "model/model_config.h"
+#include "nlohmann/json_fwd.hpp"
+
+namespace cascade {
+
+struct ArchSpec {
+  std::string_view gguf_name;                 // general.architecture
+  std::span<const std::string_view> hf_classes;  // config.json "architectures"
+  absl::Status (*from_gguf)(const GgufFile& file, ModelConfig* config);
+  absl::Status (*from_hf)(const nlohmann::json& config_json, const std::string& path,
+                          ModelConfig* config);
+};
+
+const ArchSpec* FindArchByGgufName(std::string_view name);
+const ArchSpec* FindArchByHfClass(std::string_view hf_class);
+std::string SupportedArchitectures();
+
+// Shared by Llama-like architectures: reads "<prefix>.block_count" etc.
+absl::Status ReadLlamaLikeGguf(const GgufFile& file, std::string_view prefix, ModelConfig* c);
+absl::Status ReadLlamaLikeHf(const nlohmann::json& j, const std::string& path, ModelConfig* c);
+
+// Per-architecture specs (model/arch/*.cc).
+const ArchSpec& LlamaArch();
+const ArchSpec& Qwen2Arch();
+
+}  // namespace cascade
+
+#endif  // CASCADE_MODEL_ARCH_H_

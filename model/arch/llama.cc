@@ -1,0 +1,36 @@
+// The Llama family: Llama 2 and 3 (with llama3 RoPE scaling), Mistral, TinyLlama, SmolLM.
+// Pre-norm decoder, RMSNorm, RoPE, grouped-query attention, SwiGLU FFN, no biases.
+// GGUF "llama" files store q/k rows permuted for adjacent-pair rotation; Hugging Face
+// checkpoints rotate halves.
+#include "model/arch.h"
+#include "nlohmann/json.hpp"
+#include "util/status_macros.h"
+
+namespace cascade {
+namespace {
+
+absl::Status LlamaFromGguf(const GgufFile& f, ModelConfig* c) {
+  CASCADE_RETURN_IF_ERROR(ReadLlamaLikeGguf(f, "llama", c));
+  c->rope_layout = RopeLayout::kAdjacentPairs;
+  c->qkv_bias = false;
+  return absl::OkStatus();
+}
+
+absl::Status LlamaFromHf(const nlohmann::json& j, const std::string& path, ModelConfig* c) {
+  CASCADE_RETURN_IF_ERROR(ReadLlamaLikeHf(j, path, c));
+  c->arch = "llama";
+  auto bias = j.find("attention_bias");
+  c->qkv_bias = bias != j.end() && bias->is_boolean() && bias->get<bool>();
+  return absl::OkStatus();
+}
+
+constexpr std::string_view kHfClasses[] = {"LlamaForCausalLM", "MistralForCausalLM"};
+
+}  // namespace
+
+const ArchSpec& LlamaArch() {
+  static const ArchSpec spec{"llama", kHfClasses, &LlamaFromGguf, &LlamaFromHf};
+  return spec;
+}
+
+}  // namespace cascade

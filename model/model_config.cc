@@ -1,0 +1,85 @@
+#include "model/model_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace cascade {
+
+absl::Status ModelConfig::Validate(const std::string& source) const {
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": model config: ", what));
+  };
+  auto in_range = [&](const char* field, int64_t v, int64_t lo, int64_t hi) -> absl::Status {
+    if (v < lo || v > hi) {
+      return bad(absl::StrCat(field, " = ", v, " is outside [", lo, ", ", hi, "]"));
+    }
+    return absl::OkStatus();
+  };
+  for (auto st : {in_range("vocab_size", vocab_size, 1, 1 << 22),
+                  in_range("hidden size", dim, 1, 1 << 17),
+                  in_range("layers", n_layers, 1, 4096),
+                  in_range("attention heads", n_heads, 1, 4096),
+                  in_range("kv heads", n_kv_heads, 1, 4096),
+                  in_range("head_dim", head_dim, 2, 4096),
+                  in_range("ffn size", ffn_dim, 1, 1 << 20),
+                  in_range("context length", context_length, 1, 1 << 24),
+                  in_range("rope dimensions", rope_dim, 0, head_dim)}) {
+    if (!st.ok()) return st;
+  }
+  if (n_heads % n_kv_heads != 0) {
+    return bad(absl::StrCat(n_heads, " attention heads are not a multiple of ", n_kv_heads,
+                            " kv heads"));
+  }
+  if (rope_dim % 2 != 0) return bad(absl::StrCat("rope dimensions ", rope_dim, " is odd"));
+  if (!(norm_eps > 0 && norm_eps < 1)) return bad(absl::StrCat("norm epsilon ", norm_eps));
+  if (!(rope_theta > 0 && std::isfinite(rope_theta))) {
+    return bad(absl::StrCat("rope theta ", rope_theta));
+  }
+  if (!rope_freq_factors.empty() &&
+      rope_freq_factors.size() != static_cast<size_t>(rope_dim / 2)) {
+    return bad(absl::StrCat("rope_freqs has ", rope_freq_factors.size(), " entries, expected ",
+                            rope_dim / 2));
+  }
+  if (rope_scaling.type != RopeScalingType::kNone &&
+      !(rope_scaling.factor > 0 && std::isfinite(rope_scaling.factor))) {
+    return bad(absl::StrCat("rope scaling factor ", rope_scaling.factor));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<float> ModelConfig::RopeFrequencies() const {
+  const int64_t half = rope_dim / 2;
+  std::vector<float> freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    double f = std::pow(rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(rope_dim));
+    if (!rope_freq_factors.empty()) {
+      f /= rope_freq_factors[i];
+    } else if (rope_scaling.type == RopeScalingType::kLinear) {
+      f /= rope_scaling.factor;
+    } else if (rope_scaling.type == RopeScalingType::kLlama3) {
+      const double old_ctx = static_cast<double>(rope_scaling.original_context);
+      const double low_wavelen = old_ctx / rope_scaling.low_freq_factor;
+      const double high_wavelen = old_ctx / rope_scaling.high_freq_factor;
+      const double wavelen = 2.0 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f /= rope_scaling.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_ctx / wavelen - rope_scaling.low_freq_factor) /
+                              (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
+        f = (1.0 - smooth) * f / rope_scaling.factor + smooth * f;
+      }
+    }
+    freq[i] = static_cast<float>(f);
+  }
+  return freq;
+}
+
+int64_t ModelConfig::ParameterCount() const {
+  const int64_t per_layer = dim * q_dim() + 2 * dim * kv_dim() + q_dim() * dim +
+                            3 * dim * ffn_dim + 2 * dim +
+                            (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
+  return vocab_size * dim * (tied_embeddings ? 1 : 2) + n_layers * per_layer + dim;
+}
+
+}  // namespace cascade

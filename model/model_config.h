@@ -1,0 +1,69 @@
+// Hyperparameters of a decoder-only transformer, independent of the file format.
+//
+// Contract: a ModelConfig is plain data filled by an architecture parser (model/arch/*)
+// from GGUF metadata or a Hugging Face config.json; Validate() checks every field against
+// sane bounds and the relations between fields before any memory is sized from them.
+#ifndef CASCADE_MODEL_MODEL_CONFIG_H_
+#define CASCADE_MODEL_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace cascade {
+
+// How the q/k projection rows pair up the dimensions that RoPE rotates together.
+enum class RopeLayout {
+  kAdjacentPairs,  // (2i, 2i+1): GGUF "llama" files (rows permuted by the converter)
+  kHalves,         // (i, i + d/2): Hugging Face checkpoints, GGUF "qwen2"
+};
+
+enum class RopeScalingType { kNone, kLinear, kLlama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  int64_t original_context = 0;   // llama3
+};
+
+struct ModelConfig {
+  std::string arch;  // "llama", "qwen2"
+  std::string name;
+  int64_t vocab_size = 0;
+  int64_t dim = 0;  // hidden size
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t ffn_dim = 0;
+  int64_t context_length = 0;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  int64_t rope_dim = 0;  // rotated dimensions per head (<= head_dim)
+  RopeLayout rope_layout = RopeLayout::kAdjacentPairs;
+  RopeScaling rope_scaling;
+  // Per-frequency divisors (rope_dim / 2 entries) from a GGUF rope_freqs tensor or derived
+  // from llama3 scaling; empty means all 1.
+  std::vector<float> rope_freq_factors;
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t gqa_group() const { return n_kv_heads > 0 ? n_heads / n_kv_heads : 0; }
+
+  // `source` names the file in errors.
+  absl::Status Validate(const std::string& source) const;
+  // Frequency of each rotated pair i (theta_i = pos * freq[i]) with scaling applied.
+  std::vector<float> RopeFrequencies() const;
+  // Parameter count (weights only, tied embeddings counted once).
+  int64_t ParameterCount() const;
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_MODEL_MODEL_CONFIG_H_

@@ -1,0 +1,125 @@
+#include "model/weights.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "util/fp16.h"
+#include "util/status_macros.h"
+
+namespace cascade {
+namespace {
+
+class Binder {
+ public:
+  explicit Binder(const ModelSource& src) : src_(src) {}
+
+  absl::StatusOr<const TensorView*> Matrix(const std::string& name, int64_t cols, int64_t rows) {
+    const TensorView* t = src_.Find(name);
+    if (t == nullptr) return Missing(name);
+    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows) {
+      return WrongShape(*t, absl::StrCat("[", cols, ", ", rows, "]"));
+    }
+    if (!IsComputeSupported(t->type)) {
+      return absl::UnimplementedError(
+          absl::StrCat(src_.path(), ": tensor '", name, "' has type ", TensorTypeName(t->type),
+                       ", which the kernels do not support (F32, F16, BF16, Q8_0, Q4_0, "
+                       "Q4_K, Q5_K, Q6_K)"));
+    }
+    return t;
+  }
+
+  // A 1-D vector converted to F32. Missing is an error unless `optional`.
+  absl::Status Vector(const std::string& name, int64_t n, bool optional, std::vector<float>* out) {
+    const TensorView* t = src_.Find(name);
+    if (t == nullptr) return optional ? absl::OkStatus() : Missing(name);
+    if (t->n_dims != 1 || t->ne[0] != n) return WrongShape(*t, absl::StrCat("[", n, "]"));
+    out->resize(n);
+    switch (t->type) {
+      case TensorType::kF32:
+        std::memcpy(out->data(), t->data, n * sizeof(float));
+        return absl::OkStatus();
+      case TensorType::kF16:
+      case TensorType::kBF16:
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t h;
+          std::memcpy(&h, t->data + 2 * i, 2);
+          (*out)[i] = t->type == TensorType::kF16 ? Fp16ToFloat(h) : Bf16ToFloat(h);
+        }
+        return absl::OkStatus();
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(src_.path(), ": tensor '", name,
+                                                       "' has type ", TensorTypeName(t->type),
+                                                       "; norms and biases must be F32/F16/BF16"));
+    }
+  }
+
+ private:
+  absl::Status Missing(const std::string& name) const {
+    return absl::NotFoundError(absl::StrCat(src_.path(), ": tensor '", name, "' is missing"));
+  }
+  absl::Status WrongShape(const TensorView& t, const std::string& want) const {
+    return absl::InvalidArgumentError(absl::StrCat(src_.path(), ": tensor '", t.name,
+                                                   "' has shape ", t.ShapeString(),
+                                                   ", expected ", want));
+  }
+  const ModelSource& src_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Bind(const ModelSource& source,
+                                                                 LayerRange range) {
+  const ModelConfig& c = source.config();
+  if (range.first < 0 || range.last > c.n_layers || range.first >= range.last) {
+    return absl::InvalidArgumentError(absl::StrCat("layer range [", range.first, ", ", range.last,
+                                                    ") is not inside [0, ", c.n_layers, ")"));
+  }
+  auto w = std::make_unique<ModelWeights>();
+  w->range = range;
+  w->has_embedding = range.first == 0;
+  w->has_head = range.last == c.n_layers;
+  Binder b(source);
+  if (w->has_embedding || (w->has_head && c.tied_embeddings)) {
+    CASCADE_ASSIGN_OR_RETURN(w->token_embd, b.Matrix("token_embd.weight", c.dim, c.vocab_size));
+  }
+  if (w->has_head) {
+    CASCADE_RETURN_IF_ERROR(b.Vector("output_norm.weight", c.dim, false, &w->output_norm));
+    if (c.tied_embeddings) {
+      w->output = w->token_embd;
+    } else {
+      CASCADE_ASSIGN_OR_RETURN(w->output, b.Matrix("output.weight", c.dim, c.vocab_size));
+    }
+  }
+  for (int l = range.first; l < range.last; ++l) {
+    LayerWeights lw;
+    const std::string p = absl::StrCat("blk.", l, ".");
+    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_norm.weight", c.dim, false, &lw.attn_norm));
+    CASCADE_ASSIGN_OR_RETURN(lw.wq, b.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
+    CASCADE_ASSIGN_OR_RETURN(lw.wk, b.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
+    CASCADE_ASSIGN_OR_RETURN(lw.wv, b.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
+    CASCADE_ASSIGN_OR_RETURN(lw.wo, b.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
+    const bool opt = !c.qkv_bias;
+    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_q.bias", c.q_dim(), opt, &lw.bq));
+    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_k.bias", c.kv_dim(), opt, &lw.bk));
+    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_v.bias", c.kv_dim(), opt, &lw.bv));
+    CASCADE_RETURN_IF_ERROR(b.Vector(p + "ffn_norm.weight", c.dim, false, &lw.ffn_norm));
+    CASCADE_ASSIGN_OR_RETURN(lw.w_gate, b.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
+    CASCADE_ASSIGN_OR_RETURN(lw.w_up, b.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
+    CASCADE_ASSIGN_OR_RETURN(lw.w_down, b.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+    w->layers.push_back(std::move(lw));
+  }
+  return w;
+}
+
+uint64_t ModelWeights::matrix_bytes() const {
+  uint64_t total = 0;
+  for (const auto& l : layers) {
+    for (const TensorView* t : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down}) {
+      total += t->nbytes;
+    }
+  }
+  if (has_head && output) total += output->nbytes;
+  return total;
+}
+
+}  // namespace cascade
