@@ -1,0 +1,89 @@
+// Backend: the operations a transformer stage needs, implemented once per device kind
+// (kernels/cpu for the host CPU, kernels/cuda for one CUDA device).
+//
+// Contract:
+// - Every pointer argument addresses memory of the backend's device (host memory for the
+//   CPU backend). Tensors are dense, row-major; shapes are given in the comments as
+//   (outer, ..., inner).
+// - Batch invariance: the value computed for one token (one row of x) depends only on
+//   that row and the weights, never on how many rows are processed together, how the work
+//   is split over threads, or which other sequences share the batch. Each dot product is
+//   reduced in an order fixed by its length and the weight type alone. Pipeline stages,
+//   continuous batching and stream resumption rely on this.
+// - A backend object is used by one stage executor thread at a time (it owns a thread
+//   pool and scratch buffers); operations are synchronous.
+// - Preconditions on shapes are the caller's duty (the engine validates batches before
+//   calling); backends check them with CASCADE_CHECK in debug builds only for speed.
+#ifndef CASCADE_KERNELS_BACKEND_H_
+#define CASCADE_KERNELS_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/model_config.h"
+#include "model/model_source.h"
+
+namespace cascade {
+
+// One attention query: a token of one sequence attending to positions [0, n_ctx) of that
+// sequence's paged KV cache.
+struct AttentionQuery {
+  const float* q = nullptr;          // (n_heads, head_dim)
+  float* out = nullptr;              // (n_heads, head_dim)
+  const int32_t* blocks = nullptr;   // the sequence's block table
+  int32_t n_ctx = 0;                 // positions to attend to (query position + 1)
+};
+
+struct AttentionParams {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0;                   // usually 1/sqrt(head_dim)
+  int block_size = 0;                // tokens per KV block
+  const float* k_pool = nullptr;     // (num_blocks, block_size, n_kv_heads, head_dim)
+  const float* v_pool = nullptr;     // same layout
+  const AttentionQuery* queries = nullptr;
+  int64_t n_queries = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int num_threads() const = 0;
+
+  // y (n, w.rows) = x (n, w.cols) . W^T for a weight of any compute-supported type.
+  virtual void MatMul(const TensorView& w, const float* x, int64_t n, float* y) = 0;
+
+  // out (n, w.cols) = rows ids[0..n) of W, dequantized to F32. ids must be < w.rows.
+  virtual void GetRows(const TensorView& w, const int32_t* ids, int64_t n, float* out) = 0;
+
+  // out (n, dim) = x / sqrt(mean(x^2) + eps) * weight. out may alias x.
+  virtual void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+                       float* out) = 0;
+
+  // Rotates x (n, n_heads, head_dim) in place by positions pos[0..n): the first rope_dim
+  // dimensions of each head, paired per `layout`, with freq[i] the frequency of pair i.
+  virtual void Rope(float* x, const int32_t* pos, int64_t n, int n_heads, int head_dim,
+                    int rope_dim, RopeLayout layout, const float* freq) = 0;
+
+  // out[i] = silu(gate[i]) * up[i] for i in [0, count). out may alias gate.
+  virtual void SiluMul(const float* gate, const float* up, int64_t count, float* out) = 0;
+
+  // y[i] += x[i] for i in [0, count).
+  virtual void Add(const float* x, int64_t count, float* y) = 0;
+
+  // x (n, dim) += bias (dim).
+  virtual void AddBias(const float* bias, int64_t n, int64_t dim, float* x) = 0;
+
+  // Causal attention of each query over its sequence's paged KV cache.
+  virtual void Attention(const AttentionParams& p) = 0;
+
+  // In-place softmax of each row of x (n, dim).
+  virtual void Softmax(float* x, int64_t n, int64_t dim) = 0;
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_KERNELS_BACKEND_H_

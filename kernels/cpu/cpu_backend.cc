@@ -1,0 +1,232 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/quant.h"
+
+namespace cascade {
+namespace {
+
+// Work below this many multiply-adds runs on the calling thread alone.
+constexpr int64_t kMinParallelWork = 1 << 15;
+
+}  // namespace
+
+CpuBackend::CpuBackend(const CpuBackendOptions& options)
+    : options_(options),
+      isa_(static_cast<CpuIsa>(std::min(static_cast<int>(SelectedIsa()),
+                                        static_cast<int>(options.max_isa)))),
+      pool_(std::max(1, options.threads)),
+      thread_scratch_(pool_.num_threads()) {}
+
+CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::name() const {
+  return absl::StrCat("cpu(", CpuIsaName(isa_), ", ", pool_.num_threads(), " threads)");
+}
+
+void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y) {
+  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
+  const int64_t k = w.cols(), rows = w.rows();
+  const cpu::ActFormat fmt = cpu::ActFormatFor(w.type, options_.quantized_activations);
+  const cpu::MatmulFn fn = kt.matmul(w.type, fmt);
+  // Prepare activations: quantize each row once for all weight rows.
+  const uint8_t* xp = reinterpret_cast<const uint8_t*>(x);
+  size_t x_stride = static_cast<size_t>(k) * sizeof(float);
+  if (fmt != cpu::ActFormat::kF32) {
+    x_stride = cpu::ActRowBytes(fmt, k);
+    if (act_scratch_.size() < x_stride * n) act_scratch_.resize(x_stride * n);
+    auto quant = fmt == cpu::ActFormat::kQ8_0 ? kt.quantize_q8_0 : kt.quantize_q8k;
+    auto prep = [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) quant(x + i * k, k, act_scratch_.data() + i * x_stride);
+    };
+    if (n * k >= kMinParallelWork) {
+      pool_.ParallelFor(n, 1, prep);
+    } else {
+      prep(0, n);
+    }
+    xp = act_scratch_.data();
+  }
+  const bool needs_scratch = fmt == cpu::ActFormat::kF32 && w.type != TensorType::kF32 &&
+                             w.type != TensorType::kF16 && w.type != TensorType::kBF16;
+  if (needs_scratch) {
+    for (auto& s : thread_scratch_) {
+      if (s.size() < static_cast<size_t>(cpu::kScratchRows * k)) s.resize(cpu::kScratchRows * k);
+    }
+  }
+  auto run = [&](int64_t r0, int64_t r1, int thread) {
+    cpu::MatmulTask t;
+    t.w = w.data;
+    t.w_stride = w.row_bytes();
+    t.k = k;
+    t.x = xp;
+    t.x_stride = x_stride;
+    t.n = n;
+    t.y = y;
+    t.ldy = rows;
+    t.r0 = r0;
+    t.r1 = r1;
+    t.scratch = needs_scratch ? thread_scratch_[thread].data() : nullptr;
+    fn(t);
+  };
+  if (rows * k * n < kMinParallelWork || pool_.num_threads() == 1) {
+    run(0, rows, 0);
+    return;
+  }
+  // Row ranges in multiples of 8 keep the SIMD tiles full.
+  pool_.Run([&](int thread, int nthreads) {
+    int64_t b, e;
+    ThreadPool::SplitRange(rows, 8, thread, nthreads, &b, &e);
+    if (b < e) run(b, e, thread);
+  });
+}
+
+void CpuBackend::GetRows(const TensorView& w, const int32_t* ids, int64_t n, float* out) {
+  const int64_t k = w.cols();
+  const uint64_t rb = w.row_bytes();
+  for (int64_t i = 0; i < n; ++i) DequantizeRow(w.type, w.data + ids[i] * rb, k, out + i * k);
+}
+
+void CpuBackend::RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+                         float* out) {
+  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* xi = x + i * dim;
+      float* oi = out + i * dim;
+      const float ss = kt.sum_squares(xi, dim) / static_cast<float>(dim);
+      const float inv = 1.0f / std::sqrt(ss + eps);
+      for (int64_t j = 0; j < dim; ++j) oi[j] = xi[j] * inv * weight[j];
+    }
+  };
+  if (n * dim >= kMinParallelWork) {
+    pool_.ParallelFor(n, 1, body);
+  } else {
+    body(0, n);
+  }
+}
+
+void CpuBackend::Rope(float* x, const int32_t* pos, int64_t n, int n_heads, int head_dim,
+                      int rope_dim, RopeLayout layout, const float* freq) {
+  const int half = rope_dim / 2;
+  auto body = [&](int64_t b, int64_t e) {
+    std::vector<float> cs(2 * half);
+    for (int64_t i = b; i < e; ++i) {
+      for (int j = 0; j < half; ++j) {
+        // Angles in double: at position ~1e4 a float angle would be off by ~1e-3 rad.
+        const double theta = static_cast<double>(pos[i]) * static_cast<double>(freq[j]);
+        cs[2 * j] = static_cast<float>(std::cos(theta));
+        cs[2 * j + 1] = static_cast<float>(std::sin(theta));
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + (i * n_heads + h) * head_dim;
+        for (int j = 0; j < half; ++j) {
+          const int a = layout == RopeLayout::kAdjacentPairs ? 2 * j : j;
+          const int c = layout == RopeLayout::kAdjacentPairs ? 2 * j + 1 : j + half;
+          const float x0 = v[a], x1 = v[c];
+          v[a] = x0 * cs[2 * j] - x1 * cs[2 * j + 1];
+          v[c] = x0 * cs[2 * j + 1] + x1 * cs[2 * j];
+        }
+      }
+    }
+  };
+  if (n * n_heads * head_dim >= kMinParallelWork) {
+    pool_.ParallelFor(n, 1, body);
+  } else {
+    body(0, n);
+  }
+}
+
+void CpuBackend::SiluMul(const float* gate, const float* up, int64_t count, float* out) {
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  };
+  if (count >= kMinParallelWork) {
+    pool_.ParallelFor(count, 64, body);
+  } else {
+    body(0, count);
+  }
+}
+
+void CpuBackend::Add(const float* x, int64_t count, float* y) {
+  for (int64_t i = 0; i < count; ++i) y[i] += x[i];
+}
+
+void CpuBackend::AddBias(const float* bias, int64_t n, int64_t dim, float* x) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < dim; ++j) x[i * dim + j] += bias[j];
+  }
+}
+
+void CpuBackend::Attention(const AttentionParams& p) {
+  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
+  const int group = p.n_heads / p.n_kv_heads;
+  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;  // per token
+  const int64_t tasks = p.n_queries * p.n_heads;
+  // One (query, head) per task; each task walks its sequence's blocks in order with an
+  // online softmax, so its result does not depend on the rest of the batch.
+  auto body = [&](int64_t b, int64_t e) {
+    std::vector<float> scores(p.block_size);
+    for (int64_t task = b; task < e; ++task) {
+      const AttentionQuery& q = p.queries[task / p.n_heads];
+      const int h = static_cast<int>(task % p.n_heads);
+      const int kvh = h / group;
+      const float* qh = q.q + static_cast<int64_t>(h) * p.head_dim;
+      float* out = q.out + static_cast<int64_t>(h) * p.head_dim;
+      std::fill(out, out + p.head_dim, 0.0f);
+      float m = -INFINITY, l = 0.0f;
+      for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
+        const int32_t block = q.blocks[start / p.block_size];
+        const int count = std::min(p.block_size, q.n_ctx - start);
+        const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride +
+                             static_cast<int64_t>(kvh) * p.head_dim;
+        float bmax = -INFINITY;
+        for (int j = 0; j < count; ++j) {
+          scores[j] = kt.dot(qh, p.k_pool + base + j * kv_stride, p.head_dim) * p.scale;
+          bmax = std::max(bmax, scores[j]);
+        }
+        const float m_new = std::max(m, bmax);
+        const float correction = std::exp(m - m_new);
+        if (l > 0) kt.scale(correction, out, p.head_dim);
+        l *= correction;
+        for (int j = 0; j < count; ++j) {
+          const float w = std::exp(scores[j] - m_new);
+          l += w;
+          kt.axpy(w, p.v_pool + base + j * kv_stride, out, p.head_dim);
+        }
+        m = m_new;
+      }
+      if (l > 0) kt.scale(1.0f / l, out, p.head_dim);
+    }
+  };
+  int64_t work = 0;
+  for (int64_t i = 0; i < p.n_queries; ++i) work += p.queries[i].n_ctx;
+  if (work * p.n_heads * p.head_dim >= kMinParallelWork) {
+    pool_.ParallelFor(tasks, 1, body);
+  } else {
+    body(0, tasks);
+  }
+}
+
+void CpuBackend::Softmax(float* x, int64_t n, int64_t dim) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* r = x + i * dim;
+    const float mx = *std::max_element(r, r + dim);
+    double sum = 0;
+    for (int64_t j = 0; j < dim; ++j) {
+      r[j] = std::exp(r[j] - mx);
+      sum += r[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < dim; ++j) r[j] *= inv;
+  }
+}
+
+}  // namespace cascade

@@ -1,0 +1,60 @@
+// CpuBackend: the Backend on the host CPU, multi-threaded, with SIMD kernels chosen at run
+// time (AVX2/FMA/F16C when present, a portable path otherwise).
+//
+// Contract: see kernels/backend.h. Owns a ThreadPool of `threads` threads (the caller's
+// thread included) and grow-only scratch buffers, so one CpuBackend serves one stage
+// executor thread at a time. Work is split by output rows (matmul) or by rows/heads (other
+// ops), never inside a dot product, which keeps results independent of the thread count.
+#ifndef CASCADE_KERNELS_CPU_CPU_BACKEND_H_
+#define CASCADE_KERNELS_CPU_CPU_BACKEND_H_
+
+#include <memory>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
+#include "util/thread_pool.h"
+
+namespace cascade {
+
+struct CpuBackendOptions {
+  int threads = 1;
+  // Quantize activations to 8 bits for Q4_0/Q8_0/K-quant weights (fast integer dot
+  // products, logits within ~5e-2 of exact). Off: dequantize weights and compute in F32.
+  bool quantized_activations = true;
+  // Cap on the SIMD level; the CPU's best level is used when it is lower.
+  CpuIsa max_isa = CpuIsa::kAvx512;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options);
+  ~CpuBackend() override;
+
+  std::string name() const override;
+  int num_threads() const override { return pool_.num_threads(); }
+  CpuIsa isa() const { return isa_; }
+
+  void MatMul(const TensorView& w, const float* x, int64_t n, float* y) override;
+  void GetRows(const TensorView& w, const int32_t* ids, int64_t n, float* out) override;
+  void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+               float* out) override;
+  void Rope(float* x, const int32_t* pos, int64_t n, int n_heads, int head_dim, int rope_dim,
+            RopeLayout layout, const float* freq) override;
+  void SiluMul(const float* gate, const float* up, int64_t count, float* out) override;
+  void Add(const float* x, int64_t count, float* y) override;
+  void AddBias(const float* bias, int64_t n, int64_t dim, float* x) override;
+  void Attention(const AttentionParams& p) override;
+  void Softmax(float* x, int64_t n, int64_t dim) override;
+
+ private:
+  CpuBackendOptions options_;
+  CpuIsa isa_;
+  ThreadPool pool_;
+  std::vector<uint8_t> act_scratch_;              // prepared activations
+  std::vector<std::vector<float>> thread_scratch_;  // per thread
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_KERNELS_CPU_CPU_BACKEND_H_

@@ -1,0 +1,202 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/quant.h"
+
+namespace cascade {
+namespace {
+
+std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// A weight matrix of `type` built from random floats, with its exact dequantized values.
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequant;  // (rows, cols)
+  TensorView view;
+};
+
+TestWeight MakeWeight(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  TestWeight w;
+  auto f = Random(rows * cols, seed, 0.5f);
+  uint64_t rb;
+  EXPECT_TRUE(RowBytes(type, cols, &rb));
+  w.bytes.resize(rb * rows);
+  w.dequant.resize(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(QuantizeRow(type, f.data() + r * cols, cols, w.bytes.data() + r * rb));
+    EXPECT_TRUE(DequantizeRow(type, w.bytes.data() + r * rb, cols, w.dequant.data() + r * cols));
+  }
+  w.view.name = "w";
+  w.view.type = type;
+  w.view.n_dims = 2;
+  w.view.ne[0] = cols;
+  w.view.ne[1] = rows;
+  w.view.data = w.bytes.data();
+  w.view.nbytes = w.bytes.size();
+  return w;
+}
+
+std::vector<CpuIsa> AvailableIsas() {
+  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
+  if (DetectCpuFeatures().best() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  return isas;
+}
+
+double NormalizedError(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(err / std::max(norm, 1e-30));
+}
+
+struct MatmulCase {
+  TensorType type;
+  int64_t cols;
+  bool quantized_act;
+  double bound;  // normalized error vs float64 reference on dequantized weights
+};
+
+class MatmulTest : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulTest, MatchesReferenceOnEveryPathAndIsBatchInvariant) {
+  const MatmulCase c = GetParam();
+  const int64_t rows = 37, n = 7;
+  TestWeight w = MakeWeight(c.type, rows, c.cols, 11);
+  const auto x = Random(n * c.cols, 5);
+  std::vector<double> ref(n * rows);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (int64_t e = 0; e < c.cols; ++e) {
+        s += static_cast<double>(w.dequant[r * c.cols + e]) * x[t * c.cols + e];
+      }
+      ref[t * rows + r] = s;
+    }
+  }
+  for (CpuIsa isa : AvailableIsas()) {
+    for (int threads : {1, 3}) {
+      CpuBackendOptions opt;
+      opt.threads = threads;
+      opt.max_isa = isa;
+      opt.quantized_activations = c.quantized_act;
+      CpuBackend be(opt);
+      std::vector<float> y(n * rows);
+      be.MatMul(w.view, x.data(), n, y.data());
+      EXPECT_LT(NormalizedError(y, ref), c.bound)
+          << TensorTypeName(c.type) << " on " << be.name();
+      // Each row alone gives bit-identical results.
+      for (int64_t t = 0; t < n; ++t) {
+        std::vector<float> y1(rows);
+        be.MatMul(w.view, x.data() + t * c.cols, 1, y1.data());
+        ASSERT_EQ(std::memcmp(y1.data(), y.data() + t * rows, rows * sizeof(float)), 0)
+            << "row " << t << " differs when computed alone on " << be.name();
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, MatmulTest,
+    ::testing::Values(MatmulCase{TensorType::kF32, 172, false, 1e-6},
+                      MatmulCase{TensorType::kF16, 172, false, 1e-6},
+                      MatmulCase{TensorType::kBF16, 100, false, 1e-6},
+                      MatmulCase{TensorType::kQ8_0, 256, false, 1e-6},
+                      MatmulCase{TensorType::kQ8_0, 256, true, 1e-2},
+                      MatmulCase{TensorType::kQ4_0, 256, false, 1e-6},
+                      MatmulCase{TensorType::kQ4_0, 256, true, 1e-2},
+                      MatmulCase{TensorType::kQ4_K, 512, false, 1e-6},
+                      MatmulCase{TensorType::kQ4_K, 512, true, 1e-2},
+                      MatmulCase{TensorType::kQ5_K, 512, true, 1e-2},
+                      MatmulCase{TensorType::kQ6_K, 512, true, 1e-2},
+                      MatmulCase{TensorType::kQ6_K, 256, false, 1e-6}));
+
+TEST(CpuBackend, AttentionMatchesNaiveSoftmax) {
+  const int n_heads = 4, n_kv = 2, hd = 16, bs = 4, ctx = 11;
+  const int kv = n_kv * hd;
+  const std::vector<int32_t> blocks = {5, 1, 3};  // scattered physical blocks
+  auto k_pool = Random(8 * bs * kv, 1);
+  auto v_pool = Random(8 * bs * kv, 2);
+  auto q = Random(n_heads * hd, 3);
+  for (CpuIsa isa : AvailableIsas()) {
+    CpuBackendOptions opt;
+    opt.max_isa = isa;
+    CpuBackend be(opt);
+    std::vector<float> out(n_heads * hd);
+    AttentionQuery query{q.data(), out.data(), blocks.data(), ctx};
+    AttentionParams p{n_heads, n_kv, hd, 0.25f, bs, k_pool.data(), v_pool.data(), &query, 1};
+    be.Attention(p);
+    for (int h = 0; h < n_heads; ++h) {
+      const int kvh = h / (n_heads / n_kv);
+      std::vector<double> s(ctx);
+      double mx = -1e30;
+      for (int t = 0; t < ctx; ++t) {
+        const float* k = k_pool.data() + (blocks[t / bs] * bs + t % bs) * kv + kvh * hd;
+        double d = 0;
+        for (int e = 0; e < hd; ++e) d += q[h * hd + e] * static_cast<double>(k[e]);
+        s[t] = d * 0.25;
+        mx = std::max(mx, s[t]);
+      }
+      double sum = 0;
+      for (auto& v : s) sum += (v = std::exp(v - mx));
+      for (int e = 0; e < hd; ++e) {
+        double want = 0;
+        for (int t = 0; t < ctx; ++t) {
+          want += s[t] / sum * v_pool[(blocks[t / bs] * bs + t % bs) * kv + kvh * hd + e];
+        }
+        EXPECT_NEAR(out[h * hd + e], want, 1e-5) << be.name();
+      }
+    }
+  }
+}
+
+TEST(CpuBackend, RopeRotatesPairsOfEitherLayout) {
+  CpuBackend be({});
+  const int hd = 8;
+  std::vector<float> freq = {1.0f, 0.5f, 0.25f, 0.125f};
+  for (RopeLayout layout : {RopeLayout::kAdjacentPairs, RopeLayout::kHalves}) {
+    auto x = Random(hd, 9);
+    auto orig = x;
+    int32_t pos = 3;
+    be.Rope(x.data(), &pos, 1, 1, hd, hd, layout, freq.data());
+    for (int j = 0; j < 4; ++j) {
+      const int a = layout == RopeLayout::kAdjacentPairs ? 2 * j : j;
+      const int b = layout == RopeLayout::kAdjacentPairs ? 2 * j + 1 : j + 4;
+      const double th = 3.0 * freq[j];
+      EXPECT_NEAR(x[a], orig[a] * std::cos(th) - orig[b] * std::sin(th), 1e-6);
+      EXPECT_NEAR(x[b], orig[a] * std::sin(th) + orig[b] * std::cos(th), 1e-6);
+    }
+  }
+}
+
+TEST(CpuBackend, RmsNormAndSiluMul) {
+  CpuBackend be({});
+  auto x = Random(2 * 10, 4);
+  auto w = Random(10, 5);
+  std::vector<float> out(20);
+  be.RmsNorm(x.data(), w.data(), 2, 10, 1e-5f, out.data());
+  for (int i = 0; i < 2; ++i) {
+    double ss = 0;
+    for (int j = 0; j < 10; ++j) ss += x[i * 10 + j] * x[i * 10 + j];
+    const double inv = 1.0 / std::sqrt(ss / 10 + 1e-5);
+    for (int j = 0; j < 10; ++j) EXPECT_NEAR(out[i * 10 + j], x[i * 10 + j] * inv * w[j], 1e-5);
+  }
+  std::vector<float> g = {-2, 0, 3}, u = {1, 2, 0.5}, o(3);
+  be.SiluMul(g.data(), u.data(), 3, o.data());
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(o[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
+}
+
+}  // namespace
+}  // namespace cascade
