@@ -1,0 +1,93 @@
+// Stage: the forward pass over a contiguous range of transformer layers, the unit a
+// pipeline stage runs. The first stage embeds token ids; the last one applies the final
+// norm and the output head; a middle stage maps activations to activations. The whole
+// model in one process is a Stage over [0, n_layers).
+//
+// Contract:
+// - Forward() validates the whole batch (sizes, token ids, positions, KV capacity) before
+//   it changes anything; a bad batch returns InvalidArgument / ResourceExhausted and the
+//   stage is left as it was.
+// - Results are batch-invariant (see kernels/backend.h): a sequence's activations and
+//   logits do not depend on the other slots of the batch.
+// - Not thread-safe: one executor thread drives a Stage. The ModelSource must outlive it.
+#ifndef CASCADE_ENGINE_STAGE_H_
+#define CASCADE_ENGINE_STAGE_H_
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/batch.h"
+#include "engine/kv_cache.h"
+#include "kernels/backend.h"
+#include "model/model_source.h"
+#include "model/weights.h"
+
+namespace cascade {
+
+struct StageOptions {
+  LayerRange layers;          // empty (0, 0) means the whole model
+  int threads = 1;
+  bool quantized_activations = true;
+  int kv_block_size = 16;
+  int64_t kv_blocks = 0;      // 0: enough for kv_sequences full-context sequences
+  int kv_sequences = 1;
+  int64_t max_batch_tokens = 4096;
+};
+
+class Stage {
+ public:
+  // Binds the weights of the layer range and allocates the KV cache. `backend` may be
+  // null: a CpuBackend with options.threads threads is created.
+  static absl::StatusOr<std::unique_ptr<Stage>> Create(const ModelSource& source,
+                                                       const StageOptions& options,
+                                                       std::unique_ptr<Backend> backend = nullptr);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return *weights_; }
+  LayerRange layers() const { return weights_->range; }
+  bool is_first() const { return weights_->has_embedding; }
+  bool is_last() const { return weights_->has_head; }
+  Backend& backend() { return *backend_; }
+  KvCache& kv_cache() { return *kv_; }
+  const StageOptions& options() const { return options_; }
+
+  // Runs the stage.
+  //   in:  the first stage reads slots[i].token; other stages read `hidden_in`
+  //        (n_slots, dim).
+  //   out: the last stage writes logits (slots with want_logits, in slot order, vocab)
+  //        to *out; other stages write hidden states (n_slots, dim).
+  absl::Status Forward(std::span<const TokenSlot> slots, std::span<const float> hidden_in,
+                       std::vector<float>* out);
+
+  // Drops a sequence's KV blocks.
+  void FreeSequence(SeqId seq) { kv_->Free(seq); }
+
+ private:
+  Stage() = default;
+  absl::Status Validate(std::span<const TokenSlot> slots, std::span<const float> hidden_in) const;
+  void Layer(int local_layer, std::span<const TokenSlot> slots, const KvCache::Plan& plan);
+
+  StageOptions options_;
+  ModelConfig config_;
+  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<KvCache> kv_;
+  std::vector<float> rope_freq_;  // (rope_dim / 2)
+
+  // Activations, grown on demand. Shapes for n tokens:
+  std::vector<float> x_;      // (n, dim) residual stream
+  std::vector<float> xb_;     // (n, dim) normed input / attention projection
+  std::vector<float> q_;      // (n, q_dim)
+  std::vector<float> k_;      // (n, kv_dim)
+  std::vector<float> v_;      // (n, kv_dim)
+  std::vector<float> att_;    // (n, q_dim)
+  std::vector<float> hb_;     // (n, ffn)
+  std::vector<float> hb2_;    // (n, ffn)
+  std::vector<int32_t> pos_;  // (n)
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_ENGINE_STAGE_H_
