@@ -15,10 +15,10 @@ namespace cascade {
 using SeqId = int64_t;
 
 struct TokenSlot {
-  int32_t token = 0;          // input token id (read by the first stage only)
-  SeqId seq = 0;              // sequence the token belongs to
-  int32_t pos = 0;            // position of the token in its sequence
-  bool want_logits = false;   // the last stage returns logits for this slot
+  int32_t token = 0;         // input token id (read by the first stage only)
+  SeqId seq = 0;             // sequence the token belongs to
+  int32_t pos = 0;           // position of the token in its sequence
+  bool want_logits = false;  // the last stage returns logits for this slot
 };
 
 using Batch = std::vector<TokenSlot>;

@@ -35,9 +35,8 @@ absl::StatusOr<GenerationResult> Generate(Stage& stage, const Tokenizer& tokeniz
   const int64_t ctx = stage.config().context_length;
   if (req.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
   if (static_cast<int64_t>(req.prompt.size()) >= ctx) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", req.prompt.size(),
-                                                   " tokens does not fit the context of ", ctx,
-                                                   " tokens"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", req.prompt.size(), " tokens does not fit the context of ", ctx, " tokens"));
   }
   if (req.max_tokens < 0) return absl::InvalidArgumentError("max_tokens is negative");
   for (int32_t id : req.prompt) {

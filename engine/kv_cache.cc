@@ -9,11 +9,32 @@ namespace cascade {
 KvCache::KvCache(const KvCacheOptions& options)
     : options_(options),
       layer_stride_(options.num_blocks * options.block_size * options.n_kv_heads *
-                    options.head_dim),
-      k_(static_cast<size_t>(layer_stride_) * options.n_layers),
-      v_(static_cast<size_t>(layer_stride_) * options.n_layers) {
+                    options.head_dim) {
   free_.reserve(options.num_blocks);
   for (int64_t b = options.num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& options,
+                                                         Backend& backend) {
+  if (options.n_layers <= 0 || options.n_kv_heads <= 0 || options.head_dim <= 0 ||
+      options.block_size <= 0 || options.num_blocks <= 0 || options.max_positions <= 0) {
+    return absl::InvalidArgumentError("KV cache: every dimension must be positive");
+  }
+  std::unique_ptr<KvCache> kv(new KvCache(options));
+  const size_t bytes = BytesFor(options) / 2;
+  auto k = backend.Allocate(bytes);
+  if (!k.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache: cannot allocate 2 x ", bytes, " bytes: ", k.status().message()));
+  }
+  auto v = backend.Allocate(bytes);
+  if (!v.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache: cannot allocate 2 x ", bytes, " bytes: ", v.status().message()));
+  }
+  kv->k_ = std::move(*k);
+  kv->v_ = std::move(*v);
+  return kv;
 }
 
 uint64_t KvCache::BytesFor(const KvCacheOptions& o) {
@@ -40,13 +61,13 @@ absl::StatusOr<KvCache::Plan> KvCache::PlanBatch(std::span<const TokenSlot> slot
       run.next = s.pos;
     }
     if (s.pos != run.next) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch: sequence ", s.seq, " has position ", s.pos, " where ", run.next,
-          " was expected (positions of a sequence must be consecutive)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch: sequence ", s.seq, " has position ", s.pos, " where ", run.next,
+                       " was expected (positions of a sequence must be consecutive)"));
     }
     if (s.pos < 0 || s.pos >= options_.max_positions) {
-      return absl::InvalidArgumentError(absl::StrCat("batch: sequence ", s.seq, " position ",
-                                                     s.pos, " is outside the context of ",
+      return absl::InvalidArgumentError(absl::StrCat("batch: sequence ", s.seq, " position ", s.pos,
+                                                     " is outside the context of ",
                                                      options_.max_positions, " tokens"));
     }
     run.next = s.pos + 1;
@@ -58,9 +79,9 @@ absl::StatusOr<KvCache::Plan> KvCache::PlanBatch(std::span<const TokenSlot> slot
     const int32_t length = it == seqs_.end() ? 0 : it->second.length;
     const int32_t have = it == seqs_.end() ? 0 : static_cast<int32_t>(it->second.blocks.size());
     if (run.first > length) {
-      return absl::InvalidArgumentError(absl::StrCat("batch: sequence ", seq, " starts at position ",
-                                                     run.first, " but holds only ", length,
-                                                     " tokens"));
+      return absl::InvalidArgumentError(absl::StrCat("batch: sequence ", seq,
+                                                     " starts at position ", run.first,
+                                                     " but holds only ", length, " tokens"));
     }
     SeqChange c;
     c.seq = seq;
@@ -75,8 +96,8 @@ absl::StatusOr<KvCache::Plan> KvCache::PlanBatch(std::span<const TokenSlot> slot
   }
   if (needed > free_blocks() + freed) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache full: the batch needs ", needed,
-                                                     " more blocks, ", free_blocks(),
-                                                     " of ", options_.num_blocks, " are free"));
+                                                     " more blocks, ", free_blocks(), " of ",
+                                                     options_.num_blocks, " are free"));
   }
   // Blocks released by rewinds go back first, so that the allocation below can use them.
   std::vector<int32_t> pool(free_.begin(), free_.end());
@@ -98,18 +119,18 @@ absl::StatusOr<KvCache::Plan> KvCache::PlanBatch(std::span<const TokenSlot> slot
     std::vector<int32_t> table;
     auto it = seqs_.find(c.seq);
     if (it != seqs_.end()) {
-      table.assign(it->second.blocks.begin(),
-                   it->second.blocks.begin() +
-                       std::min<size_t>(it->second.blocks.size(), c.blocks_needed));
+      table.assign(
+          it->second.blocks.begin(),
+          it->second.blocks.begin() + std::min<size_t>(it->second.blocks.size(), c.blocks_needed));
     }
     while (static_cast<int32_t>(table.size()) < c.blocks_needed) {
       table.push_back(plan.alloc[next_alloc++]);
     }
     for (size_t i : runs[c.seq].slot_indices) {
       const int32_t pos = slots[i].pos;
-      plan.slot_rows[i] = static_cast<int64_t>(table[pos / options_.block_size]) *
-                              options_.block_size +
-                          pos % options_.block_size;
+      plan.slot_rows[i] =
+          static_cast<int64_t>(table[pos / options_.block_size]) * options_.block_size +
+          pos % options_.block_size;
     }
   }
   return plan;

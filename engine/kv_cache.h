@@ -5,8 +5,9 @@
 // commits a plan. So a batch that does not fit is refused whole and nothing leaks.
 //
 // Contract:
-// - Memory is allocated once in the constructor: (layers, num_blocks, block_size,
-//   kv_heads, head_dim) floats for K and the same for V.
+// - Memory is allocated once, on the backend's device, by Create: (layers, num_blocks,
+//   block_size, kv_heads, head_dim) floats for K and the same for V. The block bookkeeping
+//   lives on the host.
 // - A sequence's tokens occupy positions [0, length). A batch may append to a sequence
 //   (first position == length) or rewind it (first position < length: later positions
 //   are dropped, e.g. to re-run a step after a failure).
@@ -16,11 +17,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/batch.h"
+#include "kernels/backend.h"
 
 namespace cascade {
 
@@ -42,12 +45,13 @@ class KvCache {
   };
   struct Plan {
     std::vector<SeqChange> changes;
-    std::vector<int64_t> slot_rows;   // per batch slot: block * block_size + offset
-    int64_t new_blocks = 0;           // blocks taken from the free list
-    std::vector<int32_t> alloc;       // the physical blocks to take, in order
+    std::vector<int64_t> slot_rows;  // per batch slot: block * block_size + offset
+    int64_t new_blocks = 0;          // blocks taken from the free list
+    std::vector<int32_t> alloc;      // the physical blocks to take, in order
   };
 
-  explicit KvCache(const KvCacheOptions& options);
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheOptions& options,
+                                                         Backend& backend);
 
   // Bytes a cache of these dimensions takes.
   static uint64_t BytesFor(const KvCacheOptions& options);
@@ -72,8 +76,8 @@ class KvCache {
 
   int64_t kv_dim() const { return static_cast<int64_t>(options_.n_kv_heads) * options_.head_dim; }
   // Base of layer l's pools: (num_blocks, block_size, kv_dim).
-  float* keys(int layer) { return k_.data() + layer * layer_stride_; }
-  float* values(int layer) { return v_.data() + layer * layer_stride_; }
+  float* keys(int layer) { return k_.as<float>() + layer * layer_stride_; }
+  float* values(int layer) { return v_.as<float>() + layer * layer_stride_; }
 
  private:
   struct SeqState {
@@ -81,9 +85,11 @@ class KvCache {
     std::vector<int32_t> blocks;
   };
 
+  explicit KvCache(const KvCacheOptions& options);
+
   KvCacheOptions options_;
   int64_t layer_stride_;
-  std::vector<float> k_, v_;
+  DeviceBuffer k_, v_;
   std::vector<int32_t> free_;  // stack of free blocks; lowest index on top
   std::map<SeqId, SeqState> seqs_;
 };

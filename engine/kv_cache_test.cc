@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace cascade {
 namespace {
@@ -19,6 +20,13 @@ KvCacheOptions Small(int64_t blocks) {
   return o;
 }
 
+std::unique_ptr<KvCache> Make(int64_t blocks) {
+  static CpuBackend backend({});
+  auto kv = KvCache::Create(Small(blocks), backend);
+  EXPECT_TRUE(kv.ok()) << kv.status();
+  return std::move(*kv);
+}
+
 Batch Tokens(SeqId seq, int32_t from, int32_t count) {
   Batch b;
   for (int32_t i = 0; i < count; ++i) b.push_back({0, seq, from + i, false});
@@ -26,7 +34,8 @@ Batch Tokens(SeqId seq, int32_t from, int32_t count) {
 }
 
 TEST(KvCache, PlansThenApplies) {
-  KvCache kv(Small(4));
+  auto kv_ptr = Make(4);
+  KvCache& kv = *kv_ptr;
   auto plan = kv.PlanBatch(Tokens(7, 0, 6));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(kv.free_blocks(), 4);  // planning changes nothing
@@ -44,10 +53,11 @@ TEST(KvCache, PlansThenApplies) {
 }
 
 TEST(KvCache, RefusesWholeBatchWhenFull) {
-  KvCache kv(Small(3));
+  auto kv_ptr = Make(3);
+  KvCache& kv = *kv_ptr;
   kv.Apply(*kv.PlanBatch(Tokens(1, 0, 8)));  // 2 blocks
-  Batch b = Tokens(2, 0, 4);                  // 1 block: fits
-  Batch more = Tokens(3, 0, 4);               // another block: does not
+  Batch b = Tokens(2, 0, 4);                 // 1 block: fits
+  Batch more = Tokens(3, 0, 4);              // another block: does not
   b.insert(b.end(), more.begin(), more.end());
   auto plan = kv.PlanBatch(b);
   ASSERT_FALSE(plan.ok());
@@ -57,7 +67,8 @@ TEST(KvCache, RefusesWholeBatchWhenFull) {
 }
 
 TEST(KvCache, RejectsGapsAndOutOfContextPositions) {
-  KvCache kv(Small(8));
+  auto kv_ptr = Make(8);
+  KvCache& kv = *kv_ptr;
   kv.Apply(*kv.PlanBatch(Tokens(1, 0, 3)));
   auto gap = kv.PlanBatch(Tokens(1, 5, 1));
   ASSERT_FALSE(gap.ok());
@@ -68,10 +79,11 @@ TEST(KvCache, RejectsGapsAndOutOfContextPositions) {
 }
 
 TEST(KvCache, RewindReleasesBlocks) {
-  KvCache kv(Small(4));
+  auto kv_ptr = Make(4);
+  KvCache& kv = *kv_ptr;
   kv.Apply(*kv.PlanBatch(Tokens(1, 0, 12)));  // 3 blocks
   EXPECT_EQ(kv.free_blocks(), 1);
-  kv.Apply(*kv.PlanBatch(Tokens(1, 2, 1)));   // rewind to length 3: 1 block
+  kv.Apply(*kv.PlanBatch(Tokens(1, 2, 1)));  // rewind to length 3: 1 block
   EXPECT_EQ(kv.Length(1), 3);
   EXPECT_EQ(kv.BlockTable(1).size(), 1u);
   EXPECT_EQ(kv.free_blocks(), 3);

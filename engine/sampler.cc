@@ -69,11 +69,10 @@ SampleResult Sample(std::span<const float> logits, const SamplingParams& p,
 
   std::vector<float> z(logits.begin(), logits.end());
   // Penalties over the recent window.
-  if (!history.empty() && (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-                           p.presence_penalty != 0.0f)) {
-    const size_t n = p.penalty_last_n == 0
-                         ? 0
-                         : std::min(history.size(), static_cast<size_t>(p.penalty_last_n));
+  if (!history.empty() &&
+      (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f)) {
+    const size_t n =
+        p.penalty_last_n == 0 ? 0 : std::min(history.size(), static_cast<size_t>(p.penalty_last_n));
     std::unordered_map<int32_t, int> counts;
     for (size_t i = history.size() - n; i < history.size(); ++i) ++counts[history[i]];
     for (const auto& [tok, cnt] : counts) {

@@ -9,6 +9,13 @@
 
 namespace cascade {
 
+absl::StatusOr<DeviceBuffer> Stage::UploadVector(const std::vector<float>& v) {
+  if (v.empty()) return DeviceBuffer();
+  CASCADE_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->Allocate(v.size() * sizeof(float)));
+  backend_->CopyToDevice(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
 absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
                                                      const StageOptions& options,
                                                      std::unique_ptr<Backend> backend) {
@@ -18,6 +25,9 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   LayerRange range = options.layers;
   if (range.first == 0 && range.last == 0) range = {0, static_cast<int>(s->config_.n_layers)};
   CASCADE_ASSIGN_OR_RETURN(s->weights_, ModelWeights::Bind(source, range));
+  if (options.kv_block_size <= 0 || options.max_batch_tokens <= 0) {
+    return absl::InvalidArgumentError("stage options: block size and batch size must be > 0");
+  }
   if (backend == nullptr) {
     CpuBackendOptions bo;
     bo.threads = options.threads;
@@ -25,9 +35,38 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
     backend = std::make_unique<CpuBackend>(bo);
   }
   s->backend_ = std::move(backend);
-  if (options.kv_block_size <= 0 || options.max_batch_tokens <= 0) {
-    return absl::InvalidArgumentError("stage options: block size and batch size must be > 0");
+  Backend& be = *s->backend_;
+
+  // Weights as the backend will use them.
+  const ModelWeights& w = *s->weights_;
+  if (w.token_embd) {
+    CASCADE_ASSIGN_OR_RETURN(s->token_embd_, be.UploadWeight(*w.token_embd));
   }
+  if (w.has_head) {
+    if (w.output == w.token_embd) {
+      s->output_ = s->token_embd_;
+    } else {
+      CASCADE_ASSIGN_OR_RETURN(s->output_, be.UploadWeight(*w.output));
+    }
+    CASCADE_ASSIGN_OR_RETURN(s->output_norm_, s->UploadVector(w.output_norm));
+  }
+  for (const LayerWeights& lw : w.layers) {
+    ResidentLayer r;
+    CASCADE_ASSIGN_OR_RETURN(r.wq, be.UploadWeight(*lw.wq));
+    CASCADE_ASSIGN_OR_RETURN(r.wk, be.UploadWeight(*lw.wk));
+    CASCADE_ASSIGN_OR_RETURN(r.wv, be.UploadWeight(*lw.wv));
+    CASCADE_ASSIGN_OR_RETURN(r.wo, be.UploadWeight(*lw.wo));
+    CASCADE_ASSIGN_OR_RETURN(r.w_gate, be.UploadWeight(*lw.w_gate));
+    CASCADE_ASSIGN_OR_RETURN(r.w_up, be.UploadWeight(*lw.w_up));
+    CASCADE_ASSIGN_OR_RETURN(r.w_down, be.UploadWeight(*lw.w_down));
+    CASCADE_ASSIGN_OR_RETURN(r.attn_norm, s->UploadVector(lw.attn_norm));
+    CASCADE_ASSIGN_OR_RETURN(r.ffn_norm, s->UploadVector(lw.ffn_norm));
+    CASCADE_ASSIGN_OR_RETURN(r.bq, s->UploadVector(lw.bq));
+    CASCADE_ASSIGN_OR_RETURN(r.bk, s->UploadVector(lw.bk));
+    CASCADE_ASSIGN_OR_RETURN(r.bv, s->UploadVector(lw.bv));
+    s->layers_.push_back(std::move(r));
+  }
+
   KvCacheOptions kv;
   kv.n_layers = range.size();
   kv.n_kv_heads = static_cast<int>(s->config_.n_kv_heads);
@@ -36,16 +75,41 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   kv.max_positions = s->config_.context_length;
   const int64_t blocks_per_seq =
       (s->config_.context_length + options.kv_block_size - 1) / options.kv_block_size;
-  kv.num_blocks = options.kv_blocks > 0
-                      ? options.kv_blocks
-                      : blocks_per_seq * std::max(1, options.kv_sequences);
+  kv.num_blocks = options.kv_blocks > 0 ? options.kv_blocks
+                                        : blocks_per_seq * std::max(1, options.kv_sequences);
   if (kv.num_blocks > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache of ", kv.num_blocks,
-                                                   " blocks is too large"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache of ", kv.num_blocks, " blocks is too large"));
   }
-  s->kv_ = std::make_unique<KvCache>(kv);
+  CASCADE_ASSIGN_OR_RETURN(s->kv_, KvCache::Create(kv, be));
   s->rope_freq_ = s->config_.RopeFrequencies();
   return s;
+}
+
+absl::Status Stage::EnsureCapacity(int64_t n, int64_t n_logits) {
+  const ModelConfig& c = config_;
+  auto grow = [&](DeviceBuffer* b, int64_t floats) -> absl::Status {
+    const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+    if (b->size() >= bytes) return absl::OkStatus();
+    CASCADE_ASSIGN_OR_RETURN(*b, backend_->Allocate(bytes));
+    return absl::OkStatus();
+  };
+  if (n > capacity_) {
+    CASCADE_RETURN_IF_ERROR(grow(&x_, n * c.dim));
+    CASCADE_RETURN_IF_ERROR(grow(&xb_, n * c.dim));
+    CASCADE_RETURN_IF_ERROR(grow(&q_, n * c.q_dim()));
+    CASCADE_RETURN_IF_ERROR(grow(&k_, n * c.kv_dim()));
+    CASCADE_RETURN_IF_ERROR(grow(&v_, n * c.kv_dim()));
+    CASCADE_RETURN_IF_ERROR(grow(&att_, n * c.q_dim()));
+    CASCADE_RETURN_IF_ERROR(grow(&hb_, n * c.ffn_dim));
+    CASCADE_RETURN_IF_ERROR(grow(&hb2_, n * c.ffn_dim));
+    capacity_ = n;
+  }
+  if (n_logits > logits_capacity_) {
+    CASCADE_RETURN_IF_ERROR(grow(&logits_, n_logits * c.vocab_size));
+    logits_capacity_ = n_logits;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Stage::Validate(std::span<const TokenSlot> slots,
@@ -53,15 +117,14 @@ absl::Status Stage::Validate(std::span<const TokenSlot> slots,
   const int64_t n = static_cast<int64_t>(slots.size());
   if (n == 0) return absl::InvalidArgumentError("batch is empty");
   if (n > options_.max_batch_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("batch of ", n, " tokens exceeds the limit of ",
-                                                   options_.max_batch_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", n, " tokens exceeds the limit of ", options_.max_batch_tokens));
   }
   if (is_first()) {
     for (const TokenSlot& s : slots) {
       if (s.token < 0 || s.token >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", s.token,
-                                                       " is outside the vocabulary of ",
-                                                       config_.vocab_size));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", s.token, " is outside the vocabulary of ", config_.vocab_size));
       }
     }
   } else if (static_cast<int64_t>(hidden_in.size()) != n * config_.dim) {
@@ -75,86 +138,88 @@ absl::Status Stage::Validate(std::span<const TokenSlot> slots,
 absl::Status Stage::Forward(std::span<const TokenSlot> slots, std::span<const float> hidden_in,
                             std::vector<float>* out) {
   CASCADE_RETURN_IF_ERROR(Validate(slots, hidden_in));
-  CASCADE_ASSIGN_OR_RETURN(KvCache::Plan plan, kv_->PlanBatch(slots));
-  kv_->Apply(plan);
-
   const int64_t n = static_cast<int64_t>(slots.size());
+  std::vector<int64_t> logit_rows;
+  if (is_last()) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (slots[i].want_logits) logit_rows.push_back(i);
+    }
+  }
+  const int64_t m = static_cast<int64_t>(logit_rows.size());
+  CASCADE_RETURN_IF_ERROR(EnsureCapacity(n, m));
+  CASCADE_ASSIGN_OR_RETURN(KvCache::Plan plan, kv_->PlanBatch(slots));
+  kv_->Apply(plan);  // nothing below can fail
+
+  Backend& be = *backend_;
   const int64_t dim = config_.dim;
-  x_.resize(n * dim);
-  xb_.resize(n * dim);
-  q_.resize(n * config_.q_dim());
-  k_.resize(n * config_.kv_dim());
-  v_.resize(n * config_.kv_dim());
-  att_.resize(n * config_.q_dim());
-  hb_.resize(n * config_.ffn_dim);
-  hb2_.resize(n * config_.ffn_dim);
   pos_.resize(n);
   for (int64_t i = 0; i < n; ++i) pos_[i] = slots[i].pos;
-
+  float* x = x_.as<float>();
   if (is_first()) {
     std::vector<int32_t> ids(n);
     for (int64_t i = 0; i < n; ++i) ids[i] = slots[i].token;
-    backend_->GetRows(*weights_->token_embd, ids.data(), n, x_.data());  // (n, dim)
+    be.GetRows(token_embd_, ids.data(), n, x);  // (n, dim)
   } else {
-    std::memcpy(x_.data(), hidden_in.data(), n * dim * sizeof(float));
+    be.CopyToDevice(x, hidden_in.data(), n * dim * sizeof(float));
   }
 
-  for (int l = 0; l < weights_->range.size(); ++l) Layer(l, slots, plan);
+  for (int l = 0; l < static_cast<int>(layers_.size()); ++l) Layer(l, slots, plan);
 
   if (!is_last()) {
-    out->assign(x_.begin(), x_.end());  // (n, dim)
+    out->resize(n * dim);  // (n, dim)
+    be.CopyToHost(out->data(), x, n * dim * sizeof(float));
     return absl::OkStatus();
   }
   // Head: final norm and output projection for the slots that want logits.
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i < n; ++i) {
-    if (slots[i].want_logits) rows.push_back(i);
-  }
-  const int64_t m = static_cast<int64_t>(rows.size());
-  for (int64_t j = 0; j < m; ++j) {
-    std::memcpy(xb_.data() + j * dim, x_.data() + rows[j] * dim, dim * sizeof(float));
-  }
-  backend_->RmsNorm(xb_.data(), weights_->output_norm.data(), m, dim,
-                    static_cast<float>(config_.norm_eps), xb_.data());
   out->resize(m * config_.vocab_size);  // (m, vocab)
-  if (m > 0) backend_->MatMul(*weights_->output, xb_.data(), m, out->data());
+  if (m == 0) return absl::OkStatus();
+  float* xb = xb_.as<float>();
+  be.GatherRows(x, logit_rows.data(), m, dim, xb);
+  be.RmsNorm(xb, output_norm_.as<float>(), m, dim, static_cast<float>(config_.norm_eps), xb);
+  be.MatMul(output_, xb, m, logits_.as<float>());
+  be.CopyToHost(out->data(), logits_.data(), out->size() * sizeof(float));
   return absl::OkStatus();
 }
 
 void Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& plan) {
-  const LayerWeights& w = weights_->layers[l];
+  const ResidentLayer& w = layers_[l];
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(slots.size());
   const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
   const float eps = static_cast<float>(c.norm_eps);
   Backend& be = *backend_;
+  float* x = x_.as<float>();
+  float* xb = xb_.as<float>();
+  float* q = q_.as<float>();
+  float* k = k_.as<float>();
+  float* v = v_.as<float>();
+  float* att = att_.as<float>();
+  float* hb = hb_.as<float>();
+  float* hb2 = hb2_.as<float>();
 
   // Attention block.
-  be.RmsNorm(x_.data(), w.attn_norm.data(), n, dim, eps, xb_.data());  // (n, dim)
-  be.MatMul(*w.wq, xb_.data(), n, q_.data());                          // (n, q_dim)
-  be.MatMul(*w.wk, xb_.data(), n, k_.data());                          // (n, kv_dim)
-  be.MatMul(*w.wv, xb_.data(), n, v_.data());                          // (n, kv_dim)
-  if (!w.bq.empty()) {
-    be.AddBias(w.bq.data(), n, q_dim, q_.data());
-    be.AddBias(w.bk.data(), n, kv_dim, k_.data());
-    be.AddBias(w.bv.data(), n, kv_dim, v_.data());
+  be.RmsNorm(x, w.attn_norm.as<float>(), n, dim, eps, xb);  // (n, dim)
+  be.MatMul(w.wq, xb, n, q);                                // (n, q_dim)
+  be.MatMul(w.wk, xb, n, k);                                // (n, kv_dim)
+  be.MatMul(w.wv, xb, n, v);                                // (n, kv_dim)
+  if (w.bq.data() != nullptr) {
+    be.AddBias(w.bq.as<float>(), n, q_dim, q);
+    be.AddBias(w.bk.as<float>(), n, kv_dim, k);
+    be.AddBias(w.bv.as<float>(), n, kv_dim, v);
   }
-  be.Rope(q_.data(), pos_.data(), n, static_cast<int>(c.n_heads), static_cast<int>(c.head_dim),
+  be.Rope(q, pos_.data(), n, static_cast<int>(c.n_heads), static_cast<int>(c.head_dim),
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
-  be.Rope(k_.data(), pos_.data(), n, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim),
+  be.Rope(k, pos_.data(), n, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim),
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
 
-  // Store this batch's keys and values, then attend.
+  // Store this batch's keys and values, then attend over each sequence's cache.
   float* kpool = kv_->keys(l);  // (num_blocks * block_size, kv_dim)
   float* vpool = kv_->values(l);
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(kpool + plan.slot_rows[i] * kv_dim, k_.data() + i * kv_dim, kv_dim * sizeof(float));
-    std::memcpy(vpool + plan.slot_rows[i] * kv_dim, v_.data() + i * kv_dim, kv_dim * sizeof(float));
-  }
+  be.StoreKv(k, v, plan.slot_rows.data(), n, kv_dim, kpool, vpool);
   std::vector<AttentionQuery> queries(n);
   for (int64_t i = 0; i < n; ++i) {
-    queries[i].q = q_.data() + i * q_dim;
-    queries[i].out = att_.data() + i * q_dim;
+    queries[i].q = q + i * q_dim;
+    queries[i].out = att + i * q_dim;
     queries[i].blocks = kv_->BlockTable(slots[i].seq).data();
     queries[i].n_ctx = slots[i].pos + 1;
   }
@@ -168,17 +233,17 @@ void Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& 
   ap.v_pool = vpool;
   ap.queries = queries.data();
   ap.n_queries = n;
-  be.Attention(ap);                                             // (n, q_dim)
-  be.MatMul(*w.wo, att_.data(), n, xb_.data());                 // (n, dim)
-  be.Add(xb_.data(), n * dim, x_.data());
+  be.Attention(ap);             // (n, q_dim)
+  be.MatMul(w.wo, att, n, xb);  // (n, dim)
+  be.Add(xb, n * dim, x);
 
   // Feed-forward block (SwiGLU).
-  be.RmsNorm(x_.data(), w.ffn_norm.data(), n, dim, eps, xb_.data());
-  be.MatMul(*w.w_gate, xb_.data(), n, hb_.data());              // (n, ffn)
-  be.MatMul(*w.w_up, xb_.data(), n, hb2_.data());               // (n, ffn)
-  be.SiluMul(hb_.data(), hb2_.data(), n * ffn, hb_.data());
-  be.MatMul(*w.w_down, hb_.data(), n, xb_.data());              // (n, dim)
-  be.Add(xb_.data(), n * dim, x_.data());
+  be.RmsNorm(x, w.ffn_norm.as<float>(), n, dim, eps, xb);
+  be.MatMul(w.w_gate, xb, n, hb);  // (n, ffn)
+  be.MatMul(w.w_up, xb, n, hb2);   // (n, ffn)
+  be.SiluMul(hb, hb2, n * ffn, hb);
+  be.MatMul(w.w_down, hb, n, xb);  // (n, dim)
+  be.Add(xb, n * dim, x);
 }
 
 }  // namespace cascade

@@ -27,11 +27,11 @@
 namespace cascade {
 
 struct StageOptions {
-  LayerRange layers;          // empty (0, 0) means the whole model
+  LayerRange layers;  // empty (0, 0) means the whole model
   int threads = 1;
   bool quantized_activations = true;
   int kv_block_size = 16;
-  int64_t kv_blocks = 0;      // 0: enough for kv_sequences full-context sequences
+  int64_t kv_blocks = 0;  // 0: enough for kv_sequences full-context sequences
   int kv_sequences = 1;
   int64_t max_batch_tokens = 4096;
 };
@@ -69,23 +69,38 @@ class Stage {
   absl::Status Validate(std::span<const TokenSlot> slots, std::span<const float> hidden_in) const;
   void Layer(int local_layer, std::span<const TokenSlot> slots, const KvCache::Plan& plan);
 
+  // A layer's weights as the backend uses them (device-resident for a GPU).
+  struct ResidentLayer {
+    TensorView wq, wk, wv, wo, w_gate, w_up, w_down;
+    DeviceBuffer attn_norm, ffn_norm, bq, bk, bv;  // F32 vectors
+  };
+
+  absl::StatusOr<DeviceBuffer> UploadVector(const std::vector<float>& v);
+  absl::Status EnsureCapacity(int64_t n, int64_t n_logits);
+
   StageOptions options_;
   ModelConfig config_;
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
-  std::vector<float> rope_freq_;  // (rope_dim / 2)
+  std::vector<float> rope_freq_;  // (rope_dim / 2), host
+  std::vector<ResidentLayer> layers_;
+  TensorView token_embd_, output_;
+  DeviceBuffer output_norm_;
 
-  // Activations, grown on demand. Shapes for n tokens:
-  std::vector<float> x_;      // (n, dim) residual stream
-  std::vector<float> xb_;     // (n, dim) normed input / attention projection
-  std::vector<float> q_;      // (n, q_dim)
-  std::vector<float> k_;      // (n, kv_dim)
-  std::vector<float> v_;      // (n, kv_dim)
-  std::vector<float> att_;    // (n, q_dim)
-  std::vector<float> hb_;     // (n, ffn)
-  std::vector<float> hb2_;    // (n, ffn)
-  std::vector<int32_t> pos_;  // (n)
+  // Activations on the backend's device, grown on demand. Shapes for n tokens:
+  int64_t capacity_ = 0;         // tokens the buffers hold
+  int64_t logits_capacity_ = 0;  // rows of logits
+  DeviceBuffer x_;               // (n, dim) residual stream
+  DeviceBuffer xb_;              // (n, dim) normed input / projections
+  DeviceBuffer q_;               // (n, q_dim)
+  DeviceBuffer k_;               // (n, kv_dim)
+  DeviceBuffer v_;               // (n, kv_dim)
+  DeviceBuffer att_;             // (n, q_dim)
+  DeviceBuffer hb_;              // (n, ffn)
+  DeviceBuffer hb2_;             // (n, ffn)
+  DeviceBuffer logits_;          // (m, vocab)
+  std::vector<int32_t> pos_;     // (n), host
 };
 
 }  // namespace cascade

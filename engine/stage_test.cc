@@ -87,8 +87,7 @@ TEST_P(Stories260K, LogitsAndGreedyIdsMatchReference) {
   EXPECT_EQ(GreedyDecode(**stage, {ids[0]}, ids.size()), ids);
 }
 
-INSTANTIATE_TEST_SUITE_P(GgufAndHf, Stories260K,
-                         ::testing::Values("stories260K.gguf", "hf"));
+INSTANTIATE_TEST_SUITE_P(GgufAndHf, Stories260K, ::testing::Values("stories260K.gguf", "hf"));
 
 TEST(TinyLlamaF16, LogitsWithin1e3AndSameGreedyIds) {
   const std::string model = testing::SharedPath("models/tiny-llama/tiny-llama-f16.gguf");
@@ -126,7 +125,8 @@ TEST(StageSplit, TwoStagesGiveTheWholeModelsLogits) {
     EXPECT_TRUE((*s0)->is_first() && !(*s0)->is_last());
     EXPECT_TRUE(!(*s1)->is_first() && (*s1)->is_last());
     Batch batch;
-    for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], 3, static_cast<int32_t>(i), true});
+    for (size_t i = 0; i < ids.size(); ++i)
+      batch.push_back({ids[i], 3, static_cast<int32_t>(i), true});
     std::vector<float> hidden, logits;
     ASSERT_TRUE((*s0)->Forward(batch, {}, &hidden).ok());
     ASSERT_EQ(hidden.size(), ids.size() * 64);

@@ -2,8 +2,11 @@
 // (kernels/cpu for the host CPU, kernels/cuda for one CUDA device).
 //
 // Contract:
-// - Every pointer argument addresses memory of the backend's device (host memory for the
-//   CPU backend). Tensors are dense, row-major; shapes are given in the comments as
+// - Tensor arguments (float* activations, KV pools, weights returned by UploadWeight)
+//   address memory of the backend's device (host memory for the CPU backend); buffers come
+//   from Allocate(). Small index arrays (token ids, positions, RoPE frequencies, KV slot
+//   rows, attention query descriptors and block tables) are host memory: the backend stages them
+//   onto its device itself. Tensors are dense, row-major; shapes are given in the comments as
 //   (outer, ..., inner).
 // - Batch invariance: the value computed for one token (one row of x) depends only on
 //   that row and the weights, never on how many rows are processed together, how the work
@@ -17,10 +20,13 @@
 #ifndef CASCADE_KERNELS_BACKEND_H_
 #define CASCADE_KERNELS_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "model/model_config.h"
 #include "model/model_source.h"
 
@@ -29,22 +35,67 @@ namespace cascade {
 // One attention query: a token of one sequence attending to positions [0, n_ctx) of that
 // sequence's paged KV cache.
 struct AttentionQuery {
-  const float* q = nullptr;          // (n_heads, head_dim)
-  float* out = nullptr;              // (n_heads, head_dim)
-  const int32_t* blocks = nullptr;   // the sequence's block table
-  int32_t n_ctx = 0;                 // positions to attend to (query position + 1)
+  const float* q = nullptr;         // (n_heads, head_dim)
+  float* out = nullptr;             // (n_heads, head_dim)
+  const int32_t* blocks = nullptr;  // the sequence's block table
+  int32_t n_ctx = 0;                // positions to attend to (query position + 1)
 };
 
 struct AttentionParams {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
-  float scale = 0;                   // usually 1/sqrt(head_dim)
-  int block_size = 0;                // tokens per KV block
-  const float* k_pool = nullptr;     // (num_blocks, block_size, n_kv_heads, head_dim)
-  const float* v_pool = nullptr;     // same layout
+  float scale = 0;                // usually 1/sqrt(head_dim)
+  int block_size = 0;             // tokens per KV block
+  const float* k_pool = nullptr;  // (num_blocks, block_size, n_kv_heads, head_dim)
+  const float* v_pool = nullptr;  // same layout
   const AttentionQuery* queries = nullptr;
   int64_t n_queries = 0;
+};
+
+enum class MemoryKind { kHost, kDevice };
+
+// An owning, move-only allocation on a backend's device.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(void* data, size_t bytes, MemoryKind kind, std::function<void(void*)> release)
+      : data_(data), bytes_(bytes), kind_(kind), release_(std::move(release)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      data_ = o.data_;
+      bytes_ = o.bytes_;
+      kind_ = o.kind_;
+      release_ = std::move(o.release_);
+      o.data_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Reset(); }
+
+  void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  MemoryKind kind() const { return kind_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void Reset() {
+    if (data_ != nullptr && release_) release_(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  MemoryKind kind_ = MemoryKind::kHost;
+  std::function<void(void*)> release_;
 };
 
 class Backend {
@@ -52,6 +103,19 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int num_threads() const = 0;
+  virtual MemoryKind memory_kind() const = 0;
+
+  // Memory management. Allocate returns zeroed memory, or ResourceExhausted.
+  virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
+  virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  // Makes a weight usable by this backend: the CPU returns it unchanged (zero copy from the
+  // file mapping); a GPU copies it to device memory it owns for its lifetime.
+  virtual absl::StatusOr<TensorView> UploadWeight(const TensorView& host) = 0;
+  // Waits for queued device work (no-op on the CPU).
+  virtual void Synchronize() {}
+  // OK while the device works; the first device error otherwise (GPU backends).
+  virtual absl::Status Health() const { return absl::OkStatus(); }
 
   // y (n, w.rows) = x (n, w.cols) . W^T for a weight of any compute-supported type.
   virtual void MatMul(const TensorView& w, const float* x, int64_t n, float* y) = 0;
@@ -76,6 +140,15 @@ class Backend {
 
   // x (n, dim) += bias (dim).
   virtual void AddBias(const float* bias, int64_t n, int64_t dim, float* x) = 0;
+
+  // Writes rows k[i], v[i] (n, kv_dim) to row slot_rows[i] of the KV pools
+  // (rows of kv_dim floats).
+  virtual void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
+                       int64_t kv_dim, float* k_pool, float* v_pool) = 0;
+
+  // dst (n, dim) = rows[i] of src (rows, dim), i.e. a gather of activation rows.
+  virtual void GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,
+                          float* dst) = 0;
 
   // Causal attention of each query over its sequence's paged KV cache.
   virtual void Attention(const AttentionParams& p) = 0;

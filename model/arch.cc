@@ -27,8 +27,8 @@ absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, const 
   return it->get<int64_t>();
 }
 
-absl::StatusOr<double> JsonFloat(const nlohmann::json& j, const char* key,
-                                 const std::string& path, double fallback) {
+absl::StatusOr<double> JsonFloat(const nlohmann::json& j, const char* key, const std::string& path,
+                                 double fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   if (!it->is_number()) {
@@ -81,14 +81,15 @@ absl::Status ReadLlamaLikeGguf(const GgufFile& f, std::string_view prefix_sv, Mo
   CASCADE_ASSIGN_OR_RETURN(c->n_heads, f.GetInt(p + ".attention.head_count"));
   CASCADE_ASSIGN_OR_RETURN(c->n_kv_heads, f.GetIntOr(p + ".attention.head_count_kv", c->n_heads));
   CASCADE_ASSIGN_OR_RETURN(c->context_length, f.GetIntOr(p + ".context_length", 2048));
-  CASCADE_ASSIGN_OR_RETURN(c->norm_eps, f.GetFloatOr(p + ".attention.layer_norm_rms_epsilon", 1e-5));
+  CASCADE_ASSIGN_OR_RETURN(c->norm_eps,
+                           f.GetFloatOr(p + ".attention.layer_norm_rms_epsilon", 1e-5));
   CASCADE_ASSIGN_OR_RETURN(c->rope_theta, f.GetFloatOr(p + ".rope.freq_base", 10000.0));
   if (c->n_heads <= 0 || c->dim <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(f.path(), ": GGUF metadata: head count and embedding length must be > 0"));
   }
-  CASCADE_ASSIGN_OR_RETURN(c->head_dim, f.GetIntOr(p + ".attention.key_length",
-                                                   c->dim / c->n_heads));
+  CASCADE_ASSIGN_OR_RETURN(c->head_dim,
+                           f.GetIntOr(p + ".attention.key_length", c->dim / c->n_heads));
   CASCADE_ASSIGN_OR_RETURN(c->rope_dim, f.GetIntOr(p + ".rope.dimension_count", c->head_dim));
   // Vocabulary size: the explicit key, else the token list.
   auto vocab = f.GetInt(p + ".vocab_size");
@@ -132,7 +133,8 @@ absl::Status ReadLlamaLikeHf(const nlohmann::json& j, const std::string& path, M
   CASCADE_ASSIGN_OR_RETURN(c->norm_eps, JsonFloat(j, "rms_norm_eps", path, 1e-6));
   CASCADE_ASSIGN_OR_RETURN(c->rope_theta, JsonFloat(j, "rope_theta", path, 10000.0));
   if (c->n_heads <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": config.json: num_attention_heads <= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": config.json: num_attention_heads <= 0"));
   }
   CASCADE_ASSIGN_OR_RETURN(c->head_dim, JsonInt(j, "head_dim", path, c->dim / c->n_heads));
   c->rope_dim = c->head_dim;
@@ -165,8 +167,8 @@ absl::Status ReadLlamaLikeHf(const nlohmann::json& j, const std::string& path, M
     } else if (type == "linear") {
       c->rope_scaling.type = RopeScalingType::kLinear;
     } else if (!type.empty() && type != "default") {
-      return absl::UnimplementedError(absl::StrCat(path, ": config.json: rope_scaling type '",
-                                                   type, "' is not supported (linear, llama3)"));
+      return absl::UnimplementedError(absl::StrCat(path, ": config.json: rope_scaling type '", type,
+                                                   "' is not supported (linear, llama3)"));
     }
   }
   return absl::OkStatus();

@@ -19,7 +19,7 @@
 namespace cascade {
 
 struct ArchSpec {
-  std::string_view gguf_name;                 // general.architecture
+  std::string_view gguf_name;                    // general.architecture
   std::span<const std::string_view> hf_classes;  // config.json "architectures"
   absl::Status (*from_gguf)(const GgufFile& file, ModelConfig* config);
   absl::Status (*from_hf)(const nlohmann::json& config_json, const std::string& path,

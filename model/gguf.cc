@@ -74,8 +74,9 @@ class Reader {
       return Error(field, absl::StrCat("string length ", len, " exceeds the limit of ", max_len));
     }
     if (len > remaining()) {
-      return Error(field, absl::StrCat("string length ", len, " runs past the end of the file (",
-                                       remaining(), " bytes left)"));
+      return Error(field, absl::StrCat("truncated: a string of ", len,
+                                       " bytes runs past the end of the file (", remaining(),
+                                       " bytes left)"));
     }
     std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
     pos_ += len;
@@ -177,8 +178,7 @@ absl::Status ReadArray(Reader& r, const std::string& field, int depth, GgufArray
   if (elem_size > 0) {
     uint64_t total;
     if (!CheckedMul(out->size, elem_size, &total) || total > r.remaining()) {
-      return r.Error(field, absl::StrCat("array of ", out->size, " ",
-                                         GgufTypeName(out->elem_type),
+      return r.Error(field, absl::StrCat("array of ", out->size, " ", GgufTypeName(out->elem_type),
                                          " runs past the end of the file"));
     }
     out->raw.resize(total);
@@ -194,24 +194,23 @@ absl::Status ReadArray(Reader& r, const std::string& field, int depth, GgufArray
   // reserving memory.
   const uint64_t min_elem = out->elem_type == GgufType::kString ? 8 : 12;
   if (out->size > r.remaining() / min_elem) {
-    return r.Error(field, absl::StrCat("array of ", out->size, " ", GgufTypeName(out->elem_type),
-                                       " cannot fit in the ", r.remaining(),
-                                       " bytes left in the file"));
+    return r.Error(field,
+                   absl::StrCat("array of ", out->size, " ", GgufTypeName(out->elem_type),
+                                " cannot fit in the ", r.remaining(), " bytes left in the file"));
   }
   if (out->elem_type == GgufType::kString) {
     out->strings.reserve(out->size);
     for (uint64_t i = 0; i < out->size; ++i) {
-      CASCADE_ASSIGN_OR_RETURN(std::string s,
-                               r.ReadString(absl::StrCat(field, "[", i, "]"),
-                                            GgufFile::kMaxStringBytes));
+      CASCADE_ASSIGN_OR_RETURN(
+          std::string s, r.ReadString(absl::StrCat(field, "[", i, "]"), GgufFile::kMaxStringBytes));
       out->strings.push_back(std::move(s));
     }
     return absl::OkStatus();
   }
   out->arrays.resize(out->size);
   for (uint64_t i = 0; i < out->size; ++i) {
-    CASCADE_RETURN_IF_ERROR(ReadArray(r, absl::StrCat(field, "[", i, "]"), depth + 1,
-                                      &out->arrays[i]));
+    CASCADE_RETURN_IF_ERROR(
+        ReadArray(r, absl::StrCat(field, "[", i, "]"), depth + 1, &out->arrays[i]));
   }
   return absl::OkStatus();
 }
@@ -219,9 +218,9 @@ absl::Status ReadArray(Reader& r, const std::string& field, int depth, GgufArray
 }  // namespace
 
 const char* GgufTypeName(GgufType t) {
-  static constexpr const char* kNames[] = {"uint8", "int8",   "uint16", "int16",  "uint32",
-                                           "int32", "float32", "bool",  "string", "array",
-                                           "uint64", "int64", "float64"};
+  static constexpr const char* kNames[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                           "int32",  "float32", "bool",   "string", "array",
+                                           "uint64", "int64",   "float64"};
   const auto i = static_cast<uint32_t>(t);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
@@ -362,8 +361,9 @@ absl::Status GgufFile::ParseAll() {
   CASCADE_ASSIGN_OR_RETURN(version_, r.Read<uint32_t>("version"));
   if (version_ == 1) {
     return absl::UnimplementedError(
-        absl::StrCat(name_, ": GGUF version: version 1 files (32-bit counts) are not supported; "
-                            "convert the model again"));
+        absl::StrCat(name_,
+                     ": GGUF version: version 1 files (32-bit counts) are not supported; "
+                     "convert the model again"));
   }
   if (version_ != 2 && version_ != 3) {
     if ((version_ & 0xffff) == 0) {
@@ -375,12 +375,11 @@ absl::Status GgufFile::ParseAll() {
   CASCADE_ASSIGN_OR_RETURN(uint64_t n_tensors, r.Read<uint64_t>("tensor_count"));
   CASCADE_ASSIGN_OR_RETURN(uint64_t n_kv, r.Read<uint64_t>("metadata_kv_count"));
   if (n_tensors > kMaxTensors) {
-    return r.Error("tensor_count", absl::StrCat(n_tensors, " tensors exceed the limit of ",
-                                                kMaxTensors));
+    return r.Error("tensor_count",
+                   absl::StrCat(n_tensors, " tensors exceed the limit of ", kMaxTensors));
   }
   if (n_kv > kMaxKeys) {
-    return r.Error("metadata_kv_count",
-                   absl::StrCat(n_kv, " keys exceed the limit of ", kMaxKeys));
+    return r.Error("metadata_kv_count", absl::StrCat(n_kv, " keys exceed the limit of ", kMaxKeys));
   }
   // Each key-value takes at least 8 (key length) + 4 (type) + 1 bytes.
   if (n_kv > r.remaining() / 13) {
@@ -471,9 +470,9 @@ absl::Status GgufFile::ParseAll() {
     return r.Error("data section", "offset overflows");
   }
   if (!tensors_.empty() && data_offset_ > bytes_.size()) {
-    return r.Error("data section", absl::StrCat("starts at ", data_offset_,
-                                                ", past the end of the file (size ",
-                                                bytes_.size(), ")"));
+    return r.Error("data section",
+                   absl::StrCat("starts at ", data_offset_, ", past the end of the file (size ",
+                                bytes_.size(), ")"));
   }
   for (auto& info : tensors_) {
     uint64_t start;

@@ -56,8 +56,8 @@ struct GgufArray {
 
   bool is_integer() const;
   bool is_float() const;
-  int64_t GetInt(uint64_t i) const;    // integer or bool element
-  double GetFloat(uint64_t i) const;   // float or integer element
+  int64_t GetInt(uint64_t i) const;   // integer or bool element
+  double GetFloat(uint64_t i) const;  // float or integer element
 };
 
 struct GgufValue {

@@ -16,28 +16,25 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
     }
     return absl::OkStatus();
   };
-  for (auto st : {in_range("vocab_size", vocab_size, 1, 1 << 22),
-                  in_range("hidden size", dim, 1, 1 << 17),
-                  in_range("layers", n_layers, 1, 4096),
-                  in_range("attention heads", n_heads, 1, 4096),
-                  in_range("kv heads", n_kv_heads, 1, 4096),
-                  in_range("head_dim", head_dim, 2, 4096),
-                  in_range("ffn size", ffn_dim, 1, 1 << 20),
-                  in_range("context length", context_length, 1, 1 << 24),
-                  in_range("rope dimensions", rope_dim, 0, head_dim)}) {
+  for (auto st :
+       {in_range("vocab_size", vocab_size, 1, 1 << 22), in_range("hidden size", dim, 1, 1 << 17),
+        in_range("layers", n_layers, 1, 4096), in_range("attention heads", n_heads, 1, 4096),
+        in_range("kv heads", n_kv_heads, 1, 4096), in_range("head_dim", head_dim, 2, 4096),
+        in_range("ffn size", ffn_dim, 1, 1 << 20),
+        in_range("context length", context_length, 1, 1 << 24),
+        in_range("rope dimensions", rope_dim, 0, head_dim)}) {
     if (!st.ok()) return st;
   }
   if (n_heads % n_kv_heads != 0) {
-    return bad(absl::StrCat(n_heads, " attention heads are not a multiple of ", n_kv_heads,
-                            " kv heads"));
+    return bad(
+        absl::StrCat(n_heads, " attention heads are not a multiple of ", n_kv_heads, " kv heads"));
   }
   if (rope_dim % 2 != 0) return bad(absl::StrCat("rope dimensions ", rope_dim, " is odd"));
   if (!(norm_eps > 0 && norm_eps < 1)) return bad(absl::StrCat("norm epsilon ", norm_eps));
   if (!(rope_theta > 0 && std::isfinite(rope_theta))) {
     return bad(absl::StrCat("rope theta ", rope_theta));
   }
-  if (!rope_freq_factors.empty() &&
-      rope_freq_factors.size() != static_cast<size_t>(rope_dim / 2)) {
+  if (!rope_freq_factors.empty() && rope_freq_factors.size() != static_cast<size_t>(rope_dim / 2)) {
     return bad(absl::StrCat("rope_freqs has ", rope_freq_factors.size(), " entries, expected ",
                             rope_dim / 2));
   }
@@ -76,9 +73,8 @@ std::vector<float> ModelConfig::RopeFrequencies() const {
 }
 
 int64_t ModelConfig::ParameterCount() const {
-  const int64_t per_layer = dim * q_dim() + 2 * dim * kv_dim() + q_dim() * dim +
-                            3 * dim * ffn_dim + 2 * dim +
-                            (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
+  const int64_t per_layer = dim * q_dim() + 2 * dim * kv_dim() + q_dim() * dim + 3 * dim * ffn_dim +
+                            2 * dim + (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
   return vocab_size * dim * (tied_embeddings ? 1 : 2) + n_layers * per_layer + dim;
 }
 

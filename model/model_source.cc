@@ -106,9 +106,9 @@ absl::Status ModelSource::OpenGguf(const std::string& path) {
   CASCADE_ASSIGN_OR_RETURN(std::string arch, gguf_->GetString("general.architecture"));
   const ArchSpec* spec = FindArchByGgufName(arch);
   if (spec == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(path, ": architecture '", arch,
-                                                 "' is not supported (supported: ",
-                                                 SupportedArchitectures(), ")"));
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": architecture '", arch,
+                     "' is not supported (supported: ", SupportedArchitectures(), ")"));
   }
   CASCADE_RETURN_IF_ERROR(spec->from_gguf(*gguf_, &config_));
   for (const auto& t : gguf_->tensors()) {
@@ -143,9 +143,9 @@ absl::Status ModelSource::OpenHf(const std::string& dir) {
     }
   }
   if (spec == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        config_path, ": architecture '", hf_class.empty() ? "(none listed)" : hf_class,
-        "' is not supported (supported: ", SupportedArchitectures(), ")"));
+    return absl::UnimplementedError(
+        absl::StrCat(config_path, ": architecture '", hf_class.empty() ? "(none listed)" : hf_class,
+                     "' is not supported (supported: ", SupportedArchitectures(), ")"));
   }
   CASCADE_RETURN_IF_ERROR(spec->from_hf(j, config_path, &config_));
   auto name = j.find("_name_or_path");
@@ -159,8 +159,8 @@ absl::Status ModelSource::OpenHf(const std::string& dir) {
                              ReadSafetensorsIndex(dir + "/model.safetensors.index.json"));
     for (auto& s : shards) files.push_back(dir + "/" + s);
   } else {
-    return absl::NotFoundError(absl::StrCat(
-        dir, ": no model.safetensors or model.safetensors.index.json in this folder"));
+    return absl::NotFoundError(
+        absl::StrCat(dir, ": no model.safetensors or model.safetensors.index.json in this folder"));
   }
   for (const auto& file : files) {
     CASCADE_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::Open(file));
@@ -173,11 +173,12 @@ absl::Status ModelSource::OpenHf(const std::string& dir) {
       if (!t.type || !(t.type == TensorType::kF32 || t.type == TensorType::kF16 ||
                        t.type == TensorType::kBF16)) {
         return absl::UnimplementedError(absl::StrCat(file, ": tensor '", t.name, "' has dtype ",
-                                                     t.dtype, " (F32, F16 and BF16 are supported)"));
+                                                     t.dtype,
+                                                     " (F32, F16 and BF16 are supported)"));
       }
       if (t.shape.empty() || t.shape.size() > 4) {
-        return absl::InvalidArgumentError(absl::StrCat(file, ": tensor '", t.name, "' has ",
-                                                       t.shape.size(), " dimensions"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(file, ": tensor '", t.name, "' has ", t.shape.size(), " dimensions"));
       }
       TensorView v;
       v.name = canon;

@@ -19,14 +19,12 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"F64", 8, TensorType::kF64},   {"F32", 4, TensorType::kF32},
-    {"F16", 2, TensorType::kF16},   {"BF16", 2, TensorType::kBF16},
-    {"I64", 8, TensorType::kI64},   {"I32", 4, TensorType::kI32},
-    {"I16", 2, TensorType::kI16},   {"I8", 1, TensorType::kI8},
-    {"U64", 8, std::nullopt},       {"U32", 4, std::nullopt},
-    {"U16", 2, std::nullopt},       {"U8", 1, std::nullopt},
-    {"BOOL", 1, std::nullopt},      {"F8_E4M3", 1, std::nullopt},
-    {"F8_E5M2", 1, std::nullopt},   {"F8_E8M0", 1, std::nullopt},
+    {"F64", 8, TensorType::kF64},   {"F32", 4, TensorType::kF32}, {"F16", 2, TensorType::kF16},
+    {"BF16", 2, TensorType::kBF16}, {"I64", 8, TensorType::kI64}, {"I32", 4, TensorType::kI32},
+    {"I16", 2, TensorType::kI16},   {"I8", 1, TensorType::kI8},   {"U64", 8, std::nullopt},
+    {"U32", 4, std::nullopt},       {"U16", 2, std::nullopt},     {"U8", 1, std::nullopt},
+    {"BOOL", 1, std::nullopt},      {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
+    {"F8_E8M0", 1, std::nullopt},
 };
 
 const DtypeInfo* FindDtype(const std::string& name) {
@@ -59,15 +57,14 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
 
 absl::Status SafetensorsFile::ParseAll() {
   auto bad = [&](const std::string& field, const std::string& problem) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": safetensors ", field, ": ", problem));
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": safetensors ", field, ": ", problem));
   };
   if (bytes_.size() < 8) return bad("header length", "file is shorter than 8 bytes");
   uint64_t header_len;
   std::memcpy(&header_len, bytes_.data(), 8);
   if (header_len > kMaxHeaderBytes) {
-    return bad("header length", absl::StrCat(header_len, " bytes exceeds the limit of ",
-                                             kMaxHeaderBytes));
+    return bad("header length",
+               absl::StrCat(header_len, " bytes exceeds the limit of ", kMaxHeaderBytes));
   }
   if (header_len > bytes_.size() - 8) {
     return bad("header length", absl::StrCat(header_len, " bytes runs past the end of the file (",
@@ -122,8 +119,9 @@ absl::Status SafetensorsFile::ParseAll() {
       return bad(field, "data_offsets are not non-negative integers");
     }
     const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
-    if (begin > end) return bad(field, absl::StrCat("data_offsets [", begin, ", ", end,
-                                                    ") end before they begin"));
+    if (begin > end)
+      return bad(field,
+                 absl::StrCat("data_offsets [", begin, ", ", end, ") end before they begin"));
     if (end > data_size) {
       return bad(field, absl::StrCat("data_offsets [", begin, ", ", end,
                                      ") run past the end of the data (", data_size,
@@ -131,8 +129,8 @@ absl::Status SafetensorsFile::ParseAll() {
     }
     uint64_t expect;
     if (!CheckedMul(elems, uint64_t{info->size}, &expect) || expect != end - begin) {
-      return bad(field, absl::StrCat("holds ", end - begin, " bytes but shape x dtype needs ",
-                                     expect));
+      return bad(field,
+                 absl::StrCat("holds ", end - begin, " bytes but shape x dtype needs ", expect));
     }
     t.data = bytes_.data() + data_start + begin;
     t.nbytes = end - begin;

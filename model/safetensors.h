@@ -28,9 +28,9 @@ namespace cascade {
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;                // as written: "F32", "BF16", ...
-  std::optional<TensorType> type;   // set for dtypes Cascade can load as weights
-  std::vector<int64_t> shape;       // outermost first (PyTorch order)
+  std::string dtype;               // as written: "F32", "BF16", ...
+  std::optional<TensorType> type;  // set for dtypes Cascade can load as weights
+  std::vector<int64_t> shape;      // outermost first (PyTorch order)
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;
 };

@@ -11,11 +11,10 @@ namespace {
 using ::testing::HasSubstr;
 
 std::vector<uint8_t> Build(const std::string& header, size_t data_bytes) {
-  std::vector<uint8_t> out(8);
-  uint64_t n = header.size();
+  const uint64_t n = header.size();
+  std::vector<uint8_t> out(8 + header.size() + data_bytes, 0);
   std::memcpy(out.data(), &n, 8);
-  out.insert(out.end(), header.begin(), header.end());
-  out.resize(out.size() + data_bytes, 0);
+  std::memcpy(out.data() + 8, header.data(), header.size());
   return out;
 }
 

@@ -31,12 +31,12 @@ inline bool PathExists(const std::string& path) {
 
 }  // namespace cascade::testing
 
-#define CASCADE_REQUIRE_SHARED(path)                                              \
-  do {                                                                            \
-    if (!::cascade::testing::PathExists(path)) {                                  \
-      GTEST_SKIP() << "shared test data not found: " << (path)                    \
-                   << " (set CASCADE_SHARED_DIR to the shared folder)";           \
-    }                                                                             \
+#define CASCADE_REQUIRE_SHARED(path)                                    \
+  do {                                                                  \
+    if (!::cascade::testing::PathExists(path)) {                        \
+      GTEST_SKIP() << "shared test data not found: " << (path)          \
+                   << " (set CASCADE_SHARED_DIR to the shared folder)"; \
+    }                                                                   \
   } while (0)
 
 #endif  // CASCADE_MODEL_TEST_UTIL_H_

@@ -58,9 +58,8 @@ class Binder {
     return absl::NotFoundError(absl::StrCat(src_.path(), ": tensor '", name, "' is missing"));
   }
   absl::Status WrongShape(const TensorView& t, const std::string& want) const {
-    return absl::InvalidArgumentError(absl::StrCat(src_.path(), ": tensor '", t.name,
-                                                   "' has shape ", t.ShapeString(),
-                                                   ", expected ", want));
+    return absl::InvalidArgumentError(absl::StrCat(
+        src_.path(), ": tensor '", t.name, "' has shape ", t.ShapeString(), ", expected ", want));
   }
   const ModelSource& src_;
 };
@@ -72,7 +71,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Bind(const ModelSour
   const ModelConfig& c = source.config();
   if (range.first < 0 || range.last > c.n_layers || range.first >= range.last) {
     return absl::InvalidArgumentError(absl::StrCat("layer range [", range.first, ", ", range.last,
-                                                    ") is not inside [0, ", c.n_layers, ")"));
+                                                   ") is not inside [0, ", c.n_layers, ")"));
   }
   auto w = std::make_unique<ModelWeights>();
   w->range = range;

@@ -27,13 +27,13 @@ struct LayerRange {
 };
 
 struct LayerWeights {
-  std::vector<float> attn_norm;      // (dim)
-  const TensorView* wq = nullptr;    // (q_dim rows, dim cols)
-  const TensorView* wk = nullptr;    // (kv_dim, dim)
-  const TensorView* wv = nullptr;    // (kv_dim, dim)
-  const TensorView* wo = nullptr;    // (dim, q_dim)
-  std::vector<float> bq, bk, bv;     // (q_dim), (kv_dim), (kv_dim); empty without biases
-  std::vector<float> ffn_norm;       // (dim)
+  std::vector<float> attn_norm;        // (dim)
+  const TensorView* wq = nullptr;      // (q_dim rows, dim cols)
+  const TensorView* wk = nullptr;      // (kv_dim, dim)
+  const TensorView* wv = nullptr;      // (kv_dim, dim)
+  const TensorView* wo = nullptr;      // (dim, q_dim)
+  std::vector<float> bq, bk, bv;       // (q_dim), (kv_dim), (kv_dim); empty without biases
+  std::vector<float> ffn_norm;         // (dim)
   const TensorView* w_gate = nullptr;  // (ffn, dim)
   const TensorView* w_up = nullptr;    // (ffn, dim)
   const TensorView* w_down = nullptr;  // (dim, ffn)
@@ -41,8 +41,8 @@ struct LayerWeights {
 
 struct ModelWeights {
   LayerRange range;
-  bool has_embedding = false;  // first stage
-  bool has_head = false;       // last stage
+  bool has_embedding = false;              // first stage
+  bool has_head = false;                   // last stage
   const TensorView* token_embd = nullptr;  // (vocab rows, dim cols)
   std::vector<float> output_norm;          // (dim)
   const TensorView* output = nullptr;      // (vocab, dim); token_embd when tied

@@ -43,7 +43,7 @@ inline uint16_t FloatToFp16(float f) {
   if (abs >= 0x477ff000u) {  // rounds to >= 65520: infinity
     return static_cast<uint16_t>(sign | 0x7c00u);
   }
-  if (abs < 0x38800000u) {  // result is subnormal or zero
+  if (abs < 0x38800000u) {                                      // result is subnormal or zero
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to 0
     const uint32_t e = abs >> 23;
     const uint32_t m = (abs & 0x7fffffu) | 0x800000u;
@@ -62,7 +62,9 @@ inline uint16_t FloatToFp16(float f) {
   return static_cast<uint16_t>(sign | r);
 }
 
-inline float Bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float Bf16ToFloat(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t FloatToBf16(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);

@@ -25,7 +25,7 @@ TEST(Fp16, KnownValues) {
   EXPECT_EQ(Fp16ToFloat(0xc000), -2.0f);
   EXPECT_EQ(Fp16ToFloat(0x7bff), 65504.0f);
   EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));
-  EXPECT_EQ(FloatToFp16(65520.0f), 0x7c00);        // rounds to infinity
+  EXPECT_EQ(FloatToFp16(65520.0f), 0x7c00);  // rounds to infinity
   EXPECT_EQ(FloatToFp16(65519.0f), 0x7bff);
   EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0);  // tie to even: zero
   EXPECT_EQ(FloatToFp16(std::ldexp(1.5f, -25)), 1);

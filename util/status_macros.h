@@ -15,9 +15,9 @@
 #define CASCADE_CONCAT_(a, b) CASCADE_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function when `expr` is not OK.
-#define CASCADE_RETURN_IF_ERROR(expr)               \
-  do {                                              \
-    ::absl::Status cascade_status_ = (expr);        \
+#define CASCADE_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::absl::Status cascade_status_ = (expr);           \
     if (!cascade_status_.ok()) return cascade_status_; \
   } while (0)
 

@@ -39,8 +39,7 @@ class ThreadPool {
                    absl::FunctionRef<void(int64_t begin, int64_t end)> fn);
 
   // The range that ParallelFor gives to thread `t` of `n`.
-  static void SplitRange(int64_t count, int64_t grain, int t, int n, int64_t* begin,
-                         int64_t* end);
+  static void SplitRange(int64_t count, int64_t grain, int t, int n, int64_t* begin, int64_t* end);
 
  private:
   void WorkerLoop(int index);

@@ -21,9 +21,9 @@ TEST(Utf8, DecodeAndEncode) {
 
 TEST(Utf8, RejectsInvalid) {
   int len;
-  EXPECT_EQ(DecodeUtf8("\xc0\xaf", 0, &len), -1);  // overlong
+  EXPECT_EQ(DecodeUtf8("\xc0\xaf", 0, &len), -1);      // overlong
   EXPECT_EQ(DecodeUtf8("\xed\xa0\x80", 0, &len), -1);  // surrogate
-  EXPECT_EQ(DecodeUtf8("\xe2\x82", 0, &len), -1);  // truncated
+  EXPECT_EQ(DecodeUtf8("\xe2\x82", 0, &len), -1);      // truncated
   EXPECT_FALSE(IsValidUtf8("ab\xff"));
   EXPECT_TRUE(IsValidUtf8("ab\xc3\xa9"));
 }

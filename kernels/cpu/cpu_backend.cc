@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/kernel_table.h"
-#include "kernels/quant.h"
+#include "model/quant.h"
 
 namespace cascade {
 namespace {
@@ -18,8 +19,8 @@ constexpr int64_t kMinParallelWork = 1 << 15;
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
     : options_(options),
-      isa_(static_cast<CpuIsa>(std::min(static_cast<int>(SelectedIsa()),
-                                        static_cast<int>(options.max_isa)))),
+      isa_(static_cast<CpuIsa>(
+          std::min(static_cast<int>(SelectedIsa()), static_cast<int>(options.max_isa)))),
       pool_(std::max(1, options.threads)),
       thread_scratch_(pool_.num_threads()) {}
 
@@ -27,6 +28,40 @@ CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::name() const {
   return absl::StrCat("cpu(", CpuIsaName(isa_), ", ", pool_.num_threads(), " threads)");
+}
+
+absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
+  // 64-byte aligned, zeroed; calloc-backed so untouched pages cost no memory.
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, std::max<size_t>(rounded, 64));
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  std::memset(p, 0, std::max<size_t>(rounded, 64));
+  return DeviceBuffer(p, bytes, MemoryKind::kHost, [](void* q) { std::free(q); });
+}
+
+void CpuBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
+  if (bytes > 0 && dst != host_src) std::memcpy(dst, host_src, bytes);
+}
+
+void CpuBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
+  if (bytes > 0 && host_dst != src) std::memcpy(host_dst, src, bytes);
+}
+
+void CpuBackend::StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
+                         int64_t kv_dim, float* k_pool, float* v_pool) {
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(k_pool + slot_rows[i] * kv_dim, k + i * kv_dim, kv_dim * sizeof(float));
+    std::memcpy(v_pool + slot_rows[i] * kv_dim, v + i * kv_dim, kv_dim * sizeof(float));
+  }
+}
+
+void CpuBackend::GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,
+                            float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    std::memmove(dst + i * dim, src + rows[i] * dim, dim * sizeof(float));
+  }
 }
 
 void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y) {

@@ -33,6 +33,16 @@ class CpuBackend final : public Backend {
 
   std::string name() const override;
   int num_threads() const override { return pool_.num_threads(); }
+  MemoryKind memory_kind() const override { return MemoryKind::kHost; }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  void CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
+  void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
+  absl::StatusOr<TensorView> UploadWeight(const TensorView& host) override { return host; }
+  void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n, int64_t kv_dim,
+               float* k_pool, float* v_pool) override;
+  void GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,
+                  float* dst) override;
   CpuIsa isa() const { return isa_; }
 
   void MatMul(const TensorView& w, const float* x, int64_t n, float* y) override;
@@ -51,7 +61,7 @@ class CpuBackend final : public Backend {
   CpuBackendOptions options_;
   CpuIsa isa_;
   ThreadPool pool_;
-  std::vector<uint8_t> act_scratch_;              // prepared activations
+  std::vector<uint8_t> act_scratch_;                // prepared activations
   std::vector<std::vector<float>> thread_scratch_;  // per thread
 };
 

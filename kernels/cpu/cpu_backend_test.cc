@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/quant.h"
+#include "model/quant.h"
 
 namespace cascade {
 namespace {
@@ -95,8 +95,7 @@ TEST_P(MatmulTest, MatchesReferenceOnEveryPathAndIsBatchInvariant) {
       CpuBackend be(opt);
       std::vector<float> y(n * rows);
       be.MatMul(w.view, x.data(), n, y.data());
-      EXPECT_LT(NormalizedError(y, ref), c.bound)
-          << TensorTypeName(c.type) << " on " << be.name();
+      EXPECT_LT(NormalizedError(y, ref), c.bound) << TensorTypeName(c.type) << " on " << be.name();
       // Each row alone gives bit-identical results.
       for (int64_t t = 0; t < n; ++t) {
         std::vector<float> y1(rows);
@@ -108,20 +107,19 @@ TEST_P(MatmulTest, MatchesReferenceOnEveryPathAndIsBatchInvariant) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Types, MatmulTest,
-    ::testing::Values(MatmulCase{TensorType::kF32, 172, false, 1e-6},
-                      MatmulCase{TensorType::kF16, 172, false, 1e-6},
-                      MatmulCase{TensorType::kBF16, 100, false, 1e-6},
-                      MatmulCase{TensorType::kQ8_0, 256, false, 1e-6},
-                      MatmulCase{TensorType::kQ8_0, 256, true, 1e-2},
-                      MatmulCase{TensorType::kQ4_0, 256, false, 1e-6},
-                      MatmulCase{TensorType::kQ4_0, 256, true, 1e-2},
-                      MatmulCase{TensorType::kQ4_K, 512, false, 1e-6},
-                      MatmulCase{TensorType::kQ4_K, 512, true, 1e-2},
-                      MatmulCase{TensorType::kQ5_K, 512, true, 1e-2},
-                      MatmulCase{TensorType::kQ6_K, 512, true, 1e-2},
-                      MatmulCase{TensorType::kQ6_K, 256, false, 1e-6}));
+INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
+                         ::testing::Values(MatmulCase{TensorType::kF32, 172, false, 1e-6},
+                                           MatmulCase{TensorType::kF16, 172, false, 1e-6},
+                                           MatmulCase{TensorType::kBF16, 100, false, 1e-6},
+                                           MatmulCase{TensorType::kQ8_0, 256, false, 1e-6},
+                                           MatmulCase{TensorType::kQ8_0, 256, true, 1e-2},
+                                           MatmulCase{TensorType::kQ4_0, 256, false, 1e-6},
+                                           MatmulCase{TensorType::kQ4_0, 256, true, 1e-2},
+                                           MatmulCase{TensorType::kQ4_K, 512, false, 1e-6},
+                                           MatmulCase{TensorType::kQ4_K, 512, true, 1e-2},
+                                           MatmulCase{TensorType::kQ5_K, 512, true, 1e-2},
+                                           MatmulCase{TensorType::kQ6_K, 512, true, 1e-2},
+                                           MatmulCase{TensorType::kQ6_K, 256, false, 1e-6}));
 
 TEST(CpuBackend, AttentionMatchesNaiveSoftmax) {
   const int n_heads = 4, n_kv = 2, hd = 16, bs = 4, ctx = 11;

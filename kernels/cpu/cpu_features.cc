@@ -47,10 +47,13 @@ CpuIsa CpuFeatures::best() const {
 std::string CpuFeatures::Describe() const {
   std::string s = model_name.empty() ? "unknown CPU" : model_name;
   s += " [";
-  const std::pair<bool, const char*> flags[] = {
-      {avx2, "avx2"},       {fma, "fma"},           {f16c, "f16c"},
-      {avx512f, "avx512f"}, {avx512bw, "avx512bw"}, {avx512vnni, "avx512vnni"},
-      {avx512bf16, "avx512bf16"}};
+  const std::pair<bool, const char*> flags[] = {{avx2, "avx2"},
+                                                {fma, "fma"},
+                                                {f16c, "f16c"},
+                                                {avx512f, "avx512f"},
+                                                {avx512bw, "avx512bw"},
+                                                {avx512vnni, "avx512vnni"},
+                                                {avx512bf16, "avx512bf16"}};
   bool first = true;
   for (const auto& [on, name] : flags) {
     if (!on) continue;

@@ -1,6 +1,6 @@
 #include "kernels/cpu/kernel_table.h"
 
-#include "kernels/quant.h"
+#include "model/quant.h"
 
 namespace cascade::cpu {
 

@@ -39,11 +39,11 @@ struct MatmulTask {
   int64_t k = 0;               // elements per row
   const uint8_t* x = nullptr;  // prepared activation rows, x_stride bytes apart
   size_t x_stride = 0;
-  int64_t n = 0;               // activation rows
-  float* y = nullptr;          // output: y[t * ldy + r]
+  int64_t n = 0;       // activation rows
+  float* y = nullptr;  // output: y[t * ldy + r]
   int64_t ldy = 0;
-  int64_t r0 = 0, r1 = 0;      // weight rows to compute
-  float* scratch = nullptr;    // per-thread, >= kScratchRows * k floats
+  int64_t r0 = 0, r1 = 0;    // weight rows to compute
+  float* scratch = nullptr;  // per-thread, >= kScratchRows * k floats
 };
 constexpr int kScratchRows = 8;
 

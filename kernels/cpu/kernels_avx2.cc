@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "kernels/cpu/kernel_table.h"
-#include "kernels/quant.h"
+#include "model/quant.h"
 #include "util/fp16.h"
 
 namespace cascade::cpu {
@@ -315,10 +315,9 @@ float SumSquares(const float* x, int64_t n) { return Dot(x, x, n); }
 }  // namespace
 
 const KernelTable& Avx2Kernels() {
-  static const KernelTable table{CpuIsa::kAvx2, &Avx2Matmul,
-                                 &QuantizeQ8_0Row, ScalarKernels().quantize_q8k,
-                                 &Dot,             &Axpy,
-                                 &Scale,           &SumSquares};
+  static const KernelTable table{
+      CpuIsa::kAvx2, &Avx2Matmul, &QuantizeQ8_0Row, ScalarKernels().quantize_q8k,
+      &Dot,          &Axpy,       &Scale,           &SumSquares};
   return table;
 }
 

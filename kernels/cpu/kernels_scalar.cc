@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "kernels/cpu/kernel_table.h"
-#include "kernels/quant.h"
+#include "model/quant.h"
 #include "util/fp16.h"
 
 namespace cascade::cpu {
@@ -254,9 +254,8 @@ float SumSquares(const float* x, int64_t n) {
 }  // namespace
 
 const KernelTable& ScalarKernels() {
-  static const KernelTable table{CpuIsa::kScalar, &ScalarMatmul, &QuantizeQ8_0Row,
-                                 &QuantizeQ8KRow, &DotF32,       &Axpy,
-                                 &Scale,          &SumSquares};
+  static const KernelTable table{CpuIsa::kScalar, &ScalarMatmul, &QuantizeQ8_0Row, &QuantizeQ8KRow,
+                                 &DotF32,         &Axpy,         &Scale,           &SumSquares};
   return table;
 }
 

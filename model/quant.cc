@@ -1,4 +1,4 @@
-#include "kernels/quant.h"
+#include "model/quant.h"
 
 #include <algorithm>
 #include <cmath>
@@ -140,8 +140,8 @@ void QuantizeKScalesMins(const float* x, int nmax, float rmin, float rdelta, int
     for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
     float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
-    scales[j] = MakeQkx2Quants(32, nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin, rdelta,
-                               nstep);
+    scales[j] =
+        MakeQkx2Quants(32, nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin, rdelta, nstep);
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
   }

@@ -1,4 +1,4 @@
-#include "kernels/quant.h"
+#include "model/quant.h"
 
 #include <cmath>
 #include <random>
@@ -51,8 +51,8 @@ TEST(Quant, RoundTripErrorWithinTypeBounds) {
 
 TEST(Quant, ZeroRowsStayZero) {
   std::vector<float> z(256, 0.0f);
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
-                       TensorType::kQ5_K, TensorType::kQ6_K}) {
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ5_K,
+                       TensorType::kQ6_K}) {
     uint64_t bytes;
     ASSERT_TRUE(RowBytes(t, 256, &bytes));
     std::vector<uint8_t> q(bytes);
@@ -80,12 +80,12 @@ TEST(Quant, DecodesHandBuiltBlocks) {
   bk.scales[0] = 2;
   bk.scales[4] = 1;
   bk.scales[9] = 3 | (4 << 4);
-  bk.scales[1] |= 1 << 6;   // high bits of scale 5
-  bk.scales[5] |= 2 << 6;   // high bits of min 5
+  bk.scales[1] |= 1 << 6;                         // high bits of scale 5
+  bk.scales[5] |= 2 << 6;                         // high bits of min 5
   for (int l = 0; l < 128; ++l) bk.qs[l] = 0x57;  // low nibble 7, high nibble 5
   std::vector<float> yk(256);
   DequantizeQ4K(&bk, 256, yk.data());
-  EXPECT_EQ(yk[0], 2 * 7 - 1);        // sub-block 0 uses low nibbles of qs[0..32)
+  EXPECT_EQ(yk[0], 2 * 7 - 1);         // sub-block 0 uses low nibbles of qs[0..32)
   EXPECT_EQ(yk[5 * 32], 19 * 5 - 36);  // sub-block 5: high nibbles of qs[64..96)
 }
 

@@ -5,8 +5,8 @@
 // (callers check with RowBytes). Dequantization is exact (bit for bit what ggml produces);
 // quantization produces valid encodings (scales finite, codes in range) that follow ggml's
 // reference algorithms. These are the references the SIMD kernels are tested against.
-#ifndef CASCADE_KERNELS_QUANT_H_
-#define CASCADE_KERNELS_QUANT_H_
+#ifndef CASCADE_MODEL_QUANT_H_
+#define CASCADE_MODEL_QUANT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -19,12 +19,12 @@ constexpr int kQK = 32;    // elements per Q4_0 / Q8_0 block
 constexpr int kQKK = 256;  // elements per K-quant super-block
 
 struct BlockQ4_0 {
-  uint16_t d;       // fp16 scale
-  uint8_t qs[16];   // element j in low nibble of qs[j], j+16 in the high nibble; value (q-8)*d
+  uint16_t d;      // fp16 scale
+  uint8_t qs[16];  // element j in low nibble of qs[j], j+16 in the high nibble; value (q-8)*d
 };
 struct BlockQ8_0 {
-  uint16_t d;       // fp16 scale
-  int8_t qs[32];    // value q*d
+  uint16_t d;     // fp16 scale
+  int8_t qs[32];  // value q*d
 };
 struct BlockQ4K {
   uint16_t d;          // fp16 super-block scale of the 6-bit sub-block scales
@@ -36,19 +36,19 @@ struct BlockQ5K {
   uint16_t d;
   uint16_t dmin;
   uint8_t scales[12];
-  uint8_t qh[32];      // fifth bit: element 32*s + l takes bit s of qh[l]
+  uint8_t qh[32];  // fifth bit: element 32*s + l takes bit s of qh[l]
   uint8_t qs[128];
 };
 struct BlockQ6K {
-  uint8_t ql[128];     // low 4 bits
-  uint8_t qh[64];      // high 2 bits
-  int8_t scales[16];   // one per 16 elements
-  uint16_t d;          // fp16, stored last
+  uint8_t ql[128];    // low 4 bits
+  uint8_t qh[64];     // high 2 bits
+  int8_t scales[16];  // one per 16 elements
+  uint16_t d;         // fp16, stored last
 };
-struct BlockQ8K {      // activation format for K-quant dot products (never stored in files)
+struct BlockQ8K {  // activation format for K-quant dot products (never stored in files)
   float d;
   int8_t qs[256];
-  int16_t bsums[16];   // sums of each 16 consecutive qs
+  int16_t bsums[16];  // sums of each 16 consecutive qs
 };
 
 static_assert(sizeof(BlockQ4_0) == 18);
@@ -93,4 +93,4 @@ bool QuantizeRow(TensorType type, const float* src, int64_t n, void* dst);
 
 }  // namespace cascade
 
-#endif  // CASCADE_KERNELS_QUANT_H_
+#endif  // CASCADE_MODEL_QUANT_H_

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every Cascade test on a fresh Debian 12 machine:
+#   1. installs dependencies and builds (scripts/setup.sh),
+#   2. ctest: unit, integration, multi-process and CLI tests (tests needing a GPU are
+#      labelled "gpu" and skip themselves without one; tests needing ../shared skip
+#      themselves, saying so, when it is absent),
+#   3. the model readers' tests and the corrupted-file suite again under ASan + UBSan
+#      (clang), and each libFuzzer target for a bounded time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+
+JOBS=${JOBS:-$(nproc)}
+ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 900
+
+# Sanitizer + fuzzing build (clang). Only the reader and engine libraries are built.
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCASCADE_SANITIZE=address,undefined -DCASCADE_FUZZ=ON -DCASCADE_CUDA=OFF \
+  -DCASCADE_BUILD_BENCH=OFF ${CMAKE_ARGS:-}
+cmake --build build-fuzz -j"$JOBS" --target cascade_model_tests cascade_corrupt_tests \
+  fuzz_gguf fuzz_safetensors fuzz_hf_config fuzz_tokenizer_json
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+./build-fuzz/bin/cascade_model_tests
+./build-fuzz/bin/cascade_corrupt_tests
+
+SECONDS_PER_FUZZER=${CASCADE_FUZZ_SECONDS:-60}
+corpus=build-fuzz/corpus
+rm -rf "$corpus" && mkdir -p "$corpus"/{gguf,safetensors,hf_config,tokenizer_json}
+cp models/stories260K.gguf "$corpus/gguf/"
+[[ -d ../shared/testdata/tokenizer ]] && cp ../shared/testdata/tokenizer/ggml-vocab-llama-spm.gguf "$corpus/gguf/"
+[[ -f ../shared/models/stories260K/hf/model.safetensors ]] && \
+  cp ../shared/models/stories260K/hf/model.safetensors "$corpus/safetensors/"
+printf '{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":172,"num_attention_heads":8,"num_key_value_heads":4,"num_hidden_layers":5,"vocab_size":512,"rope_scaling":{"rope_type":"llama3","factor":8}}' \
+  > "$corpus/hf_config/llama.json"
+[[ -f ../shared/models/stories260K/hf/tokenizer.json ]] && \
+  cp ../shared/models/stories260K/hf/tokenizer.json "$corpus/tokenizer_json/stories.json"
+printf '{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]},"pre_tokenizer":{"type":"ByteLevel"},"added_tokens":[{"id":3,"content":"<s>","special":true}]}' \
+  > "$corpus/tokenizer_json/tiny.json"
+for f in gguf safetensors hf_config tokenizer_json; do
+  echo "fuzz_$f: ${SECONDS_PER_FUZZER}s"
+  ./build-fuzz/bin/fuzz_$f -max_total_time="$SECONDS_PER_FUZZER" -max_len=1200000 \
+    -rss_limit_mb=4096 -print_final_stats=1 "$corpus/$f" 2>&1 | tail -n 3
+done
+echo "all tests passed"

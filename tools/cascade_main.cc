@@ -1,0 +1,31 @@
+// The `cascade` command-line tool: generate, tokenize, detokenize, logits, inspect, and
+// (with the cluster) serve, plan, status.
+#include <cstdlib>
+#include <iostream>
+
+#include "tools/commands.h"
+#include "util/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Cascade: serve large language models from a cluster", "cascade"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global options (--log-level) may follow the subcommand
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  cascade::cli::Action action;
+  cascade::cli::AddGenerate(app, &action);
+  cascade::cli::AddTokenize(app, &action);
+  cascade::cli::AddDetokenize(app, &action);
+  cascade::cli::AddLogits(app, &action);
+  cascade::cli::AddInspect(app, &action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (absl::Status st = cascade::InitLogging(log_level); !st.ok()) {
+    std::cerr << "cascade: " << st.message() << "\n";
+    return 2;
+  }
+  return action ? action() : 0;
+}
