@@ -12,6 +12,7 @@
 #include "model/model_config.h"
 #include "model/model_source.h"
 #include "model/weights.h"
+#include "util/units.h"
 
 namespace cascade {
 
@@ -31,9 +32,6 @@ uint64_t StageWeightBytes(const ModelSource& source, LayerRange range);
 
 StageMemory EstimateStageMemory(const ModelConfig& c, LayerRange range, uint64_t weight_bytes,
                                 int64_t kv_tokens, int64_t batch_tokens);
-
-// "1.25 GiB", "640.0 MiB", ...
-std::string HumanBytes(uint64_t bytes);
 
 }  // namespace cascade
 

@@ -11,7 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "model/arch.h"
 #include "nlohmann/json.hpp"
-#include "spdlog/spdlog.h"
+#include "util/logging.h"
 #include "util/status_macros.h"
 
 namespace cascade {

@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_join.h"
 #include "engine/generator.h"
-#include "spdlog/spdlog.h"
 #include "tools/commands.h"
 #include "tools/model_loader.h"
+#include "util/logging.h"
 
 namespace cascade::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/gpu.h"
-#include "spdlog/spdlog.h"
+#include "util/logging.h"
 #include "util/progress.h"
 #include "util/status_macros.h"
 

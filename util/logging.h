@@ -9,6 +9,17 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "spdlog/spdlog.h"
+
+// Lets spdlog/fmt print absl::string_view (Debian's Abseil does not alias std::string_view),
+// e.g. spdlog::warn("{}", status.message()).
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  auto format(absl::string_view s, fmt::format_context& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
 
 namespace cascade {
 

@@ -1,5 +1,10 @@
 #include "kernels/cpu/cpu_features.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -8,19 +13,38 @@
 namespace cascade {
 namespace {
 
+#if defined(__x86_64__) || defined(__i386__)
+uint64_t Xgetbv() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t{hi} << 32) | lo;
+}
+#endif
+
 CpuFeatures Detect() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2");
-  f.fma = __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
-  f.avx512f = __builtin_cpu_supports("avx512f");
-  f.avx512bw = __builtin_cpu_supports("avx512bw");
-  f.avx512vl = __builtin_cpu_supports("avx512vl");
-  f.avx512dq = __builtin_cpu_supports("avx512dq");
-  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-  f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+  // CPUID plus the OS's XSAVE state (XGETBV): a feature counts only when the OS saves its
+  // registers.
+  unsigned a, b, c, d;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    const bool osxsave = c & (1u << 27);
+    const uint64_t xcr0 = osxsave ? Xgetbv() : 0;
+    const bool avx_os = (xcr0 & 0x6) == 0x6;
+    const bool avx512_os = (xcr0 & 0xe6) == 0xe6;
+    const bool avx = avx_os && (c & (1u << 28));
+    f.fma = avx && (c & (1u << 12));
+    f.f16c = avx && (c & (1u << 29));
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+      f.avx2 = avx && (b & (1u << 5));
+      f.avx512f = avx512_os && (b & (1u << 16));
+      f.avx512dq = avx512_os && (b & (1u << 17));
+      f.avx512bw = avx512_os && (b & (1u << 30));
+      f.avx512vl = avx512_os && (b & (1u << 31));
+      f.avx512vnni = avx512_os && (c & (1u << 11));
+    }
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = avx512_os && (a & (1u << 5));
+  }
 #endif
   std::ifstream in("/proc/cpuinfo");
   std::string line;

@@ -1,0 +1,200 @@
+#include "coordinator/inference_service.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "worker/frame.h"
+#include "worker/grpc_util.h"
+
+namespace cascade {
+namespace {
+
+constexpr size_t kMaxPromptBytes = 4 << 20;
+constexpr int kMaxPromptIds = 1 << 20;
+
+void FillUsage(const StreamUsage& u, v1::Usage* out) {
+  out->set_prompt_tokens(u.prompt_tokens);
+  out->set_completion_tokens(u.completion_tokens);
+  out->set_seed(u.seed);
+  out->set_time_to_first_token_s(u.time_to_first_token_s);
+  out->set_total_time_s(u.total_time_s);
+}
+
+}  // namespace
+
+v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kEndOfSequence:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kContextFull:
+      return v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_UNSPECIFIED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req,
+                                                  const Tokenizer& tokenizer) {
+  SequenceRequest s;
+  if (!req.prompt().empty() && req.prompt_ids_size() > 0) {
+    return absl::InvalidArgumentError("give either prompt or prompt_ids, not both");
+  }
+  if (req.prompt().size() > kMaxPromptBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", req.prompt().size(), " bytes exceeds the limit of ", kMaxPromptBytes));
+  }
+  if (req.prompt_ids_size() > kMaxPromptIds) {
+    return absl::InvalidArgumentError("prompt_ids is too long");
+  }
+  if (req.prompt_ids_size() > 0) {
+    s.prompt.assign(req.prompt_ids().begin(), req.prompt_ids().end());
+  } else {
+    auto ids = tokenizer.Encode(req.prompt(), /*add_special=*/true, /*parse_special=*/true);
+    if (!ids.ok()) return ids.status();
+    s.prompt = std::move(*ids);
+  }
+  if (s.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  if (req.has_sampling()) {
+    s.sampling = DecodeSampling(req.sampling());
+    if (!req.sampling().has_seed()) s.sampling.seed = std::random_device{}();
+  } else {
+    s.sampling.temperature = 1.0f;
+    s.sampling.top_k = 0;
+    s.sampling.top_p = 1.0f;
+    s.sampling.min_p = 0.0f;
+    s.sampling.seed = std::random_device{}();
+  }
+  s.max_tokens = req.max_tokens();
+  s.stop.assign(req.stop().begin(), req.stop().end());
+  s.ignore_eos = req.ignore_eos();
+  s.logprobs = req.logprobs();
+  return s;
+}
+
+absl::Status InferenceServiceImpl::CheckModel(const std::string& model) {
+  if (model.empty()) return absl::OkStatus();
+  const v1::ModelInfo info = backend_->model_info();
+  if (model != info.id()) {
+    return absl::NotFoundError(
+        absl::StrCat("model '", model, "' is not served here (serving '", info.id(), "')"));
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status InferenceServiceImpl::Run(grpc::ServerContext* ctx, const v1::GenerateRequest& req,
+                                       const std::function<bool(const StreamEvent&)>& on_event) {
+  if (absl::Status st = CheckModel(req.model()); !st.ok()) return ToGrpc(st);
+  auto scheduler = backend_->scheduler();
+  if (!scheduler.ok()) return ToGrpc(scheduler.status());
+  const Tokenizer* tok = backend_->tokenizer();
+  auto sreq = ToSequenceRequest(req, *tok);
+  if (!sreq.ok()) return ToGrpc(sreq.status());
+  auto stream = (*scheduler)->Submit(std::move(*sreq));
+  if (!stream.ok()) return ToGrpc(stream.status());
+  std::optional<std::chrono::steady_clock::time_point> cancelled_at;
+  for (;;) {
+    std::optional<StreamEvent> e = (*stream)->Next(std::chrono::milliseconds(20));
+    if (!e) {
+      if (ctx->IsCancelled() && !cancelled_at) {  // client gone or deadline passed
+        (*stream)->Cancel();
+        cancelled_at = std::chrono::steady_clock::now();
+      }
+      if (cancelled_at &&
+          std::chrono::steady_clock::now() - *cancelled_at > std::chrono::seconds(30)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      }
+      continue;
+    }
+    if (e->last && !e->status.ok()) {
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      return ToGrpc(e->status);
+    }
+    if (!on_event(*e)) (*stream)->Cancel();
+    if (e->last) return grpc::Status::OK;
+  }
+}
+
+grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* ctx,
+                                            const v1::GenerateRequest* req,
+                                            grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  return Run(ctx, *req, [&](const StreamEvent& e) {
+    v1::GenerateResponse r;
+    r.set_text(e.text);
+    for (int32_t id : e.ids) r.add_token_ids(id);
+    for (float lp : e.logprobs) r.add_logprobs(lp);
+    if (e.last) {
+      r.set_finish_reason(ToProto(e.finish));
+      FillUsage(e.usage, r.mutable_usage());
+    }
+    return writer->Write(r);
+  });
+}
+
+grpc::Status InferenceServiceImpl::Complete(grpc::ServerContext* ctx,
+                                            const v1::GenerateRequest* req,
+                                            v1::CompleteResponse* resp) {
+  return Run(ctx, *req, [&](const StreamEvent& e) {
+    resp->mutable_text()->append(e.text);
+    for (int32_t id : e.ids) resp->add_token_ids(id);
+    for (float lp : e.logprobs) resp->add_logprobs(lp);
+    if (e.last) {
+      resp->set_finish_reason(ToProto(e.finish));
+      FillUsage(e.usage, resp->mutable_usage());
+    }
+    return true;
+  });
+}
+
+grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,
+                                            v1::TokenizeResponse* resp) {
+  if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
+  const Tokenizer* tok = backend_->tokenizer();
+  if (tok == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");
+  if (req->text().size() > kMaxPromptBytes) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is too long");
+  }
+  auto ids = tok->Encode(req->text(), req->add_special(), /*parse_special=*/true);
+  if (!ids.ok()) return ToGrpc(ids.status());
+  for (int32_t id : *ids) resp->add_ids(id);
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceServiceImpl::Detokenize(grpc::ServerContext*,
+                                              const v1::DetokenizeRequest* req,
+                                              v1::DetokenizeResponse* resp) {
+  if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
+  const Tokenizer* tok = backend_->tokenizer();
+  if (tok == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");
+  std::vector<int32_t> ids;
+  for (int32_t id : req->ids()) {
+    if (!tok->IsValid(id)) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("id ", id, " is outside the vocabulary of ", tok->vocab_size()));
+    }
+    ids.push_back(id);
+  }
+  resp->set_text(tok->Decode(ids));
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceServiceImpl::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+                                              v1::ListModelsResponse* resp) {
+  *resp->add_models() = backend_->model_info();
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceServiceImpl::GetModelInfo(grpc::ServerContext*,
+                                                const v1::GetModelInfoRequest* req,
+                                                v1::ModelInfo* resp) {
+  if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
+  *resp = backend_->model_info();
+  return grpc::Status::OK;
+}
+
+}  // namespace cascade

@@ -1,0 +1,66 @@
+// The public Inference gRPC service (proto/cascade/v1/inference.proto) on top of a
+// Scheduler: tokenizes prompts, submits sequences, streams text back, and maps deadlines
+// and cancellation to the scheduler (a client that goes away frees its KV blocks on every
+// stage within one step).
+//
+// Contract: every handler validates its request and answers INVALID_ARGUMENT (naming the
+// field), RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (still loading) or NOT_FOUND
+// (unknown model). Thread-safe (gRPC's sync server calls handlers concurrently).
+#ifndef CASCADE_COORDINATOR_INFERENCE_SERVICE_H_
+#define CASCADE_COORDINATOR_INFERENCE_SERVICE_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "cascade/v1/inference.grpc.pb.h"
+#include "coordinator/scheduler.h"
+#include "model/tokenizer.h"
+
+namespace cascade {
+
+// What the API needs from the serving cluster.
+class ServingBackend {
+ public:
+  virtual ~ServingBackend() = default;
+  // The running scheduler, or Unavailable (with the reason) while the cluster loads.
+  virtual absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() = 0;
+  // The model's tokenizer once its files are read; null before.
+  virtual const Tokenizer* tokenizer() = 0;
+  virtual v1::ModelInfo model_info() = 0;
+};
+
+// Converts an API request to a scheduler request (tokenizing the prompt).
+absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req,
+                                                  const Tokenizer& tokenizer);
+
+class InferenceServiceImpl final : public v1::Inference::Service {
+ public:
+  explicit InferenceServiceImpl(ServingBackend* backend) : backend_(backend) {}
+
+  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status Complete(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                        v1::CompleteResponse* resp) override;
+  grpc::Status Tokenize(grpc::ServerContext* ctx, const v1::TokenizeRequest* req,
+                        v1::TokenizeResponse* resp) override;
+  grpc::Status Detokenize(grpc::ServerContext* ctx, const v1::DetokenizeRequest* req,
+                          v1::DetokenizeResponse* resp) override;
+  grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
+                          v1::ListModelsResponse* resp) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* ctx, const v1::GetModelInfoRequest* req,
+                            v1::ModelInfo* resp) override;
+
+ private:
+  // Submits and calls `on_event` for each event until the last; handles cancellation.
+  grpc::Status Run(grpc::ServerContext* ctx, const v1::GenerateRequest& req,
+                   const std::function<bool(const StreamEvent&)>& on_event);
+  absl::Status CheckModel(const std::string& model);
+
+  ServingBackend* backend_;
+};
+
+v1::FinishReason ToProto(FinishReason r);
+
+}  // namespace cascade
+
+#endif  // CASCADE_COORDINATOR_INFERENCE_SERVICE_H_

@@ -1,0 +1,274 @@
+#include "coordinator/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace cascade {
+namespace {
+
+uint64_t MatrixBytes(TensorType t, int64_t cols, int64_t rows) {
+  uint64_t rb = 0;
+  if (!RowBytes(t, static_cast<uint64_t>(cols), &rb)) rb = static_cast<uint64_t>(cols) * 4;
+  return rb * static_cast<uint64_t>(rows);
+}
+
+// Weights of stage [first, last) of a pipeline of `stages` stages.
+uint64_t StageWeights(const ModelProfile& m, LayerRange r) {
+  uint64_t w = 0;
+  for (int l = r.first; l < r.last; ++l) w += m.layer_bytes[l];
+  const bool first = r.first == 0, last = r.last == static_cast<int>(m.layer_bytes.size());
+  if (first) w += m.embedding_bytes;
+  if (last) w += m.head_bytes;
+  if (last && !first && m.config.tied_embeddings) w += m.embedding_bytes;
+  return w;
+}
+
+StageMemory StageCost(const ModelProfile& m, LayerRange r, const PlanLimits& lim) {
+  return EstimateStageMemory(m.config, r, StageWeights(m, r), lim.kv_tokens, lim.batch_tokens);
+}
+
+struct Candidate {
+  std::vector<int> workers;  // indices, in listed order
+};
+
+}  // namespace
+
+uint64_t ModelProfile::total_bytes() const {
+  return std::accumulate(layer_bytes.begin(), layer_bytes.end(), uint64_t{0}) + embedding_bytes +
+         head_bytes;
+}
+
+ModelProfile ProfileFromSource(const ModelSource& source) {
+  ModelProfile p;
+  p.name = source.path();
+  p.config = source.config();
+  p.layer_bytes.assign(p.config.n_layers, 0);
+  for (const TensorView& t : source.tensors()) {
+    if (t.name.rfind("blk.", 0) == 0) {
+      const int l = std::atoi(t.name.c_str() + 4);
+      if (l >= 0 && l < p.config.n_layers) p.layer_bytes[l] += t.nbytes;
+    } else if (t.name == "token_embd.weight") {
+      p.embedding_bytes += t.nbytes;
+    } else if (t.name == "output.weight" || t.name == "output_norm.weight") {
+      p.head_bytes += t.nbytes;
+    }
+  }
+  return p;
+}
+
+ModelProfile ProfileFromShape(const ModelShape& s, TensorType type) {
+  ModelProfile p;
+  p.name = absl::StrCat(s.name, " (", TensorTypeName(type), ")");
+  ModelConfig& c = p.config;
+  c.arch = s.arch;
+  c.vocab_size = s.vocab;
+  c.dim = s.dim;
+  c.n_layers = s.layers;
+  c.n_heads = s.heads;
+  c.n_kv_heads = s.kv_heads;
+  c.head_dim = s.dim / s.heads;
+  c.ffn_dim = s.ffn;
+  c.context_length = s.context;
+  c.rope_dim = c.head_dim;
+  c.tied_embeddings = s.tied;
+  c.qkv_bias = s.arch == "qwen2";
+  const uint64_t layer =
+      MatrixBytes(type, c.dim, c.q_dim()) + 2 * MatrixBytes(type, c.dim, c.kv_dim()) +
+      MatrixBytes(type, c.q_dim(), c.dim) + 2 * MatrixBytes(type, c.dim, c.ffn_dim) +
+      MatrixBytes(type, c.ffn_dim, c.dim) + 2 * 4 * c.dim +
+      (c.qkv_bias ? 4 * (c.q_dim() + 2 * c.kv_dim()) : 0);
+  p.layer_bytes.assign(c.n_layers, layer);
+  p.embedding_bytes = MatrixBytes(type, c.dim, c.vocab_size);
+  p.head_bytes = 4 * c.dim + (s.tied ? 0 : MatrixBytes(type, c.dim, c.vocab_size));
+  return p;
+}
+
+absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpec>& workers,
+                              const PlanLimits& lim) {
+  const int L = static_cast<int>(m.layer_bytes.size());
+  if (workers.empty()) return absl::FailedPreconditionError("plan: no workers are available");
+  if (L == 0) return absl::InvalidArgumentError("plan: the model has no layers");
+  std::vector<uint64_t> usable(workers.size());
+  for (size_t i = 0; i < workers.size(); ++i) {
+    usable[i] = static_cast<uint64_t>(static_cast<double>(workers[i].memory_bytes) *
+                                      (1.0 - lim.reserve_fraction));
+  }
+  // Workers by preference: most memory, then fastest.
+  std::vector<int> order(workers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (workers[a].memory_bytes != workers[b].memory_bytes) {
+      return workers[a].memory_bytes > workers[b].memory_bytes;
+    }
+    return workers[a].gflops > workers[b].gflops;
+  });
+  const uint64_t kv_per_layer = KvBytesPerToken(m.config, 1) * static_cast<uint64_t>(lim.kv_tokens);
+  uint64_t layer_sum = 0;
+  for (uint64_t b : m.layer_bytes) layer_sum += b;
+  const double avg_layer = static_cast<double>(layer_sum) / L + static_cast<double>(kv_per_layer);
+
+  const int max_k = std::min<int>(static_cast<int>(workers.size()), L);
+  if (lim.min_stages > max_k) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("plan: ", lim.min_stages, " stages were asked for but there are ",
+                     workers.size(), " workers and ", L, " layers"));
+  }
+  for (int k = std::max(1, lim.min_stages); k <= max_k; ++k) {
+    std::vector<int> chosen(order.begin(), order.begin() + k);
+    std::sort(chosen.begin(), chosen.end());  // pipeline order = listed order
+    // Fixed cost of each position and how many layers fit.
+    std::vector<int> max_fit(k), alloc(k);
+    double speed_sum = 0;
+    for (int i = 0; i < k; ++i) speed_sum += std::max(1e-9, workers[chosen[i]].gflops);
+    int64_t fit_sum = 0;
+    // Activation workspace of a middle stage and of the last one (which adds logits).
+    const uint64_t act_mid =
+        EstimateStageMemory(m.config, {0, 0}, 0, 0, lim.batch_tokens).activations;
+    const uint64_t act_last =
+        EstimateStageMemory(m.config, {0, L}, 0, 0, lim.batch_tokens).activations;
+    for (int i = 0; i < k; ++i) {
+      uint64_t fixed_bytes = i == k - 1 ? act_last : act_mid;
+      if (i == 0) fixed_bytes += m.embedding_bytes;
+      if (i == k - 1) {
+        fixed_bytes += m.head_bytes + (m.config.tied_embeddings && k > 1 ? m.embedding_bytes : 0);
+      }
+      const uint64_t cap = usable[chosen[i]];
+      max_fit[i] = cap > fixed_bytes
+                       ? static_cast<int>(std::min<double>(L, (cap - fixed_bytes) / avg_layer))
+                       : 0;
+      fit_sum += max_fit[i];
+    }
+    if (fit_sum < L || *std::min_element(max_fit.begin(), max_fit.end()) < 1) continue;
+    // Targets by speed, within what fits; then settle the remainder.
+    int total = 0;
+    for (int i = 0; i < k; ++i) {
+      const double share = L * std::max(1e-9, workers[chosen[i]].gflops) / speed_sum;
+      alloc[i] = std::clamp(static_cast<int>(std::lround(share)), 1, max_fit[i]);
+      total += alloc[i];
+    }
+    while (total < L) {  // give a layer where it costs the least time per layer
+      int best = -1;
+      double best_load = 0;
+      for (int i = 0; i < k; ++i) {
+        if (alloc[i] >= max_fit[i]) continue;
+        const double load = (alloc[i] + 1) / std::max(1e-9, workers[chosen[i]].gflops);
+        if (best < 0 || load < best_load) {
+          best = i;
+          best_load = load;
+        }
+      }
+      if (best < 0) break;
+      ++alloc[best];
+      ++total;
+    }
+    while (total > L) {  // take from the most loaded stage
+      int worst = -1;
+      double worst_load = 0;
+      for (int i = 0; i < k; ++i) {
+        if (alloc[i] <= 1) continue;
+        const double load = alloc[i] / std::max(1e-9, workers[chosen[i]].gflops);
+        if (worst < 0 || load > worst_load) {
+          worst = i;
+          worst_load = load;
+        }
+      }
+      --alloc[worst];
+      --total;
+    }
+    if (total != L) continue;
+    Plan plan;
+    plan.kv_blocks = (lim.kv_tokens + lim.kv_block_size - 1) / lim.kv_block_size;
+    int first = 0;
+    bool fits = true;
+    for (int i = 0; i < k; ++i) {
+      StagePlan s;
+      s.worker = chosen[i];
+      s.layers = {first, first + alloc[i]};
+      s.memory = StageCost(m, s.layers, lim);
+      s.capacity = usable[chosen[i]];
+      fits &= s.memory.total() <= s.capacity;
+      first += alloc[i];
+      plan.stages.push_back(s);
+    }
+    if (fits) return plan;
+  }
+  // Nothing fits: say by how much.
+  const LayerRange all{0, L};
+  const StageMemory need = StageCost(m, all, lim);
+  uint64_t offered = 0;
+  for (uint64_t u : usable) offered += u;
+  const uint64_t biggest = *std::max_element(usable.begin(), usable.end());
+  std::string why = absl::StrCat(
+      "plan: ", m.name, " does not fit: it needs ", HumanBytes(need.weights), " of weights + ",
+      HumanBytes(need.kv_cache), " of KV cache (", lim.kv_tokens, " tokens) + ",
+      HumanBytes(need.activations), " of activations = ", HumanBytes(need.total()), "; the ",
+      workers.size(), " worker(s) offer ", HumanBytes(offered), " in all (largest ",
+      HumanBytes(biggest), ")");
+  if (need.total() > offered) {
+    absl::StrAppend(&why, ": short by ", HumanBytes(need.total() - offered));
+  } else {
+    absl::StrAppend(&why, ": the memory is there in total but no split into stages fits each ",
+                    "worker (a layer costs about ", HumanBytes(static_cast<uint64_t>(avg_layer)),
+                    " with its KV cache)");
+  }
+  return absl::ResourceExhaustedError(why);
+}
+
+std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& workers) const {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-5s %-14s %-10s %-11s %10s %10s %11s %10s %10s\n", "stage",
+                "worker", "node", "layers", "weights", "kv cache", "activations", "total",
+                "memory");
+  out += line;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const StagePlan& s = stages[i];
+    const WorkerSpec& w = workers[s.worker];
+    const std::string layers = absl::StrCat("[", s.layers.first, ", ", s.layers.last, ")");
+    std::snprintf(line, sizeof(line), "%-5zu %-14s %-10s %-11s %10s %10s %11s %10s %10s\n", i,
+                  w.id.c_str(), w.node.empty() ? "-" : w.node.c_str(), layers.c_str(),
+                  HumanBytes(s.memory.weights).c_str(), HumanBytes(s.memory.kv_cache).c_str(),
+                  HumanBytes(s.memory.activations).c_str(), HumanBytes(s.memory.total()).c_str(),
+                  HumanBytes(w.memory_bytes).c_str());
+    out += line;
+  }
+  absl::StrAppend(&out, m.name, ": ", m.config.n_layers, " layers, ", HumanBytes(m.total_bytes()),
+                  " of weights; ", stages.size(), stages.size() == 1 ? " stage" : " stages", ", ",
+                  kv_blocks, " KV blocks per stage\n");
+  return out;
+}
+
+absl::StatusOr<std::vector<WorkerSpec>> ParseWorkerSpecs(const std::string& spec) {
+  std::vector<WorkerSpec> out;
+  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    WorkerSpec w;
+    w.id = std::string(absl::StripAsciiWhitespace(kv.first));
+    if (w.id.empty() || kv.second.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker spec '", std::string(item), "': expected name=memory[@gflops]"));
+    }
+    std::pair<std::string, std::string> mg = absl::StrSplit(kv.second, absl::MaxSplits('@', 1));
+    auto mem = ParseBytes(mg.first);
+    if (!mem.ok()) return mem.status();
+    w.memory_bytes = *mem;
+    if (!mg.second.empty() && (!absl::SimpleAtod(mg.second, &w.gflops) || w.gflops <= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("worker spec '", std::string(item),
+                                                     "': speed '", mg.second,
+                                                     "' is not a positive number"));
+    }
+    out.push_back(w);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("no workers in the spec");
+  return out;
+}
+
+}  // namespace cascade

@@ -1,0 +1,82 @@
+// Planner: a pure function from (model profile, workers, limits) to a pipeline plan, the
+// stages with their layer ranges and the memory each worker needs (weights + KV cache +
+// activations/workspace).
+//
+// Policy:
+// - Use the fewest stages that fit (but at least min_stages): one worker when the model
+//   fits on one (the one with the most memory, then the fastest); otherwise try 2, 3, ...
+//   workers, preferring those with the most memory.
+// - Balance layers by each worker's speed (gflops) within what its memory holds: faster
+//   and larger workers get more layers; stage order follows the workers' listed order.
+// - A plan that does not fit is refused with the shortfall named (which resource, how
+//   much is needed, how much the workers offer).
+// Pure and thread-safe.
+#ifndef CASCADE_COORDINATOR_PLANNER_H_
+#define CASCADE_COORDINATOR_PLANNER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/memory.h"
+#include "model/model_config.h"
+#include "model/model_source.h"
+#include "model/synthetic.h"
+#include "model/weights.h"
+
+namespace cascade {
+
+// What the planner needs to know about a model.
+struct ModelProfile {
+  std::string name;
+  ModelConfig config;
+  std::vector<uint64_t> layer_bytes;  // weight bytes of each layer
+  uint64_t embedding_bytes = 0;       // token embedding (first stage)
+  uint64_t head_bytes = 0;            // final norm + output (last stage; 0 extra when tied)
+  uint64_t total_bytes() const;
+};
+
+ModelProfile ProfileFromSource(const ModelSource& source);
+// A profile for a named shape at a weight type, without a file (cascade plan --shape).
+ModelProfile ProfileFromShape(const ModelShape& shape, TensorType type);
+
+struct WorkerSpec {
+  std::string id;
+  std::string address;
+  std::string node;
+  uint64_t memory_bytes = 0;
+  double gflops = 1.0;
+};
+
+struct PlanLimits {
+  int64_t kv_tokens = 0;           // KV positions every stage holds (sum over sequences)
+  int64_t batch_tokens = 512;      // tokens per micro-batch (activation workspace)
+  double reserve_fraction = 0.05;  // of each worker's memory kept free
+  int kv_block_size = 16;
+  int min_stages = 1;  // pipeline over at least this many workers (throughput, tests)
+};
+
+struct StagePlan {
+  int worker = 0;  // index into the workers given to MakePlan
+  LayerRange layers;
+  StageMemory memory;
+  uint64_t capacity = 0;  // the worker's usable memory
+};
+
+struct Plan {
+  std::vector<StagePlan> stages;
+  int64_t kv_blocks = 0;  // per stage
+  std::string Table(const ModelProfile& model, const std::vector<WorkerSpec>& workers) const;
+};
+
+absl::StatusOr<Plan> MakePlan(const ModelProfile& model, const std::vector<WorkerSpec>& workers,
+                              const PlanLimits& limits);
+
+// Parses "a=8GiB@100,b=4GiB" (name=memory[@gflops], memory in B/KiB/MiB/GiB/TiB or
+// KB/MB/GB/TB) into worker specs.
+absl::StatusOr<std::vector<WorkerSpec>> ParseWorkerSpecs(const std::string& spec);
+
+}  // namespace cascade
+
+#endif  // CASCADE_COORDINATOR_PLANNER_H_

@@ -1,0 +1,103 @@
+#include "coordinator/planner.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cascade {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+ModelProfile TinyLlamaF16() {
+  return ProfileFromShape(*FindModelShape("tinyllama-1.1b"), TensorType::kF16);
+}
+
+PlanLimits Limits() {
+  PlanLimits l;
+  l.kv_tokens = 4 * 2048;  // four full-context sequences
+  l.batch_tokens = 512;
+  return l;
+}
+
+std::vector<WorkerSpec> Workers(const std::string& spec) { return *ParseWorkerSpecs(spec); }
+
+TEST(Planner, ProfileOfTinyLlamaF16) {
+  const ModelProfile m = TinyLlamaF16();
+  EXPECT_EQ(m.config.n_layers, 22);
+  // ~1.1B parameters at 2 bytes
+  EXPECT_NEAR(static_cast<double>(m.total_bytes()) / 1e9, 2.2, 0.05);
+}
+
+TEST(Planner, OneWorkerWhenTheModelFitsOnOne) {
+  auto plan = MakePlan(TinyLlamaF16(), Workers("small=2GiB,big=8GiB,mid=4GiB"), Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages.size(), 1u);
+  EXPECT_EQ(plan->stages[0].worker, 1);  // the largest
+  EXPECT_EQ(plan->stages[0].layers.first, 0);
+  EXPECT_EQ(plan->stages[0].layers.last, 22);
+}
+
+TEST(Planner, UnequalWorkersGetUnequalLayerRanges) {
+  // No single worker holds the model: three are needed, of different sizes.
+  auto workers = Workers("a=1.4GiB,b=1GiB,c=0.8GiB");
+  auto plan = MakePlan(TinyLlamaF16(), workers, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages.size(), 3u);
+  int covered = 0;
+  for (const StagePlan& s : plan->stages) {
+    EXPECT_EQ(s.layers.first, covered);
+    covered = s.layers.last;
+    EXPECT_LE(s.memory.total(), s.capacity);
+  }
+  EXPECT_EQ(covered, 22);
+  EXPECT_GT(plan->stages[0].layers.size(), plan->stages[2].layers.size());
+  const std::string table = plan->Table(TinyLlamaF16(), workers);
+  EXPECT_THAT(table, HasSubstr("[0, "));
+  EXPECT_THAT(table, HasSubstr(", 22)"));
+}
+
+TEST(Planner, FasterWorkersGetMoreLayers) {
+  auto plan = MakePlan(TinyLlamaF16(), Workers("fast=1.6GiB@3,slow=1.6GiB@1"), Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages.size(), 2u);
+  EXPECT_GT(plan->stages[0].layers.size(), plan->stages[1].layers.size());
+  auto even = MakePlan(TinyLlamaF16(), Workers("x=1.6GiB,y=1.6GiB"), Limits());
+  ASSERT_TRUE(even.ok());
+  EXPECT_EQ(even->stages[0].layers.size(), 11);
+  EXPECT_EQ(even->stages[1].layers.size(), 11);
+}
+
+TEST(Planner, RefusesAndNamesTheShortfall) {
+  auto plan = MakePlan(TinyLlamaF16(), Workers("a=1GiB,b=1GiB"), Limits());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("does not fit"));
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("short by"));
+  EXPECT_FALSE(MakePlan(TinyLlamaF16(), {}, Limits()).ok());
+}
+
+TEST(Planner, KvCacheCountsAgainstMemory) {
+  PlanLimits huge = Limits();
+  huge.kv_tokens = 32 * 2048;  // 32 full sequences: 2.75 GiB of KV on top of the weights
+  auto one = MakePlan(TinyLlamaF16(), Workers("a=4GiB,b=4GiB"), Limits());
+  auto two = MakePlan(TinyLlamaF16(), Workers("a=4GiB,b=4GiB"), huge);
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ(one->stages.size(), 1u);
+  EXPECT_EQ(two->stages.size(), 2u);
+}
+
+TEST(Planner, ParsesWorkerSpecs) {
+  auto w = ParseWorkerSpecs("a=8GiB@100, b=512MiB");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ((*w)[0].memory_bytes, 8 * kGiB);
+  EXPECT_EQ((*w)[0].gflops, 100);
+  EXPECT_EQ((*w)[1].memory_bytes, uint64_t{512} << 20);
+  EXPECT_FALSE(ParseWorkerSpecs("a").ok());
+  EXPECT_FALSE(ParseWorkerSpecs("a=lots").ok());
+  EXPECT_FALSE(ParseWorkerSpecs("a=1GiB@-2").ok());
+}
+
+}  // namespace
+}  // namespace cascade

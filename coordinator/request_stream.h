@@ -1,0 +1,63 @@
+// RequestStream: the events of one generation request, from the scheduler thread to the
+// API handler that streams them to the client.
+//
+// Contract: the scheduler Push()es events and Finish()es exactly once; the handler calls
+// Next() until it returns an event with `last` set (or nullopt on timeout). Cancel() may be
+// called from any thread at any time; the scheduler then frees the sequence within one
+// step. Thread-safe.
+#ifndef CASCADE_COORDINATOR_REQUEST_STREAM_H_
+#define CASCADE_COORDINATOR_REQUEST_STREAM_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "engine/generator.h"
+
+namespace cascade {
+
+struct StreamUsage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  uint64_t seed = 0;
+  double time_to_first_token_s = 0;
+  double total_time_s = 0;
+};
+
+struct StreamEvent {
+  std::string text;             // newly visible text (complete UTF-8)
+  std::vector<int32_t> ids;     // ids that produced it
+  std::vector<float> logprobs;  // per id, when asked for
+  bool last = false;
+  FinishReason finish = FinishReason::kLength;
+  absl::Status status;  // non-OK: the request failed (last is set)
+  StreamUsage usage;    // on the last event
+};
+
+class RequestStream {
+ public:
+  // Waits up to `timeout` for the next event.
+  std::optional<StreamEvent> Next(std::chrono::milliseconds timeout);
+  void Cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+  void Push(StreamEvent e);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_COORDINATOR_REQUEST_STREAM_H_

@@ -1,0 +1,198 @@
+#include "worker/grpc_link.h"
+
+#include "absl/strings/str_cat.h"
+#include "util/logging.h"
+#include "worker/grpc_util.h"
+
+namespace cascade {
+namespace {
+
+class InboxReceiver : public ActivationReceiver {
+ public:
+  explicit InboxReceiver(BoundedQueue<StageFrame>* q) : q_(q) {}
+  std::optional<StageFrame> Receive() override { return q_->Pop(); }
+  void Close() override { q_->Close(); }
+
+ private:
+  BoundedQueue<StageFrame>* q_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- sender
+
+GrpcActivationSender::GrpcActivationSender(std::string address,
+                                           std::chrono::milliseconds connect_timeout)
+    : address_(std::move(address)), connect_timeout_(connect_timeout) {}
+
+GrpcActivationSender::~GrpcActivationSender() { Close(); }
+
+absl::Status GrpcActivationSender::Connect() {
+  if (!channel_) {
+    channel_ = MakeChannel(address_);
+    stub_ = v1::StagePipe::NewStub(channel_);
+  }
+  if (!channel_->WaitForConnected(std::chrono::system_clock::now() + connect_timeout_)) {
+    return absl::UnavailableError(absl::StrCat("next stage at ", address_, " is unreachable"));
+  }
+  ctx_ = std::make_unique<grpc::ClientContext>();
+  stream_ = stub_->Forward(ctx_.get());
+  broken_ = std::make_shared<std::atomic<bool>>(false);
+  auto* stream = stream_.get();
+  auto broken = broken_;
+  const std::string peer = address_;
+  std::atomic<uint64_t>* rejected = &rejected_;
+  ack_reader_ = std::thread([stream, broken, peer, rejected] {
+    v1::FrameAck ack;
+    while (stream->Read(&ack)) {
+      if (!ack.error().empty()) {
+        rejected->fetch_add(1);
+        spdlog::warn("stage at {} rejected batch {}: {}", peer, ack.batch_id(), ack.error());
+      }
+    }
+    broken->store(true);
+  });
+  return absl::OkStatus();
+}
+
+void GrpcActivationSender::Disconnect() {
+  if (stream_) {
+    ctx_->TryCancel();
+    if (ack_reader_.joinable()) ack_reader_.join();
+    stream_->Finish().IgnoreError();
+  }
+  stream_.reset();
+  ctx_.reset();
+}
+
+absl::Status GrpcActivationSender::Send(StageFrame frame) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return absl::UnavailableError("link is closed");
+  if (stream_ && broken_->load()) {
+    spdlog::warn("link to {} broke; reconnecting", address_);
+    Disconnect();
+  }
+  if (!stream_) {
+    if (absl::Status st = Connect(); !st.ok()) return st;
+  }
+  EncodeFrame(frame, &wire_);
+  if (!stream_->Write(wire_)) {
+    broken_->store(true);
+    return absl::UnavailableError(absl::StrCat("link to the next stage at ", address_, " is down"));
+  }
+  return absl::OkStatus();
+}
+
+void GrpcActivationSender::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  if (stream_) {
+    stream_->WritesDone();
+    if (ack_reader_.joinable()) ack_reader_.join();
+    stream_->Finish().IgnoreError();
+    stream_.reset();
+  }
+}
+
+// ---------------------------------------------------------------- results
+
+GrpcResultSender::GrpcResultSender(std::string address, std::chrono::milliseconds connect_timeout)
+    : address_(std::move(address)), connect_timeout_(connect_timeout) {}
+
+GrpcResultSender::~GrpcResultSender() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stream_) {
+    stream_->WritesDone();
+    stream_->Finish().IgnoreError();
+  }
+}
+
+absl::Status GrpcResultSender::Connect() {
+  if (!channel_) {
+    channel_ = MakeChannel(address_);
+    stub_ = v1::Coordinator::NewStub(channel_);
+  }
+  if (!channel_->WaitForConnected(std::chrono::system_clock::now() + connect_timeout_)) {
+    return absl::UnavailableError(absl::StrCat("coordinator at ", address_, " is unreachable"));
+  }
+  ctx_ = std::make_unique<grpc::ClientContext>();
+  stream_ = stub_->Results(ctx_.get(), &ack_);
+  return absl::OkStatus();
+}
+
+void GrpcResultSender::Disconnect() {
+  if (stream_) {
+    ctx_->TryCancel();
+    stream_->Finish().IgnoreError();
+  }
+  stream_.reset();
+  ctx_.reset();
+}
+
+absl::Status GrpcResultSender::Send(StepResult result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  EncodeResult(result, &wire_);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!stream_) {
+      if (absl::Status st = Connect(); !st.ok()) return st;
+    }
+    if (stream_->Write(wire_)) return absl::OkStatus();
+    spdlog::warn("results stream to {} broke; reconnecting", address_);
+    Disconnect();
+  }
+  return absl::UnavailableError(absl::StrCat("coordinator at ", address_, " is unreachable"));
+}
+
+// ---------------------------------------------------------------- receiving end
+
+absl::Status FrameInbox::Accept(const v1::ActivationFrame& wire) {
+  absl::StatusOr<StageFrame> frame = DecodeFrame(wire, expect_);
+  if (!frame.ok()) {
+    rejected_.fetch_add(1);
+    // Tell the rest of the pipeline that this batch is lost.
+    StageFrame err;
+    err.plan_id = expect_.plan_id;
+    err.batch_id = wire.batch_id();
+    err.stage = expect_.stage;
+    err.error =
+        absl::StrCat("stage ", expect_.stage, " rejected the frame: ", frame.status().message());
+    queue_.Push(std::move(err));
+    return frame.status();
+  }
+  if (!queue_.Push(std::move(*frame))) return absl::UnavailableError("stage is unloading");
+  return absl::OkStatus();
+}
+
+std::unique_ptr<ActivationReceiver> FrameInbox::MakeReceiver() {
+  return std::make_unique<InboxReceiver>(&queue_);
+}
+
+void StagePipeService::SetInbox(std::shared_ptr<FrameInbox> inbox) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inbox_ = std::move(inbox);
+}
+
+grpc::Status StagePipeService::Forward(
+    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::FrameAck, v1::ActivationFrame>* stream) {
+  v1::ActivationFrame frame;
+  while (stream->Read(&frame)) {
+    std::shared_ptr<FrameInbox> inbox;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      inbox = inbox_;
+    }
+    absl::Status st = inbox ? inbox->Accept(frame)
+                            : absl::FailedPreconditionError("no stage is loaded on this worker");
+    if (!st.ok()) {
+      spdlog::warn("frame {} from {} rejected: {}", frame.batch_id(), ctx->peer(), st.message());
+      v1::FrameAck ack;
+      ack.set_batch_id(frame.batch_id());
+      ack.set_error(std::string(st.message()));
+      if (!stream->Write(ack)) break;
+    }
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace cascade

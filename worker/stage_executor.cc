@@ -1,0 +1,149 @@
+#include "worker/stage_executor.h"
+
+#include <chrono>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "util/logging.h"
+
+namespace cascade {
+
+StageExecutor::StageExecutor(std::unique_ptr<Stage> stage, uint32_t stage_index, uint64_t plan_id,
+                             std::unique_ptr<ActivationReceiver> in,
+                             std::unique_ptr<ActivationSender> out,
+                             std::shared_ptr<ResultSender> results)
+    : stage_(std::move(stage)),
+      stage_index_(stage_index),
+      plan_id_(plan_id),
+      in_(std::move(in)),
+      out_(std::move(out)),
+      results_(std::move(results)) {}
+
+StageExecutor::~StageExecutor() { Stop(); }
+
+void StageExecutor::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void StageExecutor::Stop() {
+  if (in_) in_->Close();
+  if (thread_.joinable()) thread_.join();
+  if (out_) out_->Close();
+}
+
+ExecutorStats StageExecutor::Stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void StageExecutor::Loop() {
+  while (std::optional<StageFrame> frame = in_->Receive()) Process(std::move(*frame));
+}
+
+void StageExecutor::Fail(const StageFrame& in, const std::string& error) {
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.failed_batches;
+  }
+  spdlog::warn("stage {}: batch {} failed: {}", stage_index_, in.batch_id, error);
+  if (stage_->is_last()) {
+    StepResult r;
+    r.plan_id = plan_id_;
+    r.batch_id = in.batch_id;
+    r.error = error;
+    if (absl::Status st = results_->Send(std::move(r)); !st.ok()) {
+      spdlog::warn("stage {}: cannot report to the coordinator: {}", stage_index_, st.message());
+    }
+    return;
+  }
+  StageFrame f;
+  f.plan_id = plan_id_;
+  f.batch_id = in.batch_id;
+  f.stage = stage_index_ + 1;
+  f.release = in.release;
+  f.error = error;
+  if (absl::Status st = out_->Send(std::move(f)); !st.ok()) {
+    spdlog::warn("stage {}: cannot reach the next stage: {}", stage_index_, st.message());
+  }
+}
+
+void StageExecutor::Process(StageFrame frame) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (SeqId seq : frame.release) stage_->FreeSequence(seq);
+  if (!frame.error.empty()) {
+    Fail(frame, frame.error);
+    return;
+  }
+  if (frame.slots.empty()) {  // release-only frame: pass the releases on
+    if (stage_->is_last()) return;
+    frame.stage = stage_index_ + 1;
+    if (absl::Status st = out_->Send(std::move(frame)); !st.ok()) {
+      spdlog::warn("stage {}: cannot reach the next stage: {}", stage_index_, st.message());
+    }
+    return;
+  }
+  absl::Status st = stage_->Forward(frame.slots, frame.hidden, &buffer_);
+  if (st.ok()) st = stage_->backend().Health();
+  if (!st.ok()) {
+    Fail(frame, absl::StrCat("stage ", stage_index_, ": ", st.message()));
+    return;
+  }
+  if (!stage_->is_last()) {
+    StageFrame next;
+    next.plan_id = plan_id_;
+    next.batch_id = frame.batch_id;
+    next.stage = stage_index_ + 1;
+    next.slots = std::move(frame.slots);
+    next.hidden.swap(buffer_);
+    next.sampling = std::move(frame.sampling);
+    next.release = std::move(frame.release);
+    const size_t tokens = next.slots.size();
+    if (absl::Status s = out_->Send(std::move(next)); !s.ok()) {
+      spdlog::warn("stage {}: cannot reach the next stage: {}", stage_index_, s.message());
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.frames;
+    stats_.tokens += tokens;
+    stats_.busy_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
+    stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
+    return;
+  }
+  // Last stage: sample each sequence that wants a token, in slot order.
+  std::map<SeqId, const SeqSampling*> sampling;
+  for (const SeqSampling& s : frame.sampling) sampling[s.seq] = &s;
+  StepResult result;
+  result.plan_id = plan_id_;
+  result.batch_id = frame.batch_id;
+  const int64_t vocab = stage_->config().vocab_size;
+  int64_t row = 0;
+  for (const TokenSlot& slot : frame.slots) {
+    if (!slot.want_logits) continue;
+    std::span<const float> logits(buffer_.data() + row * vocab, vocab);
+    ++row;
+    auto it = sampling.find(slot.seq);
+    SamplingParams params = SamplingParams::Greedy();
+    uint64_t draw = static_cast<uint64_t>(slot.pos) + 1;
+    std::span<const int32_t> recent;
+    if (it != sampling.end()) {
+      params = it->second->params;
+      draw = it->second->draw_index;
+      recent = it->second->recent_tokens;
+    }
+    const SampleResult s = Sample(logits, params, recent, draw);
+    result.tokens.push_back({slot.seq, s.token, s.logprob, slot.pos + 1});
+  }
+  if (absl::Status s = results_->Send(std::move(result)); !s.ok()) {
+    spdlog::warn("stage {}: cannot report to the coordinator: {}", stage_index_, s.message());
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.frames;
+  stats_.tokens += frame.slots.size();
+  stats_.busy_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
+  stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
+}
+
+}  // namespace cascade

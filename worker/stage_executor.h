@@ -1,0 +1,70 @@
+// StageExecutor: the loop that runs one pipeline stage. It takes frames from the inbound
+// link in order, releases finished sequences, runs the Stage, and passes the result on:
+// activations to the next stage, or (last stage) sampled tokens to the coordinator.
+//
+// Contract:
+// - One thread (Start/Stop) owns the Stage. A batch that fails on this stage (refused by
+//   Stage::Forward, e.g. an unknown sequence or a full KV cache) is reported downstream as
+//   an error frame and, at the end of the pipeline, as a StepResult with an error; the
+//   executor keeps serving the next frames.
+// - Release lists travel with the frames, so a sequence's KV blocks are freed on every
+//   stage in pipeline order, after any batch of it that was still in flight.
+// - Stats() is thread-safe.
+#ifndef CASCADE_WORKER_STAGE_EXECUTOR_H_
+#define CASCADE_WORKER_STAGE_EXECUTOR_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/stage.h"
+#include "worker/activation_channel.h"
+
+namespace cascade {
+
+struct ExecutorStats {
+  uint64_t frames = 0;
+  uint64_t tokens = 0;
+  uint64_t failed_batches = 0;
+  double busy_seconds = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_total = 0;
+};
+
+class StageExecutor {
+ public:
+  // `out` is null for the last stage; `results` is used only by the last stage.
+  StageExecutor(std::unique_ptr<Stage> stage, uint32_t stage_index, uint64_t plan_id,
+                std::unique_ptr<ActivationReceiver> in, std::unique_ptr<ActivationSender> out,
+                std::shared_ptr<ResultSender> results);
+  ~StageExecutor();
+
+  void Start();
+  // Closes the links and joins the thread.
+  void Stop();
+  ExecutorStats Stats() const;
+  Stage& stage() { return *stage_; }
+
+  // Processes one frame on the calling thread (the loop calls this; tests may too).
+  void Process(StageFrame frame);
+
+ private:
+  void Loop();
+  void Fail(const StageFrame& in, const std::string& error);
+
+  std::unique_ptr<Stage> stage_;
+  const uint32_t stage_index_;
+  const uint64_t plan_id_;
+  std::unique_ptr<ActivationReceiver> in_;
+  std::unique_ptr<ActivationSender> out_;
+  std::shared_ptr<ResultSender> results_;
+  std::thread thread_;
+  mutable std::mutex stats_mu_;
+  ExecutorStats stats_ ABSL_GUARDED_BY(stats_mu_);
+  std::vector<float> buffer_;
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_WORKER_STAGE_EXECUTOR_H_

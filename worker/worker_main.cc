@@ -1,0 +1,51 @@
+// cascade-worker: a worker process. It registers with the coordinator, which tells it
+// which pipeline stage to load; then it runs that stage until stopped (SIGINT/SIGTERM).
+#include <iostream>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "util/logging.h"
+#include "util/signals.h"
+#include "util/units.h"
+#include "worker/worker_server.h"
+
+int main(int argc, char** argv) {
+  cascade::BlockTerminationSignals();
+  CLI::App app{"Cascade worker: runs one pipeline stage", "cascade-worker"};
+  cascade::WorkerOptions o;
+  std::string memory, log_level = "info";
+  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  app.add_option("--coordinator,-c", o.coordinator, "Coordinator address (host:port)")->required();
+  app.add_option("--listen,-l", o.listen, "Address to listen on (port 0 picks one)");
+  app.add_option("--advertise", o.advertise,
+                 "Address other processes use to reach this worker (default: listen host:port)");
+  app.add_option("--id", o.worker_id, "Stable worker name (default: the advertised address)");
+  app.add_option("--node", o.node, "Node name (default: host name)");
+  app.add_option("--threads,-t", o.threads, "Compute threads")->check(CLI::Range(1, 4096));
+  app.add_option("--memory", memory, "Memory this worker may use, e.g. 8GiB (default: available)");
+  app.add_option("--gflops", o.gflops, "Relative speed for planning (default: --threads)");
+  app.add_option("--device", o.device, "cpu, auto or cuda:N");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  CLI11_PARSE(app, argc, argv);
+  if (auto st = cascade::InitLogging(log_level, "worker"); !st.ok()) {
+    std::cerr << "cascade-worker: " << st.message() << "\n";
+    return 2;
+  }
+  if (!memory.empty()) {
+    auto bytes = cascade::ParseBytes(memory);
+    if (!bytes.ok()) {
+      std::cerr << "cascade-worker: --memory " << bytes.status().message() << "\n";
+      return 2;
+    }
+    o.memory_bytes = *bytes;
+  }
+  auto server = cascade::WorkerServer::Start(o);
+  if (!server.ok()) {
+    std::cerr << "cascade-worker: " << server.status().message() << "\n";
+    return 1;
+  }
+  const int sig = cascade::WaitForTerminationSignal();
+  spdlog::info("signal {}: shutting down", sig);
+  (*server)->Shutdown();
+  return 0;
+}
