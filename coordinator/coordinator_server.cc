@@ -83,7 +83,8 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     }
     if (sched) sched->Stop();
     if (first_stage_) first_stage_->Close();
-    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (server_)
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   }
 
   // ---- ServingBackend ----

@@ -41,6 +41,9 @@ v1::FinishReason ToProto(FinishReason r) {
 absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req,
                                                   const Tokenizer& tokenizer) {
   SequenceRequest s;
+  if (req.prompt().empty() && req.prompt_ids_size() == 0) {
+    return absl::InvalidArgumentError("prompt is empty (give prompt or prompt_ids)");
+  }
   if (!req.prompt().empty() && req.prompt_ids_size() > 0) {
     return absl::InvalidArgumentError("give either prompt or prompt_ids, not both");
   }

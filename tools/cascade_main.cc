@@ -18,6 +18,11 @@ int main(int argc, char** argv) {
   cascade::cli::AddDetokenize(app, &action);
   cascade::cli::AddLogits(app, &action);
   cascade::cli::AddInspect(app, &action);
+  cascade::cli::AddServe(app, &action);
+  cascade::cli::AddStatus(app, &action);
+  cascade::cli::AddPlan(app, &action);
+  cascade::cli::AddMakeModel(app, &action);
+  cascade::cli::AddQuantize(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

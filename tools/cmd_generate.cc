@@ -31,9 +31,29 @@ struct GenerateFlags {
   int threads = 0;
   std::string device = "auto";
   std::vector<std::string> stop;
+  std::string server;
 };
 
 int RunGenerate(const GenerateFlags& f) {
+  if (!f.server.empty()) {
+    v1::SamplingParams s;
+    s.set_temperature(f.temperature);
+    s.set_top_k(f.top_k);
+    s.set_top_p(f.top_p);
+    s.set_min_p(f.min_p);
+    s.set_repetition_penalty(f.repeat_penalty);
+    s.set_frequency_penalty(f.frequency_penalty);
+    s.set_presence_penalty(f.presence_penalty);
+    if (f.seed >= 0) {
+      s.set_seed(static_cast<uint64_t>(f.seed));
+      s.set_has_seed(true);
+    }
+    return RunRemoteGenerate(f.server, f.prompt, f.max_tokens, s, f.stop, f.ids, !f.no_echo);
+  }
+  if (f.model.empty()) {
+    std::cerr << "cascade generate: give --model (run here) or --server (a running cluster)\n";
+    return 2;
+  }
   StageOptions so;
   so.threads = f.threads > 0 ? f.threads : DefaultThreads();
   so.quantized_activations = !f.exact;
@@ -100,7 +120,8 @@ int RunGenerate(const GenerateFlags& f) {
 void AddGenerate(CLI::App& app, Action* action) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (in this process)");
-  cmd->add_option("--model,-m", f->model, "GGUF file or Hugging Face folder")->required();
+  cmd->add_option("--model,-m", f->model, "GGUF file or Hugging Face folder");
+  cmd->add_option("--server", f->server, "Generate on a running cluster (coordinator address)");
   cmd->add_option("--prompt,-p", f->prompt, "Prompt text (BOS is added as the model asks)");
   cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate")
       ->check(CLI::Range(0, 1 << 24));

@@ -5,8 +5,11 @@
 #define CASCADE_TOOLS_COMMANDS_H_
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "cascade/v1/inference.pb.h"
 
 namespace cascade::cli {
 
@@ -18,6 +21,16 @@ void AddTokenize(CLI::App& app, Action* action);
 void AddDetokenize(CLI::App& app, Action* action);
 void AddLogits(CLI::App& app, Action* action);
 void AddInspect(CLI::App& app, Action* action);
+void AddServe(CLI::App& app, Action* action);
+void AddStatus(CLI::App& app, Action* action);
+void AddPlan(CLI::App& app, Action* action);
+void AddMakeModel(CLI::App& app, Action* action);
+void AddQuantize(CLI::App& app, Action* action);
+
+// `generate --server`: streams a completion from a running cluster.
+int RunRemoteGenerate(const std::string& server, const std::string& prompt, int max_tokens,
+                      const v1::SamplingParams& sampling, const std::vector<std::string>& stop,
+                      bool ids, bool echo);
 
 }  // namespace cascade::cli
 

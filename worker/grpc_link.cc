@@ -1,6 +1,10 @@
 #include "worker/grpc_link.h"
 
+#include <deque>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "util/logging.h"
 #include "worker/grpc_util.h"
 
@@ -173,26 +177,100 @@ void StagePipeService::SetInbox(std::shared_ptr<FrameInbox> inbox) {
   inbox_ = std::move(inbox);
 }
 
-grpc::Status StagePipeService::Forward(
-    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::FrameAck, v1::ActivationFrame>* stream) {
-  v1::ActivationFrame frame;
-  while (stream->Read(&frame)) {
-    std::shared_ptr<FrameInbox> inbox;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      inbox = inbox_;
+absl::Status StagePipeService::Route(const v1::ActivationFrame& frame) {
+  std::shared_ptr<FrameInbox> inbox;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox = inbox_;
+  }
+  if (!inbox) return absl::FailedPreconditionError("no stage is loaded on this worker");
+  return inbox->Accept(frame);
+}
+
+namespace {
+
+// One inbound Forward stream: parse each message, route it, answer rejections.
+class ForwardReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  ForwardReactor(StagePipeService* service, std::string peer)
+      : service_(service), peer_(std::move(peer)) {
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the peer closed its side (or the call broke)
+      FinishOnce(grpc::Status::OK);
+      return;
     }
-    absl::Status st = inbox ? inbox->Accept(frame)
-                            : absl::FailedPreconditionError("no stage is loaded on this worker");
+    v1::ActivationFrame frame;
+    grpc::ProtoBufferReader reader(&in_);
+    if (!frame.ParseFromZeroCopyStream(&reader)) {
+      const std::string why =
+          absl::StrCat("undecodable activation frame (", in_.Length(), " bytes)");
+      spdlog::warn("stream from {} closed: {}", peer_, why);
+      FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why));
+      return;
+    }
+    absl::Status st = service_->Route(frame);
     if (!st.ok()) {
-      spdlog::warn("frame {} from {} rejected: {}", frame.batch_id(), ctx->peer(), st.message());
+      spdlog::warn("frame {} from {} rejected: {}", frame.batch_id(), peer_, st.message());
       v1::FrameAck ack;
       ack.set_batch_id(frame.batch_id());
       ack.set_error(std::string(st.message()));
-      if (!stream->Write(ack)) break;
+      QueueAck(ack);
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (ok && !pending_.empty()) {
+      StartNextWriteLocked();
+    } else if (finish_) {
+      Finish(*finish_);
     }
   }
-  return grpc::Status::OK;
+
+  void OnDone() override { delete this; }
+
+ private:
+  void QueueAck(const v1::FrameAck& ack) {
+    grpc::ByteBuffer buf;
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::FrameAck>::Serialize(ack, &buf, &own).ok()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finish_) return;
+    pending_.push_back(std::move(buf));
+    if (!writing_) StartNextWriteLocked();
+  }
+  void StartNextWriteLocked() {
+    out_ = std::move(pending_.front());
+    pending_.pop_front();
+    writing_ = true;
+    StartWrite(&out_);
+  }
+  void FinishOnce(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finish_) return;
+    finish_ = std::move(status);
+    if (!writing_) Finish(*finish_);
+  }
+
+  StagePipeService* service_;
+  const std::string peer_;
+  grpc::ByteBuffer in_, out_;
+  std::mutex mu_;
+  std::deque<grpc::ByteBuffer> pending_;
+  bool writing_ = false;
+  std::optional<grpc::Status> finish_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StagePipeService::Forward(
+    grpc::CallbackServerContext* ctx) {
+  return new ForwardReactor(this, ctx->peer());
 }
 
 }  // namespace cascade

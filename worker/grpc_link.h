@@ -98,12 +98,16 @@ class FrameInbox {
 };
 
 // StagePipe service: routes incoming frames to the current inbox (set when a stage loads).
-class StagePipeService final : public v1::StagePipe::Service {
+// It reads raw bytes and parses them itself, so that bytes which are not a frame end the
+// stream with INVALID_ARGUMENT and a logged reason instead of looking like a clean close.
+class StagePipeService final
+    : public v1::StagePipe::WithRawCallbackMethod_Forward<v1::StagePipe::Service> {
  public:
   void SetInbox(std::shared_ptr<FrameInbox> inbox);
-  grpc::Status Forward(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::FrameAck, v1::ActivationFrame>* stream) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Forward(
+      grpc::CallbackServerContext* ctx) override;
+  // Validates and queues one parsed frame; the rejection reason, or OK.
+  absl::Status Route(const v1::ActivationFrame& frame);
 
  private:
   std::mutex mu_;

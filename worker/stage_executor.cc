@@ -69,7 +69,12 @@ void StageExecutor::Fail(const StageFrame& in, const std::string& error) {
 
 void StageExecutor::Process(StageFrame frame) {
   const auto t0 = std::chrono::steady_clock::now();
-  for (SeqId seq : frame.release) stage_->FreeSequence(seq);
+  if (!frame.release.empty()) {
+    for (SeqId seq : frame.release) stage_->FreeSequence(seq);
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
+    stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
+  }
   if (!frame.error.empty()) {
     Fail(frame, frame.error);
     return;

@@ -253,7 +253,7 @@ void WorkerServer::Shutdown() {
   }
   cv_.notify_all();
   if (registration_.joinable()) registration_.join();
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   worker_service_.reset();
 }
 

@@ -1,0 +1,196 @@
+// Test fixture: a real cluster of processes (cascade-coordinator + N cascade-worker) on
+// loopback, or with every process in its own network namespace on a bridge the fixture
+// creates (and removes). Used by the end-to-end and fault tests.
+#ifndef CASCADE_TESTS_CLUSTER_FIXTURE_H_
+#define CASCADE_TESTS_CLUSTER_FIXTURE_H_
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cascade/v1/inference.grpc.pb.h"
+#include "cascade/v1/worker.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/subprocess.h"
+
+namespace cascade::testing {
+
+struct ClusterOptions {
+  std::string model;
+  int workers = 3;
+  int min_stages = 3;
+  bool netns = false;
+  std::vector<std::string> coordinator_flags;  // extra flags
+  int threads = 1;
+};
+
+class Cluster {
+ public:
+  // Starts the coordinator only; StartWorkers() adds the workers.
+  explicit Cluster(const ClusterOptions& o) : o_(o) {
+    tag_ = std::to_string(::getpid() % 100000);
+    dir_ = ::testing::TempDir() + "/cluster_" + tag_ + "_" + std::to_string(counter_++);
+    std::system(("mkdir -p " + dir_).c_str());
+    if (o.netns && !SetUpNamespaces()) return;
+    port_ = FreePort();
+    const std::string host = o.netns ? Ip(0) : "127.0.0.1";
+    address_ = absl::StrCat(host, ":", port_);
+    std::vector<std::string> args = Prefix(0);
+    for (const std::string& a :
+         {std::string(CASCADE_COORDINATOR_BIN), std::string("--model"), o.model,
+          std::string("--listen"), address_, std::string("--workers"), std::to_string(o.workers),
+          std::string("--min-stages"), std::to_string(o.min_stages), std::string("--log-level"),
+          std::string("info")}) {
+      args.push_back(a);
+    }
+    for (const auto& f : o.coordinator_flags) args.push_back(f);
+    coordinator_ = Subprocess::Start(args, dir_ + "/coordinator.log");
+    // Connect only once it listens, so the channel does not start in reconnect backoff.
+    WaitForPort(host, port_, std::chrono::seconds(20));
+    // Reconnect quickly: the coordinator may not listen yet when the first call is made.
+    grpc::ChannelArguments channel_args;
+    channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+    channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+    channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
+    channel_ =
+        grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), channel_args);
+    ok_ = coordinator_ != nullptr;
+  }
+
+  ~Cluster() {
+    coordinator_.reset();  // first, so that no stream into the workers stays open
+    workers_.clear();
+    if (o_.netns) TearDownNamespaces();
+  }
+
+  bool ok() const { return ok_; }
+  const std::string& skip_reason() const { return skip_reason_; }
+  const std::string& address() const { return address_; }
+
+  void StartWorkers() {
+    for (int i = 0; i < o_.workers; ++i) {
+      std::vector<std::string> args = Prefix(i + 1);
+      const std::string host = o_.netns ? Ip(i + 1) : "127.0.0.1";
+      for (const std::string& a :
+           {std::string(CASCADE_WORKER_BIN), std::string("--coordinator"), address_,
+            std::string("--listen"), host + ":0", std::string("--threads"),
+            std::to_string(o_.threads), std::string("--memory"), std::string("2GiB"),
+            std::string("--id"), absl::StrCat("w", i), std::string("--log-level"),
+            std::string("info")}) {
+        args.push_back(a);
+      }
+      workers_.push_back(Subprocess::Start(args, absl::StrCat(dir_, "/worker", i, ".log")));
+    }
+  }
+
+  // Polls the health service until SERVING (true) or the timeout.
+  bool WaitServing(std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Health() == grpc::health::v1::HealthCheckResponse::SERVING) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  grpc::health::v1::HealthCheckResponse::ServingStatus Health() {
+    auto stub = grpc::health::v1::Health::NewStub(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    if (!stub->Check(&ctx, req, &resp).ok()) return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+    return resp.status();
+  }
+
+  std::unique_ptr<v1::Inference::Stub> Inference() { return v1::Inference::NewStub(channel_); }
+  std::unique_ptr<v1::Coordinator::Stub> Control() { return v1::Coordinator::NewStub(channel_); }
+
+  v1::ClusterStatusResponse Status() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ClusterStatusResponse resp;
+    Control()->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &resp);
+    return resp;
+  }
+
+  std::string Logs() {
+    std::string all = "---- coordinator\n" + (coordinator_ ? coordinator_->Log() : "");
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      all += absl::StrCat("---- worker ", i, "\n", workers_[i]->Log());
+    }
+    return all;
+  }
+
+  Subprocess& worker(int i) { return *workers_[i]; }
+
+ private:
+  // Host 0 is the coordinator, 1..N the workers.
+  std::string Ns(int host) const { return absl::StrCat("cascade", tag_, "h", host); }
+  std::string Ip(int host) const { return absl::StrCat("10.77.", subnet_, ".", 10 + host); }
+  std::vector<std::string> Prefix(int host) const {
+    if (!o_.netns) return {};
+    return {"ip", "netns", "exec", Ns(host)};
+  }
+  static bool Sh(const std::string& cmd) {
+    return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0;
+  }
+
+  bool SetUpNamespaces() {
+    subnet_ = static_cast<int>(::getpid() % 200) + 20;
+    bridge_ = absl::StrCat("cbr", tag_);
+    if (::geteuid() != 0 || !Sh("ip netns list")) {
+      skip_reason_ = "network namespaces need root and iproute2";
+      return false;
+    }
+    if (!Sh("ip link add " + bridge_ + " type bridge") ||
+        !Sh(absl::StrCat("ip addr add 10.77.", subnet_, ".1/24 dev ", bridge_)) ||
+        !Sh("ip link set " + bridge_ + " up")) {
+      skip_reason_ = "cannot create a bridge (no CAP_NET_ADMIN?)";
+      return false;
+    }
+    for (int h = 0; h <= o_.workers; ++h) {
+      const std::string ns = Ns(h), host_if = absl::StrCat("cv", tag_, "h", h),
+                        ns_if = absl::StrCat("cv", tag_, "n", h);
+      if (!Sh("ip netns add " + ns) ||
+          !Sh("ip link add " + host_if + " type veth peer name " + ns_if) ||
+          !Sh("ip link set " + ns_if + " netns " + ns) ||
+          !Sh("ip link set " + host_if + " master " + bridge_) ||
+          !Sh("ip link set " + host_if + " up") ||
+          !Sh(absl::StrCat("ip netns exec ", ns, " ip addr add ", Ip(h), "/24 dev ", ns_if)) ||
+          !Sh(absl::StrCat("ip netns exec ", ns, " ip link set ", ns_if, " up")) ||
+          !Sh(absl::StrCat("ip netns exec ", ns, " ip link set lo up"))) {
+        skip_reason_ = "cannot create network namespaces and veth pairs";
+        return false;
+      }
+      namespaces_.push_back(ns);
+    }
+    return true;
+  }
+
+  void TearDownNamespaces() {
+    coordinator_.reset();
+    workers_.clear();
+    for (const auto& ns : namespaces_) Sh("ip netns del " + ns);
+    if (!bridge_.empty()) Sh("ip link del " + bridge_);
+  }
+
+  ClusterOptions o_;
+  std::string tag_, dir_, address_, bridge_, skip_reason_;
+  int port_ = 0, subnet_ = 0;
+  bool ok_ = false;
+  std::vector<std::string> namespaces_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::shared_ptr<grpc::Channel> channel_;
+  static inline int counter_ = 0;
+};
+
+}  // namespace cascade::testing
+
+#endif  // CASCADE_TESTS_CLUSTER_FIXTURE_H_

@@ -1,0 +1,342 @@
+// End-to-end cluster tests: a coordinator and three worker processes serve a model split
+// in three stages, on loopback and with every process in its own network namespace.
+#include <thread>
+
+#include "engine/generator.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "model/model_source.h"
+#include "model/test_models.h"
+#include "model/test_util.h"
+#include "model/tokenizer.h"
+#include "tests/cluster_fixture.h"
+
+namespace cascade {
+namespace {
+
+using testing::Cluster;
+using testing::ClusterOptions;
+using ::testing::HasSubstr;
+
+std::string TestModel() {
+  const std::string tiny = testing::SharedPath("models/tiny-llama/tiny-llama-f16.gguf");
+  return testing::PathExists(tiny) ? tiny : testing::BundledModel();
+}
+
+struct Generated {
+  grpc::Status status;
+  std::string text;
+  std::vector<int32_t> ids;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+};
+
+Generated Generate(v1::Inference::Stub& stub, const v1::GenerateRequest& req,
+                   std::chrono::milliseconds deadline = std::chrono::seconds(120)) {
+  Generated g;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  auto reader = stub.Generate(&ctx, req);
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+    g.text += r.text();
+    g.ids.insert(g.ids.end(), r.token_ids().begin(), r.token_ids().end());
+    if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) g.finish = r.finish_reason();
+  }
+  g.status = reader->Finish();
+  return g;
+}
+
+v1::GenerateRequest Request(const std::string& prompt, int max_tokens, float temperature,
+                            uint64_t seed) {
+  v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_temperature(temperature);
+  req.mutable_sampling()->set_top_k(temperature > 0 ? 40 : 0);
+  req.mutable_sampling()->set_top_p(0.95f);
+  req.mutable_sampling()->set_seed(seed);
+  req.mutable_sampling()->set_has_seed(true);
+  return req;
+}
+
+class ClusterTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    ClusterOptions o;
+    o.model = TestModel();
+    o.netns = GetParam();
+    o.coordinator_flags = {"--kv-sequences", "20", "--max-running", "32"};
+    cluster_ = std::make_unique<Cluster>(o);
+    if (!cluster_->ok()) GTEST_SKIP() << cluster_->skip_reason();
+    cluster_->StartWorkers();
+    ASSERT_TRUE(cluster_->WaitServing()) << cluster_->Logs();
+  }
+  void TearDown() override {
+    if (HasFailure() && cluster_) std::cerr << cluster_->Logs();
+  }
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_P(ClusterTest, ThreeStagesGiveTheSingleProcessGreedyIds) {
+  auto status = cluster_->Status();
+  ASSERT_EQ(status.stages_size(), 3) << status.DebugString();
+  // The single-process engine on the same prompt.
+  auto src = ModelSource::Open(TestModel());
+  ASSERT_TRUE(src.ok());
+  auto tok = Tokenizer::FromGguf(*(*src)->gguf());
+  auto stage = Stage::Create(**src, {});
+  ASSERT_TRUE(tok.ok() && stage.ok());
+  GenerationRequest g;
+  g.prompt =
+      *(*tok)->Encode("The quick brown fox jumps over the lazy dog. Once upon a time", true, true);
+  g.sampling = SamplingParams::Greedy();
+  g.max_tokens = 32;
+  g.ignore_eos = true;
+  auto want = Generate(**stage, **tok, g, nullptr);
+  ASSERT_TRUE(want.ok());
+
+  v1::GenerateRequest req;
+  for (int32_t id : g.prompt) req.add_prompt_ids(id);
+  req.set_max_tokens(32);
+  req.set_ignore_eos(true);
+  req.mutable_sampling()->set_temperature(0);
+  auto stub = cluster_->Inference();
+  Generated got = Generate(*stub, req);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.ids, want->tokens);
+  EXPECT_EQ(got.text, want->text);
+  const std::string ref = testing::SharedPath("models/tiny-llama/f16.greedy32.ids");
+  if (TestModel() != testing::BundledModel() && testing::PathExists(ref)) {
+    std::ifstream in(ref);
+    std::vector<int32_t> all;
+    int32_t v;
+    while (in >> v) all.push_back(v);
+    EXPECT_EQ(got.ids, std::vector<int32_t>(all.begin() + g.prompt.size(), all.end()));
+  }
+}
+
+TEST_P(ClusterTest, SixteenConcurrentStreamsEachGetTheirSoloText) {
+  const char* prompts[] = {"Once upon a time", "The little dog", "In the park", "Tom said",
+                           "A big red ball",   "She was happy",  "The sun was", "One day"};
+  auto stub = cluster_->Inference();
+  std::vector<v1::GenerateRequest> reqs;
+  for (int i = 0; i < 16; ++i) {
+    reqs.push_back(Request(prompts[i % 8], 24 + i, i % 3 == 0 ? 0.0f : 0.8f, 7000 + i));
+  }
+  std::vector<Generated> solo;
+  for (const auto& r : reqs) solo.push_back(Generate(*stub, r));
+  std::vector<Generated> together(16);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      auto s = cluster_->Inference();
+      together[i] = Generate(*s, reqs[i]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(solo[i].status.ok()) << solo[i].status.error_message();
+    ASSERT_TRUE(together[i].status.ok()) << together[i].status.error_message();
+    EXPECT_FALSE(solo[i].ids.empty());
+    EXPECT_EQ(together[i].text, solo[i].text) << "stream " << i;
+    EXPECT_EQ(together[i].ids, solo[i].ids) << "stream " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Network, ClusterTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "netns" : "loopback"; });
+
+class ClusterFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ClusterOptions o;
+    o.model = testing::BundledModel();
+    o.coordinator_flags = {"--kv-sequences", "4", "--max-waiting", "8"};
+    cluster_ = std::make_unique<Cluster>(o);
+    ASSERT_TRUE(cluster_->ok());
+  }
+  void TearDown() override {
+    if (HasFailure() && cluster_) std::cerr << cluster_->Logs();
+  }
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(ClusterFaults, HealthIsNotServingUntilEveryStageIsLoaded) {
+  // No workers yet: the coordinator answers, but not as SERVING.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto h = cluster_->Health();
+  while (h == grpc::health::v1::HealthCheckResponse::UNKNOWN &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    h = cluster_->Health();
+  }
+  EXPECT_EQ(h, grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  auto stub = cluster_->Inference();
+  Generated early = Generate(*stub, Request("Once", 4, 0, 1));
+  EXPECT_EQ(early.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(early.status.error_message(), HasSubstr("loading"));
+  cluster_->StartWorkers();
+  ASSERT_TRUE(cluster_->WaitServing());
+  EXPECT_TRUE(Generate(*stub, Request("Once", 4, 0, 1)).status.ok());
+}
+
+TEST_F(ClusterFaults, BadRequestsGetInvalidArgumentAndOthersAreUnaffected) {
+  cluster_->StartWorkers();
+  ASSERT_TRUE(cluster_->WaitServing());
+  auto stub = cluster_->Inference();
+  // A long generation runs while bad requests arrive.
+  Generated reference = Generate(*stub, Request("Once upon a time", 150, 0.0f, 1));
+  ASSERT_TRUE(reference.status.ok());
+  Generated during;
+  std::thread runner([&] {
+    auto s = cluster_->Inference();
+    during = Generate(*s, Request("Once upon a time", 150, 0.0f, 1));
+  });
+  auto expect_invalid = [&](const v1::GenerateRequest& r, const std::string& what) {
+    Generated g = Generate(*stub, r);
+    EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
+    EXPECT_THAT(g.status.error_message(), HasSubstr(what));
+  };
+  v1::GenerateRequest empty;
+  empty.set_max_tokens(5);
+  expect_invalid(empty, "empty");
+  v1::GenerateRequest too_long = Request("", 5, 0, 1);
+  for (int i = 0; i < 600; ++i) too_long.add_prompt_ids(403);
+  expect_invalid(too_long, "does not fit the context");
+  expect_invalid(Request("hi", 2000000000, 0, 1), "max_tokens");
+  expect_invalid(Request("hi", -5, 0, 1), "max_tokens");
+  v1::GenerateRequest hot = Request("hi", 5, 500.0f, 1);
+  expect_invalid(hot, "temperature");
+  v1::GenerateRequest nan_p = Request("hi", 5, 1.0f, 1);
+  nan_p.mutable_sampling()->set_top_p(std::numeric_limits<float>::quiet_NaN());
+  expect_invalid(nan_p, "top_p");
+  v1::GenerateRequest bad_id = Request("", 5, 0, 1);
+  bad_id.add_prompt_ids(1);
+  bad_id.add_prompt_ids(-7);
+  expect_invalid(bad_id, "outside the vocabulary");
+  v1::GenerateRequest wrong_model = Request("hi", 5, 0, 1);
+  wrong_model.set_model("gpt-17");
+  EXPECT_EQ(Generate(*stub, wrong_model).status.error_code(), grpc::StatusCode::NOT_FOUND);
+  runner.join();
+  ASSERT_TRUE(during.status.ok()) << during.status.error_message();
+  EXPECT_EQ(during.text, reference.text);
+}
+
+TEST_F(ClusterFaults, GarbageAndMisshapenFramesAreRejectedWhileServingContinues) {
+  cluster_->StartWorkers();
+  ASSERT_TRUE(cluster_->WaitServing());
+  auto status = cluster_->Status();
+  ASSERT_EQ(status.stages_size(), 3);
+  const std::string stage1 = status.stages(1).address();
+  auto stub = cluster_->Inference();
+  Generated reference = Generate(*stub, Request("Once upon a time", 100, 0.0f, 1));
+  Generated during;
+  std::thread runner([&] {
+    auto s = cluster_->Inference();
+    during = Generate(*s, Request("Once upon a time", 100, 0.0f, 1));
+  });
+  auto channel = grpc::CreateChannel(stage1, grpc::InsecureChannelCredentials());
+  // 1. Bytes that are not a frame at all: the stream is closed with an error.
+  {
+    grpc::GenericStub generic(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::CompletionQueue cq;
+    auto call = generic.PrepareCall(&ctx, "/cascade.v1.StagePipe/Forward", &cq);
+    call->StartCall(reinterpret_cast<void*>(1));
+    void* tag;
+    bool ok;
+    cq.Next(&tag, &ok);
+    const std::string junk = "\xff\xff\xff\xff garbage that is not a protobuf \x01\x02";
+    grpc::Slice slice(junk);
+    grpc::ByteBuffer bb(&slice, 1);
+    call->Write(bb, reinterpret_cast<void*>(2));
+    cq.Next(&tag, &ok);
+    call->WritesDone(reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+    grpc::Status st;
+    call->Finish(&st, reinterpret_cast<void*>(4));
+    while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+    }
+    EXPECT_FALSE(st.ok());
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+  // 2. Well-formed frames with wrong shapes, a wrong plan, truncated payloads, unknown
+  //    sequences: each is answered with a rejection naming the problem.
+  {
+    auto pipe = v1::StagePipe::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = pipe->Forward(&ctx);
+    std::vector<v1::ActivationFrame> bad(4);
+    for (auto& f : bad) {
+      f.set_version(1);
+      f.set_plan_id(status.plan_id());
+      f.set_stage(1);
+      f.set_batch_id(900000);
+      f.add_seq_ids(424242);
+      f.add_positions(3);
+      f.add_tokens(5);
+      f.add_want_logits(false);
+      f.set_dtype(v1::DTYPE_F32);
+      f.add_shape(1);
+      f.add_shape(64);
+      f.set_payload(std::string(64 * 4, '\0'));
+    }
+    bad[0].set_shape(1, 65);                   // wrong shape
+    bad[1].set_plan_id(status.plan_id() + 1);  // another plan
+    bad[2].mutable_payload()->resize(100);     // truncated payload
+    // bad[3]: well formed, but sequence 424242 does not exist on this stage
+    for (const auto& f : bad) ASSERT_TRUE(stream->Write(f));
+    stream->WritesDone();
+    std::vector<std::string> errors;
+    v1::FrameAck ack;
+    while (stream->Read(&ack)) errors.push_back(ack.error());
+    stream->Finish();
+    ASSERT_EQ(errors.size(), 3u);
+    EXPECT_THAT(errors[0], HasSubstr("shape"));
+    EXPECT_THAT(errors[1], HasSubstr("plan_id"));
+    EXPECT_THAT(errors[2], HasSubstr("payload"));
+  }
+  runner.join();
+  ASSERT_TRUE(during.status.ok()) << during.status.error_message();
+  EXPECT_EQ(during.text, reference.text);
+  // The unknown-sequence frame failed on the stage, not the process.
+  EXPECT_TRUE(Generate(*stub, Request("Once", 8, 0.0f, 1)).status.ok());
+}
+
+TEST_F(ClusterFaults, ClientDeadlineFreesItsKvBlocks) {
+  cluster_->StartWorkers();
+  ASSERT_TRUE(cluster_->WaitServing());
+  auto stub = cluster_->Inference();
+  Generated g =
+      Generate(*stub, Request("Once upon a time", 400, 0.0f, 1), std::chrono::milliseconds(150));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // Within a few steps: nothing reserved, and every stage's cache empty again.
+  bool freed = false;
+  for (int i = 0; i < 100 && !freed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto s = cluster_->Status();
+    freed = s.scheduler().kv_blocks_reserved() == 0 && s.scheduler().running() == 0;
+    for (const auto& st : s.stages()) freed &= st.stats().kv_blocks_used() == 0;
+  }
+  EXPECT_TRUE(freed) << cluster_->Status().DebugString();
+  // A full queue refuses at once with RESOURCE_EXHAUSTED.
+  std::vector<std::thread> flood;
+  std::atomic<int> exhausted{0};
+  for (int i = 0; i < 24; ++i) {
+    flood.emplace_back([&] {
+      auto s = cluster_->Inference();
+      Generated r = Generate(*s, Request("Once upon a time", 400, 0.0f, 1));
+      if (r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++exhausted;
+    });
+  }
+  for (auto& t : flood) t.join();
+  EXPECT_GT(exhausted.load(), 0);
+}
+
+}  // namespace
+}  // namespace cascade

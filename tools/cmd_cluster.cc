@@ -1,0 +1,261 @@
+// Subcommands that run or talk to a cluster: serve, status, plan, and the remote half of
+// generate (--server).
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_join.h"
+#include "cascade/v1/inference.grpc.pb.h"
+#include "cascade/v1/worker.grpc.pb.h"
+#include "coordinator/cluster_config.h"
+#include "coordinator/coordinator_server.h"
+#include "coordinator/planner.h"
+#include "tools/commands.h"
+#include "util/logging.h"
+#include "util/signals.h"
+#include "util/units.h"
+#include "worker/grpc_util.h"
+#include "worker/worker_server.h"
+
+namespace cascade::cli {
+namespace {
+
+// ---------------------------------------------------------------- serve
+
+struct ServeFlags {
+  CoordinatorOptions coordinator;
+  int threads = 0;
+};
+
+int RunServe(ServeFlags f) {
+  BlockTerminationSignals();
+  const int n = f.coordinator.workers;
+  if (f.coordinator.min_stages == 1 && n > 1) f.coordinator.min_stages = n;
+  auto coordinator = CoordinatorServer::Start(f.coordinator);
+  if (!coordinator.ok()) {
+    std::cerr << "cascade serve: " << coordinator.status().message() << "\n";
+    return 1;
+  }
+  // N workers in this process, sharing the machine's memory and cores.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::unique_ptr<WorkerServer>> workers;
+  for (int i = 0; i < n; ++i) {
+    WorkerOptions w;
+    w.listen = "127.0.0.1:0";
+    w.coordinator = (*coordinator)->address();
+    w.worker_id = absl::StrCat("local-", i);
+    w.threads = f.threads > 0 ? f.threads : std::max(1, cores / n);
+    w.memory_bytes = AvailableMemoryBytes() / static_cast<uint64_t>(n);
+    w.device = f.coordinator.device.empty() ? "cpu" : f.coordinator.device;
+    auto s = WorkerServer::Start(w);
+    if (!s.ok()) {
+      std::cerr << "cascade serve: " << s.status().message() << "\n";
+      return 1;
+    }
+    workers.push_back(std::move(*s));
+  }
+  absl::Status st = (*coordinator)->WaitUntilServing(std::chrono::minutes(30));
+  if (!st.ok()) {
+    std::cerr << "cascade serve: " << st.message() << "\n";
+    return 1;
+  }
+  std::cerr << "cascade serve: serving " << f.coordinator.model_path << " on "
+            << (*coordinator)->address() << " with " << n << " worker(s); Ctrl-C stops\n";
+  WaitForTerminationSignal();
+  (*coordinator)->Shutdown();
+  for (auto& w : workers) w->Shutdown();
+  return 0;
+}
+
+// ---------------------------------------------------------------- status
+
+const char* StateName(v1::WorkerState s) {
+  switch (s) {
+    case v1::WORKER_STATE_IDLE:
+      return "idle";
+    case v1::WORKER_STATE_LOADING:
+      return "loading";
+    case v1::WORKER_STATE_SERVING:
+      return "serving";
+    case v1::WORKER_STATE_DRAINING:
+      return "draining";
+    case v1::WORKER_STATE_FAILED:
+      return "failed";
+    default:
+      return "?";
+  }
+}
+
+int RunStatus(const std::string& server) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(server));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ClusterStatusResponse s;
+  grpc::Status st = stub->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &s);
+  if (!st.ok()) {
+    std::cerr << "cascade status: " << server << ": " << st.error_message() << "\n";
+    return 1;
+  }
+  std::printf("model    %s\nserving  %s\n", s.model().c_str(), s.serving() ? "yes" : "no");
+  if (!s.error().empty()) std::printf("error    %s\n", s.error().c_str());
+  std::printf("\n%-5s %-22s %-9s %-9s %10s %12s %14s %9s\n", "stage", "worker", "layers", "state",
+              "frames", "tokens", "kv blocks", "busy s");
+  for (const auto& st2 : s.stages()) {
+    const std::string layers = absl::StrCat("[", st2.first_layer(), ",", st2.last_layer(), ")");
+    const std::string kv =
+        absl::StrCat(st2.stats().kv_blocks_used(), "/", st2.stats().kv_blocks_total());
+    std::printf("%-5d %-22s %-9s %-9s %10lu %12lu %14s %9.1f%s\n", st2.index(),
+                st2.worker_id().c_str(), layers.c_str(), StateName(st2.state()),
+                static_cast<unsigned long>(st2.stats().frames()),
+                static_cast<unsigned long>(st2.stats().tokens()), kv.c_str(), st2.stats().busy_s(),
+                st2.alive() ? "" : "  (no heartbeat)");
+  }
+  std::printf("\n%-22s %-12s %-22s %6s %11s %10s\n", "worker", "node", "address", "cores", "memory",
+              "heartbeat");
+  for (const auto& w : s.workers()) {
+    std::printf("%-22s %-12s %-22s %6d %11s %9.1fs\n", w.worker_id().c_str(), w.node().c_str(),
+                w.address().c_str(), w.resources().cores(),
+                HumanBytes(w.resources().memory_bytes()).c_str(), w.seconds_since_heartbeat());
+  }
+  const auto& q = s.scheduler();
+  const double tps = q.uptime_s() > 0 ? q.generated_tokens() / q.uptime_s() : 0;
+  std::printf("\nrequests: %ld running, %ld waiting, %lu done, %lu failed, %lu refused\n",
+              static_cast<long>(q.running()), static_cast<long>(q.waiting()),
+              static_cast<unsigned long>(q.completed()), static_cast<unsigned long>(q.failed()),
+              static_cast<unsigned long>(q.rejected()));
+  std::printf("tokens:   %lu generated, %lu prompt; %.1f generated tokens/s since start\n",
+              static_cast<unsigned long>(q.generated_tokens()),
+              static_cast<unsigned long>(q.prompt_tokens()), tps);
+  std::printf("kv cache: %ld of %ld blocks reserved; %ld batches in flight\n",
+              static_cast<long>(q.kv_blocks_reserved()), static_cast<long>(q.kv_blocks_total()),
+              static_cast<long>(q.in_flight_batches()));
+  return 0;
+}
+
+// ---------------------------------------------------------------- plan
+
+struct PlanFlags {
+  std::string model, shape, type = "F16", workers;
+  int kv_sequences = 8;
+  int64_t ctx = 0;
+  int64_t batch = 512;
+  int min_stages = 1;
+};
+
+int RunPlan(const PlanFlags& f) {
+  ModelProfile profile;
+  std::unique_ptr<ModelSource> src;
+  if (!f.model.empty()) {
+    auto s = ModelSource::Open(f.model);
+    if (!s.ok()) {
+      std::cerr << "cascade plan: " << s.status().message() << "\n";
+      return 1;
+    }
+    src = std::move(*s);
+    profile = ProfileFromSource(*src);
+  } else {
+    auto shape = FindModelShape(f.shape);
+    auto type = ParseTensorTypeName(f.type);
+    if (!shape || !type) {
+      std::cerr << "cascade plan: give --model, or --shape ("
+                << absl::StrJoin(ModelShapeNames(), ", ") << ") with a --type\n";
+      return 2;
+    }
+    profile = ProfileFromShape(*shape, *type);
+  }
+  auto workers = ParseWorkerSpecs(f.workers);
+  if (!workers.ok()) {
+    std::cerr << "cascade plan: --workers: " << workers.status().message() << "\n";
+    return 2;
+  }
+  PlanLimits lim;
+  const int64_t ctx = f.ctx > 0 ? f.ctx : profile.config.context_length;
+  lim.kv_tokens = ctx * f.kv_sequences;
+  lim.batch_tokens = f.batch;
+  lim.min_stages = f.min_stages;
+  auto plan = MakePlan(profile, *workers, lim);
+  if (!plan.ok()) {
+    std::cerr << "cascade plan: " << plan.status().message() << "\n";
+    return 1;
+  }
+  std::printf("KV cache for %d sequences of %ld tokens; micro-batches of %ld tokens\n",
+              f.kv_sequences, static_cast<long>(ctx), static_cast<long>(f.batch));
+  std::fputs(plan->Table(profile, *workers).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- remote generate
+
+int RunRemoteGenerate(const std::string& server, const std::string& prompt, int max_tokens,
+                      const v1::SamplingParams& sampling, const std::vector<std::string>& stop,
+                      bool ids, bool echo) {
+  auto stub = v1::Inference::NewStub(MakeChannel(server));
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.set_max_tokens(max_tokens);
+  *req.mutable_sampling() = sampling;
+  for (const auto& s : stop) req.add_stop(s);
+  auto reader = stub->Generate(&ctx, req);
+  if (echo && !ids) {
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    std::fflush(stdout);
+  }
+  std::vector<int32_t> all;
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+    if (ids) {
+      all.insert(all.end(), r.token_ids().begin(), r.token_ids().end());
+    } else {
+      std::fwrite(r.text().data(), 1, r.text().size(), stdout);
+      std::fflush(stdout);
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (ids) std::cout << absl::StrJoin(all, " ");
+  std::cout << "\n";
+  if (!st.ok()) {
+    std::cerr << "cascade generate: " << server << ": " << st.error_message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+void AddServe(CLI::App& app, Action* action) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Run a coordinator and N local workers in this process (one command cluster)");
+  AddCoordinatorFlags(*cmd, &f->coordinator);
+  f->coordinator.listen = "127.0.0.1:50051";
+  cmd->add_option("--threads", f->threads, "Threads per worker (default: cores / workers)");
+  cmd->callback([f, action] { *action = [f] { return RunServe(*f); }; });
+}
+
+void AddStatus(CLI::App& app, Action* action) {
+  auto server = std::make_shared<std::string>("127.0.0.1:50051");
+  CLI::App* cmd = app.add_subcommand("status", "Show a running cluster's stages, workers and load");
+  cmd->add_option("--server,-s", *server, "Coordinator address");
+  cmd->callback([server, action] { *action = [server] { return RunStatus(*server); }; });
+}
+
+void AddPlan(CLI::App& app, Action* action) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* cmd =
+      app.add_subcommand("plan", "Print the pipeline plan for a model on given workers");
+  cmd->add_option("--model,-m", f->model, "GGUF file or Hugging Face folder");
+  cmd->add_option("--shape", f->shape, "Or a named shape, e.g. tinyllama-1.1b");
+  cmd->add_option("--type", f->type, "Weight type with --shape (F16, Q8_0, Q4_K, ...)");
+  cmd->add_option("--workers,-w", f->workers,
+                  "Workers: name=memory[@gflops],... e.g. a=8GiB@2,b=4GiB")
+      ->required();
+  cmd->add_option("--kv-sequences", f->kv_sequences, "Full-context sequences the KV cache holds")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--ctx", f->ctx, "Context per sequence (default: the model's)");
+  cmd->add_option("--batch", f->batch, "Tokens per micro-batch");
+  cmd->add_option("--min-stages", f->min_stages, "Use at least this many workers");
+  cmd->callback([f, action] { *action = [f] { return RunPlan(*f); }; });
+}
+
+}  // namespace cascade::cli
