@@ -1,4 +1,7 @@
 // Malformed vocabularies: each defect gives an error that names the file and the field.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <optional>
 
@@ -170,7 +173,9 @@ class JsonErrors : public ::testing::Test {
   }
   absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& text,
                                                   const std::string& config = "") {
-    const std::string dir = ::testing::TempDir();
+    // ctest runs these tests in parallel processes: one folder per process.
+    const std::string dir = ::testing::TempDir() + "/tok_errors_" + std::to_string(::getpid());
+    ::mkdir(dir.c_str(), 0755);
     path_ = dir + "/tok_errors_tokenizer.json";
     std::ofstream(path_, std::ios::binary) << text;
     std::string config_path;

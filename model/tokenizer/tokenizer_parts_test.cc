@@ -1,8 +1,11 @@
 // Unit tests of the tokenizer's building blocks: regex translation, split behaviors, NFC,
 // added-token matching, and a small tokenizer.json exercising Metaspace, lstrip, unknown
 // tokens and post-processing.
+#include <unistd.h>
+
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/tokenizer.h"
@@ -124,8 +127,10 @@ TEST(AddedTokens, LeftmostLongestWithStripRules) {
     m.Split(text, parse_special, &f);
     std::vector<std::string> out;
     for (const Fragment& x : f) {
-      out.push_back((x.token >= 0 ? "#" + std::to_string(x.token) + ":" : "") +
-                    text.substr(x.begin, x.end - x.begin));
+      std::string piece;
+      if (x.token >= 0) piece = absl::StrCat("#", x.token, ":");
+      piece.append(text, x.begin, x.end - x.begin);
+      out.push_back(std::move(piece));
     }
     return out;
   };
@@ -140,7 +145,8 @@ TEST(AddedTokens, LeftmostLongestWithStripRules) {
 class SmallJson : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = ::testing::TempDir() + "/small_tokenizer.json";
+    const std::string path =
+        ::testing::TempDir() + "/small_tokenizer_" + std::to_string(::getpid()) + ".json";
     std::ofstream(path, std::ios::binary) << R"({
       "added_tokens": [
         {"id": 0, "content": "<unk>", "special": true},

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
+#
+#   bench/run_benchmarks.sh [pipeline|kernels|all]     (default: all)
+#
+# Models are random-weight files of named shapes written by `cascade make-model` into
+# $CASCADE_BENCH_MODELS (default /tmp/cascade-bench-models); they are made once.
+# Run on an otherwise idle machine: every benchmark shares its cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/bin}
+MODELS=${CASCADE_BENCH_MODELS:-/tmp/cascade-bench-models}
+WHAT=${1:-all}
+mkdir -p "$MODELS"
+
+model() {  # model SHAPE TYPE -> path (made if missing)
+  local path="$MODELS/$1-$2.gguf"
+  [[ -f $path ]] || "$BIN/cascade" make-model --shape "$1" --type "$2" "$path" >&2
+  echo "$path"
+}
+
+json() {  # json KEY <<< '{...}'
+  python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
+}
+
+ratio() { python3 -c "print(f'{$1 / $2:.3f}')"; }
+
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; $(date -u +%Y-%m-%d)"
+
+if [[ $WHAT == pipeline || $WHAT == all ]]; then
+  echo
+  echo "== (a) cost of a hop: batch-1 decode, llama-110m F16, one thread per stage =="
+  M=$(model llama-110m F16)
+  base=$("$BIN/cluster_bench" local --model "$M" --threads 1 --streams 1 --tokens 64 | json decode_tokens_per_s)
+  echo "one process, 1 thread:        $base tokens/s"
+  for s in 2 3; do
+    t=$("$BIN/cluster_bench" cluster --model "$M" --stages $s --threads 1 --streams 1 --tokens 64 | json decode_tokens_per_s)
+    echo "$s stages over gRPC loopback: $t tokens/s   ratio $(ratio "$t" "$base")   (target >= 0.95)"
+  done
+
+  echo
+  echo "== (b) pipeline kept full: 8 streams, tinyllama-1.1b F16 =="
+  M=$(model tinyllama-1.1b F16)
+  base=$("$BIN/cluster_bench" local --model "$M" --threads 2 --streams 8 --tokens 32 --repeats 2 | json decode_tokens_per_s)
+  echo "one process, 2 threads:          $base tokens/s"
+  t=$("$BIN/cluster_bench" cluster --model "$M" --stages 2 --threads 1 --streams 8 --tokens 32 --repeats 2 | json decode_tokens_per_s)
+  echo "2 stages, 1 thread each (gRPC):  $t tokens/s   ratio $(ratio "$t" "$base")   (target >= 0.9)"
+fi
+
+if [[ $WHAT == kernels || $WHAT == all ]]; then
+  if [[ -x $BIN/engine_bench ]]; then
+    echo
+    "$BIN/engine_bench" --models "$MODELS"
+  fi
+fi
