@@ -223,26 +223,36 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
 }
 
 std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& workers) const {
-  std::string out;
-  char line[256];
-  std::snprintf(line, sizeof(line), "%-5s %-14s %-10s %-11s %10s %10s %11s %10s %10s\n", "stage",
-                "worker", "node", "layers", "weights", "kv cache", "activations", "total",
-                "memory");
-  out += line;
+  // Columns sized to their widest cell.
+  std::vector<std::vector<std::string>> rows = {
+      {"stage", "worker", "node", "layers", "weights", "kv cache", "activations", "total",
+       "memory"}};
   for (size_t i = 0; i < stages.size(); ++i) {
     const StagePlan& s = stages[i];
     const WorkerSpec& w = workers[s.worker];
-    const std::string layers = absl::StrCat("[", s.layers.first, ", ", s.layers.last, ")");
-    std::snprintf(line, sizeof(line), "%-5zu %-14s %-10s %-11s %10s %10s %11s %10s %10s\n", i,
-                  w.id.c_str(), w.node.empty() ? "-" : w.node.c_str(), layers.c_str(),
-                  HumanBytes(s.memory.weights).c_str(), HumanBytes(s.memory.kv_cache).c_str(),
-                  HumanBytes(s.memory.activations).c_str(), HumanBytes(s.memory.total()).c_str(),
-                  HumanBytes(w.memory_bytes).c_str());
-    out += line;
+    rows.push_back({absl::StrCat(i), w.id, w.node.empty() ? "-" : w.node,
+                    absl::StrCat("[", s.layers.first, ", ", s.layers.last, ")"),
+                    HumanBytes(s.memory.weights), HumanBytes(s.memory.kv_cache),
+                    HumanBytes(s.memory.activations), HumanBytes(s.memory.total()),
+                    HumanBytes(w.memory_bytes)});
   }
-  absl::StrAppend(&out, m.name, ": ", m.config.n_layers, " layers, ", HumanBytes(m.total_bytes()),
-                  " of weights; ", stages.size(), stages.size() == 1 ? " stage" : " stages", ", ",
-                  kv_blocks, " KV blocks per stage\n");
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows) {
+    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    for (size_t c = 0; c < r.size(); ++c) {
+      const bool left = c < 4;  // text columns left-aligned, sizes right-aligned
+      const std::string pad(width[c] - r[c].size(), ' ');
+      absl::StrAppend(&out, c ? "  " : "", left ? r[c] + pad : pad + r[c]);
+    }
+    out += "\n";
+  }
+  absl::StrAppend(&out, m.name, ": ", m.config.n_layers, " layers, ",
+                  HumanBytes(m.total_bytes()), " of weights; ", stages.size(),
+                  stages.size() == 1 ? " stage" : " stages", ", ", kv_blocks,
+                  " KV blocks per stage\n");
   return out;
 }
 

@@ -63,7 +63,7 @@ class Reader {
 
   template <typename T>
   absl::StatusOr<T> Read(const std::string& field) {
-    T v;
+    T v{};
     CASCADE_RETURN_IF_ERROR(ReadBytes(&v, sizeof(T), field));
     return v;
   }

@@ -175,7 +175,7 @@ int RunPlan(const PlanFlags& f) {
   lim.min_stages = f.min_stages;
   auto plan = MakePlan(profile, *workers, lim);
   if (!plan.ok()) {
-    std::cerr << "cascade plan: " << plan.status().message() << "\n";
+    std::cerr << plan.status().message() << "\n";
     return 1;
   }
   std::printf("KV cache for %d sequences of %ld tokens; micro-batches of %ld tokens\n",
