@@ -2,8 +2,8 @@
 // of worker processes over gRPC on loopback. Prints one line of JSON per measurement so
 // that bench/run_benchmarks.sh can compute ratios.
 //
-//   cluster_bench local   --model M --threads T --streams K --tokens N
-//       one process: K sequences batched on one Stage with T threads (the baseline)
+//   cluster_bench local   --model M [--stages S] --threads T --streams K --tokens N
+//       one process: K sequences on S in-process stages of T threads (S=1: the baseline)
 //   cluster_bench cluster --model M --stages S --threads T --streams K --tokens N
 //       cascade-coordinator + S cascade-worker processes (T threads each), K concurrent
 //       gRPC streams
@@ -30,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string model;
   std::string bin_dir;
-  int stages = 2;
+  int stages = 1;
   int threads = 1;
   int streams = 1;
   int tokens = 64;
@@ -85,10 +85,11 @@ Measurement RunLocal(const Options& o) {
   so.threads = o.threads;
   so.kv_sequences = o.streams;
   Scheduler* sched_ptr = nullptr;
-  auto pipeline = LocalPipeline::Create(**src, EvenLayerRanges((*src)->config().n_layers, 1), so, 1,
+  auto pipeline = LocalPipeline::Create(**src,
+                                        EvenLayerRanges((*src)->config().n_layers, o.stages), so, 1,
                                         [&](StepResult r) { sched_ptr->OnResult(std::move(r)); });
   SchedulerOptions opt;
-  opt.num_stages = 1;
+  opt.num_stages = o.stages;
   opt.kv_blocks = (*pipeline)->executor(0).stage().kv_cache().num_blocks();
   opt.context_length = (*src)->config().context_length;
   opt.vocab_size = (*src)->config().vocab_size;
@@ -121,6 +122,12 @@ Measurement RunLocal(const Options& o) {
     });
   }
   for (auto& t : readers) t.join();
+  for (int i = 0; i < (*pipeline)->num_stages(); ++i) {
+    const ExecutorStats st = (*pipeline)->executor(i).Stats();
+    std::fprintf(stderr, "stage %d: %lu frames, %lu tokens, busy %.2f s\n", i,
+                 static_cast<unsigned long>(st.frames), static_cast<unsigned long>(st.tokens),
+                 st.busy_seconds);
+  }
   sched.Stop();
   (*pipeline)->Stop();
   return DecodeRate(first, done, count);
@@ -211,7 +218,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"mode\": \"%s\", \"stages\": %d, \"threads\": %d, \"streams\": %d, \"tokens\": %d, "
       "\"decode_tokens_per_s\": %.3f, \"seconds\": %.3f}\n",
-      mode.c_str(), mode == "local" ? 1 : o.stages, o.threads, o.streams, o.tokens,
+      mode.c_str(), o.stages, o.threads, o.streams, o.tokens,
       best.tokens_per_s(), best.seconds);
   return 0;
 }
