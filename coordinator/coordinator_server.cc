@@ -355,6 +355,54 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     SetHealth(true);
     cv_.notify_all();
     spdlog::info("serving {} on {} stage(s)", model_id_, S);
+    Monitor(specs, *plan);
+  }
+
+  // Watches the workers of the plan. A stage whose worker stops sending heartbeats (or
+  // reports a failure) takes the pipeline down: running requests fail at once with
+  // UNAVAILABLE naming the stage, health goes NOT_SERVING, and new requests are refused
+  // with the reason instead of hanging.
+  void Monitor(const std::vector<WorkerSpec>& specs, const Plan& plan) {
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(1000 * (3 * options_.heartbeat_interval_s + 1)));
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return shut_down_; })) {
+          return;
+        }
+      }
+      const auto now = std::chrono::steady_clock::now();
+      std::string problem;
+      for (size_t i = 0; i < plan.stages.size() && problem.empty(); ++i) {
+        const WorkerSpec& spec = specs[plan.stages[i].worker];
+        for (const WorkerRecord& w : registry_.All()) {
+          if (w.id != spec.id) continue;
+          if (now - w.last_seen > timeout) {
+            problem = absl::StrCat("stage ", i, " (worker ", w.id, " at ", w.address,
+                                   ") stopped responding");
+          } else if (w.state == v1::WORKER_STATE_FAILED) {
+            problem = absl::StrCat("stage ", i, " (worker ", w.id, ") failed: ", w.error);
+          }
+        }
+      }
+      if (problem.empty()) continue;
+      spdlog::error("{}; the pipeline is down", problem);
+      std::shared_ptr<Scheduler> sched;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        sched = std::move(scheduler_);
+        serving_ = false;
+        bring_up_error_ = absl::UnavailableError(problem);
+        phase_ = problem;
+      }
+      SetHealth(false);
+      if (sched) {
+        sched->FailAll(absl::UnavailableError(absl::StrCat(problem, "; request aborted")));
+        sched->Stop();
+      }
+      return;
+    }
   }
 
   CoordinatorOptions options_;

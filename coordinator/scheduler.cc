@@ -203,10 +203,23 @@ void Scheduler::Loop() {
     while (static_cast<int>(flights_.size()) < options_.num_stages && SendBatch()) sent = true;
     if (!sent && !release_.empty()) SendReleases();
   }
-  // Shutting down: whoever still waits learns it.
+  // Shutting down: whoever still waits learns why.
+  absl::Status why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    why = fail_all_.ok() ? absl::UnavailableError("the server is shutting down") : fail_all_;
+  }
   for (auto& [id, s] : running_) {
-    if (s.stream)
-      Finish(s, FinishReason::kCancelled, absl::UnavailableError("server shutting down"));
+    if (s.stream) Finish(s, FinishReason::kCancelled, why);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!waiting_.empty()) {
+    StreamEvent e;
+    e.last = true;
+    e.status = why;
+    waiting_.front().stream->Push(std::move(e));
+    waiting_.pop_front();
+    ++stats_.failed;
   }
 }
 

@@ -338,5 +338,32 @@ TEST_F(ClusterFaults, ClientDeadlineFreesItsKvBlocks) {
   EXPECT_GT(exhausted.load(), 0);
 }
 
+TEST_F(ClusterFaults, AWorkerThatDiesFailsItsRequestsClearlyInsteadOfHanging) {
+  cluster_->StartWorkers();
+  ASSERT_TRUE(cluster_->WaitServing());
+  Generated doomed;
+  std::thread runner([&] {
+    auto s = cluster_->Inference();
+    v1::GenerateRequest r = Request("Once upon a time", 450, 0.0f, 1);
+    r.set_ignore_eos(true);
+    doomed = Generate(*s, r, std::chrono::seconds(60));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto killed = std::chrono::steady_clock::now();
+  cluster_->worker(1).Signal(SIGKILL);
+  runner.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_EQ(doomed.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << doomed.status.error_message();
+  EXPECT_THAT(doomed.status.error_message(), HasSubstr("stopped responding"));
+  EXPECT_LT(seconds, 15.0);
+  EXPECT_EQ(cluster_->Health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  auto stub = cluster_->Inference();
+  Generated after = Generate(*stub, Request("Once", 4, 0, 1));
+  EXPECT_EQ(after.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(after.status.error_message(), HasSubstr("stage 1"));
+}
+
 }  // namespace
 }  // namespace cascade
