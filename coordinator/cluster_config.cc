@@ -10,6 +10,8 @@ namespace cascade {
 void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o) {
   app.add_option("--model,-m", o->model_path, "GGUF file or Hugging Face folder to serve");
   app.add_option("--listen,-l", o->listen, "Address to listen on");
+  app.add_option("--http-listen", o->http_listen,
+                 "Also serve the OpenAI-compatible HTTP API here, e.g. 0.0.0.0:8080");
   app.add_option("--advertise", o->advertise,
                  "Address workers use to reach the coordinator (default: listen host:port)");
   app.add_option("--workers,-w", o->workers, "Plan once this many workers have registered")
@@ -51,6 +53,8 @@ absl::Status LoadClusterConfig(const std::string& path, CoordinatorOptions* o) {
           o->model_path = v.as<std::string>();
         } else if (key == "listen") {
           o->listen = v.as<std::string>();
+        } else if (key == "http_listen") {
+          o->http_listen = v.as<std::string>();
         } else if (key == "advertise") {
           o->advertise = v.as<std::string>();
         } else if (key == "workers") {

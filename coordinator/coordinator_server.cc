@@ -8,16 +8,35 @@
 
 #include "absl/strings/str_cat.h"
 #include "cascade/v1/worker.grpc.pb.h"
+#include "coordinator/http_api.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/planner.h"
 #include "coordinator/registry.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "nlohmann/json.hpp"
 #include "util/logging.h"
 #include "worker/grpc_link.h"
 #include "worker/grpc_util.h"
 
 namespace cascade {
+
+namespace {
+
+// The chat template of a model: GGUF tokenizer.chat_template, or chat_template in a
+// Hugging Face folder's tokenizer_config.json.
+std::string ReadChatTemplate(const ModelSource& source) {
+  if (source.gguf() != nullptr)
+    return source.gguf()->GetString("tokenizer.chat_template").value_or("");
+  auto text = ReadFileToString(source.hf_dir() + "/tokenizer_config.json", 64 << 20);
+  if (!text.ok()) return "";
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";
+  auto it = j.find("chat_template");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
 
 class CoordinatorServer::Impl final : public v1::Coordinator::Service, public ServingBackend {
  public:
@@ -25,6 +44,7 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
       : options_(o),
         registry_(std::random_device{}() | 1, o.heartbeat_interval_s),
         inference_(this),
+        http_(this),
         started_(std::chrono::steady_clock::now()) {}
 
   ~Impl() override { Shutdown(); }
@@ -50,6 +70,9 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     SetHealth(false);
     spdlog::info("coordinator listening on {} (workers send results to {})", address_,
                  options_.advertise);
+    if (!options_.http_listen.empty()) {
+      if (absl::Status st = http_.Start(options_.http_listen); !st.ok()) return st;
+    }
     bring_up_ = std::thread([this] { BringUp(); });
     return absl::OkStatus();
   }
@@ -115,6 +138,10 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     info.set_stages(static_cast<int32_t>(plan_.stages.size()));
     info.set_ready(serving_);
     return info;
+  }
+
+  std::string chat_template() override {
+    return tokenizer_ready_.load() ? chat_template_ : std::string();
   }
 
   // ---- Coordinator service ----
@@ -259,6 +286,7 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     if (!tok.ok()) return Fail(tok.status());
     tokenizer_ = std::move(*tok);
     model_id_ = source_->config().name.empty() ? options_.model_path : source_->config().name;
+    chat_template_ = ReadChatTemplate(*source_);
     tokenizer_ready_.store(true);
 
     SetPhase(absl::StrCat("waiting for ", options_.workers, " worker(s)"));
@@ -408,6 +436,7 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
   CoordinatorOptions options_;
   WorkerRegistry registry_;
   InferenceServiceImpl inference_;
+  HttpApi http_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   std::thread bring_up_;
@@ -417,6 +446,7 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
   std::unique_ptr<ModelSource> source_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string model_id_;
+  std::string chat_template_;
   std::atomic<bool> tokenizer_ready_{false};
 
   std::mutex mu_;

@@ -22,6 +22,7 @@ namespace cascade {
 
 struct CoordinatorOptions {
   std::string listen = "0.0.0.0:50051";
+  std::string http_listen;        // OpenAI-compatible HTTP API, e.g. 0.0.0.0:8080 ("" = off)
   std::string advertise;  // address workers send results to (default: host:port)
   std::string model_path;
   int workers = 1;     // plan once this many workers have registered

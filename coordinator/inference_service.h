@@ -27,6 +27,8 @@ class ServingBackend {
   // The model's tokenizer once its files are read; null before.
   virtual const Tokenizer* tokenizer() = 0;
   virtual v1::ModelInfo model_info() = 0;
+  // The model's chat template (Jinja source from GGUF or tokenizer_config.json), or "".
+  virtual std::string chat_template() = 0;
 };
 
 // Converts an API request to a scheduler request (tokenizing the prompt).

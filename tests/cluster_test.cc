@@ -6,10 +6,12 @@
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "model/model_source.h"
 #include "model/test_models.h"
 #include "model/test_util.h"
 #include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
 #include "tests/cluster_fixture.h"
 
 namespace cascade {
@@ -363,6 +365,83 @@ TEST_F(ClusterFaults, AWorkerThatDiesFailsItsRequestsClearlyInsteadOfHanging) {
   Generated after = Generate(*stub, Request("Once", 4, 0, 1));
   EXPECT_EQ(after.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(after.status.error_message(), HasSubstr("stage 1"));
+}
+
+TEST(ClusterHttp, OpenAiCompatibleCompletions) {
+  ClusterOptions o;
+  o.model = testing::BundledModel();
+  o.workers = 2;
+  o.min_stages = 2;
+  const int http_port = testing::FreePort();
+  o.coordinator_flags = {"--http-listen", absl::StrCat("127.0.0.1:", http_port)};
+  Cluster cluster(o);
+  ASSERT_TRUE(cluster.ok());
+  httplib::Client http("127.0.0.1", http_port);
+  http.set_read_timeout(60, 0);
+  ASSERT_TRUE(testing::WaitForPort("127.0.0.1", http_port, std::chrono::seconds(20)));
+  auto loading = http.Get("/health");
+  ASSERT_TRUE(loading);
+  EXPECT_EQ(loading->status, 503);
+  cluster.StartWorkers();
+  ASSERT_TRUE(cluster.WaitServing()) << cluster.Logs();
+  auto health = http.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto models = http.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_THAT(models->body, HasSubstr("stories260K"));
+
+  // The same greedy text as the gRPC API.
+  auto stub = cluster.Inference();
+  Generated grpc_text = Generate(*stub, Request("Once upon a time", 30, 0.0f, 1));
+  ASSERT_TRUE(grpc_text.status.ok());
+  auto res = http.Post("/v1/completions",
+                       R"({"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0})",
+                       "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  nlohmann::json body = nlohmann::json::parse(res->body);
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["choices"][0]["text"], grpc_text.text);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 30);
+
+  // Server-sent events add up to the same text and end with [DONE].
+  auto sse = http.Post(
+      "/v1/completions",
+      R"({"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": true})",
+      "application/json");
+  ASSERT_TRUE(sse);
+  ASSERT_EQ(sse->status, 200);
+  std::string streamed;
+  size_t chunks = 0;
+  for (size_t pos = 0; (pos = sse->body.find("data: ", pos)) != std::string::npos;) {
+    const size_t end = sse->body.find("\n\n", pos);
+    const std::string data = sse->body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") break;
+    streamed += nlohmann::json::parse(data)["choices"][0]["text"].get<std::string>();
+    ++chunks;
+  }
+  EXPECT_EQ(streamed, grpc_text.text);
+  EXPECT_GT(chunks, 5u);
+  EXPECT_THAT(sse->body, HasSubstr("data: [DONE]"));
+
+  // Bad requests: OpenAI-shaped errors, and the server goes on.
+  for (const char* bad :
+       {R"({"prompt": 5})", R"({"prompt": "x", "max_tokens": "many"})", "{not json",
+        R"({"prompt": "x", "temperature": -1})", R"({"prompt": "x", "n": 3})"}) {
+    auto r = http.Post("/v1/completions", bad, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad;
+    EXPECT_THAT(r->body, HasSubstr("\"error\"")) << bad;
+  }
+  auto chat = http.Post("/v1/chat/completions",
+                        R"({"messages": [{"role": "user", "content": "Hi"}]})", "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(chat->status, 400);  // stories260K is a base model without a chat template
+  EXPECT_THAT(chat->body, HasSubstr("chat template"));
+  EXPECT_EQ(http.Get("/health")->status, 200);
 }
 
 }  // namespace
