@@ -14,6 +14,7 @@ namespace {
 
 const ModelShape kShapes[] = {
     {"tiny", "llama", 512, 64, 2, 4, 2, 256, 512, 10000.0, false},
+    {"tiny-qwen2", "qwen2", 512, 64, 2, 4, 2, 256, 512, 1000000.0, true},
     {"llama-110m", "llama", 32000, 768, 12, 12, 12, 2048, 1024, 10000.0, false},
     {"tinyllama-1.1b", "llama", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0, false},
     {"smollm-135m", "llama", 49152, 576, 30, 9, 3, 1536, 2048, 10000.0, true},

@@ -29,7 +29,7 @@ struct ModelShape {
 };
 
 // Known shapes: "tinyllama-1.1b", "llama-110m", "llama-2-7b", "llama-3-8b", "mistral-7b",
-// "smollm-135m", "qwen2-0.5b", "tiny" (a few MB, for tests).
+// "smollm-135m", "qwen2-0.5b", "tiny" and "tiny-qwen2" (a few MB, for tests).
 std::optional<ModelShape> FindModelShape(const std::string& name);
 std::vector<std::string> ModelShapeNames();
 
