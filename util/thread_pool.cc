@@ -94,3 +94,25 @@ void ThreadPool::ParallelFor(int64_t count, int64_t grain,
 }
 
 }  // namespace cascade
+
+namespace cascade {
+
+void ThreadPool::ParallelForDynamic(int64_t count, int64_t grain,
+                                    absl::FunctionRef<void(int64_t, int64_t, int)> fn) {
+  if (count <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (num_threads_ == 1 || count <= grain) {
+    fn(0, count, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  Run([&](int t, int) {
+    for (;;) {
+      const int64_t b = next.fetch_add(grain, std::memory_order_relaxed);
+      if (b >= count) return;
+      fn(b, std::min(count, b + grain), t);
+    }
+  });
+}
+
+}  // namespace cascade

@@ -36,6 +36,27 @@ TEST(ThreadPool, ParallelForCoversRangeExactlyOnce) {
   }
 }
 
+TEST(ThreadPool, ParallelForDynamicCoversRangeExactlyOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t count : {0, 1, 7, 64, 1000}) {
+      for (int64_t grain : {1, 8, 32}) {
+        std::vector<std::atomic<int>> seen(count);
+        std::atomic<int> bad_thread{0};
+        pool.ParallelForDynamic(count, grain, [&](int64_t b, int64_t e, int t) {
+          const bool whole = b == 0 && e == count && (threads == 1 || count <= grain);
+          if (t < 0 || t >= threads || (!whole && (e - b > grain || b % grain != 0))) {
+            bad_thread.fetch_add(1);
+          }
+          for (int64_t i = b; i < e; ++i) seen[i].fetch_add(1);
+        });
+        EXPECT_EQ(bad_thread.load(), 0);
+        for (int64_t i = 0; i < count; ++i) ASSERT_EQ(seen[i].load(), 1) << i;
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, SplitRangeRespectsGrain) {
   int64_t covered = 0;
   for (int t = 0; t < 3; ++t) {
