@@ -14,6 +14,8 @@ namespace {
 
 // Work below this many multiply-adds runs on the calling thread alone.
 constexpr int64_t kMinParallelWork = 1 << 15;
+// Matmuls of fewer tokens split rows dynamically (decode); larger ones statically.
+constexpr int64_t kDynamicMaxTokens = 6;
 
 }  // namespace
 
@@ -86,12 +88,14 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     }
     xp = act_scratch_.data();
   }
-  const bool needs_scratch = fmt == cpu::ActFormat::kF32 && w.type != TensorType::kF32 &&
-                             w.type != TensorType::kF16 && w.type != TensorType::kBF16;
-  if (needs_scratch) {
-    for (auto& s : thread_scratch_) {
-      if (s.size() < static_cast<size_t>(cpu::kScratchRows * k)) s.resize(cpu::kScratchRows * k);
-    }
+  // Per-thread scratch: weight panels converted or dequantized, packed activations.
+  const size_t scratch_floats = cpu::ScratchFloats(k);
+  for (auto& s : thread_scratch_) {
+    if (s.floats >= scratch_floats) continue;
+    const size_t bytes = (scratch_floats * sizeof(float) + 63) / 64 * 64;
+    s.data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (s.data == nullptr) std::abort();  // a few hundred KiB; nothing sensible to do
+    s.floats = scratch_floats;
   }
   auto run = [&](int64_t r0, int64_t r1, int thread) {
     cpu::MatmulTask t;
@@ -105,14 +109,21 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     t.ldy = rows;
     t.r0 = r0;
     t.r1 = r1;
-    t.scratch = needs_scratch ? thread_scratch_[thread].data() : nullptr;
+    t.scratch = thread_scratch_[thread].data.get();
     fn(t);
   };
   if (rows * k * n < kMinParallelWork || pool_.num_threads() == 1) {
     run(0, rows, 0);
     return;
   }
-  // Row ranges in multiples of 8 keep the SIMD tiles full.
+  if (n < kDynamicMaxTokens) {
+    // Decode: short, memory-bound calls. Chunks of rows (multiples of 8 keep the SIMD tiles
+    // full) claimed dynamically, so a worker's wake-up latency is absorbed.
+    const int64_t per = (rows + 8 * pool_.num_threads() - 1) / (8 * pool_.num_threads());
+    pool_.ParallelForDynamic(rows, std::max<int64_t>(8, (per + 7) / 8 * 8), run);
+    return;
+  }
+  // Prefill: one even contiguous range per thread (each packs its activations once).
   pool_.Run([&](int thread, int nthreads) {
     int64_t b, e;
     ThreadPool::SplitRange(rows, 8, thread, nthreads, &b, &e);
@@ -177,12 +188,8 @@ void CpuBackend::Rope(float* x, const int32_t* pos, int64_t n, int n_heads, int 
 }
 
 void CpuBackend::SiluMul(const float* gate, const float* up, int64_t count, float* out) {
-  auto body = [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const float g = gate[i];
-      out[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
-  };
+  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
+  auto body = [&](int64_t b, int64_t e) { kt.silu_mul(gate + b, up + b, e - b, out + b); };
   if (count >= kMinParallelWork) {
     pool_.ParallelFor(count, 64, body);
   } else {
@@ -203,48 +210,22 @@ void CpuBackend::AddBias(const float* bias, int64_t n, int64_t dim, float* x) {
 void CpuBackend::Attention(const AttentionParams& p) {
   const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
   const int group = p.n_heads / p.n_kv_heads;
-  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;  // per token
-  const int64_t tasks = p.n_queries * p.n_heads;
-  // One (query, head) per task; each task walks its sequence's blocks in order with an
-  // online softmax, so its result does not depend on the rest of the batch.
+  const int64_t tasks = p.n_queries * p.n_kv_heads;
+  // One (query, KV head) per task: the group's heads share the K/V loads; each head walks
+  // its sequence's blocks in order with an online softmax, so its result does not depend
+  // on the rest of the batch or on the split.
   auto body = [&](int64_t b, int64_t e) {
-    std::vector<float> scores(p.block_size);
+    std::vector<float> scratch(static_cast<size_t>(group) * p.block_size);
     for (int64_t task = b; task < e; ++task) {
-      const AttentionQuery& q = p.queries[task / p.n_heads];
-      const int h = static_cast<int>(task % p.n_heads);
-      const int kvh = h / group;
-      const float* qh = q.q + static_cast<int64_t>(h) * p.head_dim;
-      float* out = q.out + static_cast<int64_t>(h) * p.head_dim;
-      std::fill(out, out + p.head_dim, 0.0f);
-      float m = -INFINITY, l = 0.0f;
-      for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
-        const int32_t block = q.blocks[start / p.block_size];
-        const int count = std::min(p.block_size, q.n_ctx - start);
-        const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride +
-                             static_cast<int64_t>(kvh) * p.head_dim;
-        float bmax = -INFINITY;
-        for (int j = 0; j < count; ++j) {
-          scores[j] = kt.dot(qh, p.k_pool + base + j * kv_stride, p.head_dim) * p.scale;
-          bmax = std::max(bmax, scores[j]);
-        }
-        const float m_new = std::max(m, bmax);
-        const float correction = std::exp(m - m_new);
-        if (l > 0) kt.scale(correction, out, p.head_dim);
-        l *= correction;
-        for (int j = 0; j < count; ++j) {
-          const float w = std::exp(scores[j] - m_new);
-          l += w;
-          kt.axpy(w, p.v_pool + base + j * kv_stride, out, p.head_dim);
-        }
-        m = m_new;
-      }
-      if (l > 0) kt.scale(1.0f / l, out, p.head_dim);
+      kt.attention_group(p, p.queries[task / p.n_kv_heads], static_cast<int>(task % p.n_kv_heads),
+                         scratch.data());
     }
   };
   int64_t work = 0;
   for (int64_t i = 0; i < p.n_queries; ++i) work += p.queries[i].n_ctx;
-  if (work * p.n_heads * p.head_dim >= kMinParallelWork) {
-    pool_.ParallelFor(tasks, 1, body);
+  if (work * p.n_heads * p.head_dim >= kMinParallelWork && tasks > 1) {
+    const int64_t grain = std::max<int64_t>(1, tasks / (16 * pool_.num_threads()));
+    pool_.ParallelForDynamic(tasks, grain, [&](int64_t b, int64_t e, int) { body(b, e); });
   } else {
     body(0, tasks);
   }

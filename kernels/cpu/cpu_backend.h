@@ -3,11 +3,14 @@
 //
 // Contract: see kernels/backend.h. Owns a ThreadPool of `threads` threads (the caller's
 // thread included) and grow-only scratch buffers, so one CpuBackend serves one stage
-// executor thread at a time. Work is split by output rows (matmul) or by rows/heads (other
-// ops), never inside a dot product, which keeps results independent of the thread count.
+// executor thread at a time. Work is split by output rows (matmul: chunks claimed
+// dynamically for decode, one even range per thread for prefill) or by rows / (query, KV
+// head) (other ops), never inside a dot product, which keeps results independent of the
+// thread count.
 #ifndef CASCADE_KERNELS_CPU_CPU_BACKEND_H_
 #define CASCADE_KERNELS_CPU_CPU_BACKEND_H_
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -61,8 +64,15 @@ class CpuBackend final : public Backend {
   CpuBackendOptions options_;
   CpuIsa isa_;
   ThreadPool pool_;
-  std::vector<uint8_t> act_scratch_;                // prepared activations
-  std::vector<std::vector<float>> thread_scratch_;  // per thread
+  std::vector<uint8_t> act_scratch_;  // prepared activations
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  struct Scratch {
+    std::unique_ptr<float[], FreeDeleter> data;  // 64-byte aligned
+    size_t floats = 0;
+  };
+  std::vector<Scratch> thread_scratch_;  // per thread, grow-only
 };
 
 }  // namespace cascade

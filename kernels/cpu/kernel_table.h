@@ -1,20 +1,32 @@
 // Internal: the per-ISA kernel entry points the CPU backend dispatches to.
 //
-// Contract: each ISA (scalar, AVX2, AVX-512) provides one KernelTable, compiled in its own
+// Contract: each ISA (scalar, AVX2) provides one KernelTable, compiled in its own
 // translation unit with that ISA's flags; KernelTableFor() returns the table for an ISA the
-// CPU supports (never call into a table the CPU lacks). Kernels are pure functions of their
-// arguments and thread-safe; they never allocate.
+// CPU supports (never call into a table the CPU lacks). AVX-512 CPUs use the AVX2 table
+// for now (dedicated AVX-512/VNNI kernels are future work). Kernels are pure functions of
+// their arguments and thread-safe; they never allocate (matmuls use MatmulTask::scratch).
 //
 // Batch invariance: a matmul kernel computes every output element y[t][r] with the same
-// reduction order whatever n, r0/r1 or tiling it is called with: eight lanes accumulate
-// the products of elements e with e % 8 == lane (per block for quantized types), then the
-// lanes are summed as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)).
+// reduction order whatever n, r0/r1, tile or thread it is called with. The order is fixed
+// per ISA and weight format:
+// - float activations (F32/F16/BF16 weights, or quantized weights dequantized exactly):
+//   eight lanes accumulate the products of elements e with e % 8 == lane in element order
+//   (scalar: multiply then add; AVX2: FMA), then the lanes are summed as
+//   ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7));
+// - Q8_0/Q4_0 x Q8_0 activations: per 32-element block, exact integer sums; scalar: 8
+//   lanes of 4 elements, each lane += sum * (d_w * d_x), lanes reduced as above; AVX2: the
+//   block's whole integer sum S, y = fma(S, d_w * d_x, y) block after block;
+// - K-quants x Q8_K: per super-block, exact integer lane sums (scalar: e % 8; AVX2: groups
+//   of 4 elements per 32-element chunk) scaled by d_w * d_x into 8 float lanes, the min
+//   terms subtracted (scalar: one running sum; AVX2: per lane), lanes reduced as above.
+// Different ISAs therefore agree to rounding, not bit for bit.
 #ifndef CASCADE_KERNELS_CPU_KERNEL_TABLE_H_
 #define CASCADE_KERNELS_CPU_KERNEL_TABLE_H_
 
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "model/tensor_type.h"
 
@@ -43,9 +55,14 @@ struct MatmulTask {
   float* y = nullptr;  // output: y[t * ldy + r]
   int64_t ldy = 0;
   int64_t r0 = 0, r1 = 0;    // weight rows to compute
-  float* scratch = nullptr;  // per-thread, >= kScratchRows * k floats
+  float* scratch = nullptr;  // per-thread, 64-byte aligned, >= ScratchFloats(k) floats
 };
-constexpr int kScratchRows = 8;
+// Scratch floats a matmul kernel may use for rows of k elements: panels of converted or
+// packed weight rows (12 rows of k rounded up to 8) plus packed activations and partial
+// sums (264 Ki floats).
+inline size_t ScratchFloats(int64_t k) {
+  return static_cast<size_t>(12 * ((k + 7) / 8 * 8) + 264 * 1024);
+}
 
 using MatmulFn = void (*)(const MatmulTask&);
 
@@ -63,6 +80,14 @@ struct KernelTable {
   void (*scale)(float a, float* y, int64_t n);
   // Sum of squares in canonical order.
   float (*sum_squares)(const float* x, int64_t n);
+  // out[i] = silu(gate[i]) * up[i]; out may alias gate.
+  void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
+  // Attention of one query for the heads that share KV head `kv_head` (a GQA group), over
+  // the query's sequence, with an online softmax over KV blocks in order. Each head's
+  // result depends only on its own q, the cache and the parameters. `scratch` holds
+  // (n_heads / n_kv_heads) * block_size floats.
+  void (*attention_group)(const AttentionParams& p, const AttentionQuery& q, int kv_head,
+                          float* scratch);
 };
 
 const KernelTable& ScalarKernels();

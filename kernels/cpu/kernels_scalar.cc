@@ -251,11 +251,53 @@ float SumSquares(const float* x, int64_t n) {
   return ReduceLanes8(lanes);
 }
 
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+// One head at a time: scores of a KV block, then the online-softmax update.
+void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scores) {
+  const int group = p.n_heads / p.n_kv_heads;
+  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;  // per token
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const float* qh = q.q + static_cast<int64_t>(h) * p.head_dim;
+    float* out = q.out + static_cast<int64_t>(h) * p.head_dim;
+    std::fill(out, out + p.head_dim, 0.0f);
+    float m = -INFINITY, l = 0.0f;
+    for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
+      const int32_t block = q.blocks[start / p.block_size];
+      const int count = std::min(p.block_size, q.n_ctx - start);
+      const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride +
+                           static_cast<int64_t>(kvh) * p.head_dim;
+      float bmax = -INFINITY;
+      for (int j = 0; j < count; ++j) {
+        scores[j] = DotF32(qh, p.k_pool + base + j * kv_stride, p.head_dim) * p.scale;
+        bmax = std::max(bmax, scores[j]);
+      }
+      const float m_new = std::max(m, bmax);
+      const float correction = std::exp(m - m_new);
+      if (l > 0) Scale(correction, out, p.head_dim);
+      l *= correction;
+      for (int j = 0; j < count; ++j) {
+        const float w = std::exp(scores[j] - m_new);
+        l += w;
+        Axpy(w, p.v_pool + base + j * kv_stride, out, p.head_dim);
+      }
+      m = m_new;
+    }
+    if (l > 0) Scale(1.0f / l, out, p.head_dim);
+  }
+}
+
 }  // namespace
 
 const KernelTable& ScalarKernels() {
-  static const KernelTable table{CpuIsa::kScalar, &ScalarMatmul, &QuantizeQ8_0Row, &QuantizeQ8KRow,
-                                 &DotF32,         &Axpy,         &Scale,           &SumSquares};
+  static const KernelTable table{CpuIsa::kScalar, &ScalarMatmul,  &QuantizeQ8_0Row, &QuantizeQ8KRow,
+                                 &DotF32,         &Axpy,          &Scale,           &SumSquares,
+                                 &SiluMul,        &AttentionGroup};
   return table;
 }
 

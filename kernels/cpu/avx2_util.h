@@ -1,0 +1,80 @@
+// Internal: AVX2 helpers and the entry points shared by the AVX2 kernel files
+// (kernels_avx2.cc: float activations and the table; kernels_avx2_quant.cc: Q8_0/Q4_0
+// weights x Q8_0 activations; kernels_avx2_kquant.cc: K-quant weights x Q8_K activations;
+// kernels_avx2_attention.cc: attention and SiLU-mul).
+//
+// Contract: include only from translation units compiled with CASCADE_AVX2_FLAGS, and call
+// only after run-time detection found AVX2+FMA+F16C (kernel_table.h). Every matmul here keeps
+// the batch-invariance rule of kernel_table.h: each output element is reduced in an order
+// fixed by the row length and the weight type, whatever tile, n or row range computes it.
+#ifndef CASCADE_KERNELS_CPU_AVX2_UTIL_H_
+#define CASCADE_KERNELS_CPU_AVX2_UTIL_H_
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/kernel_table.h"
+
+namespace cascade::cpu::avx2 {
+
+// Entry points implemented in the quantized kernel files.
+MatmulFn QuantMatmul(TensorType type);   // Q8_0 / Q4_0 weights x Q8_0 activations
+MatmulFn KQuantMatmul(TensorType type);  // Q4_K / Q5_K / Q6_K weights x Q8_K activations
+void QuantizeQ8_0Row(const float* x, int64_t k, void* out);
+void QuantizeQ8KRow(const float* x, int64_t k, void* out);
+// kernels_avx2_attention.cc
+void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kv_head, float* scratch);
+
+// ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)), the canonical lane reduction.
+inline float Hsum8(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  __m128 hi = _mm_movehl_ps(lo, lo);
+  lo = _mm_add_ps(lo, hi);
+  hi = _mm_shuffle_ps(lo, lo, 1);
+  return _mm_cvtss_f32(_mm_add_ss(lo, hi));
+}
+
+// Sum of 8 int32 lanes (exact).
+inline int32_t HsumI32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline __m256i TailMask(int64_t count) {  // int32 lanes [0, count) set, count in [0, 8]
+  alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                0,  0,  0,  0,  0,  0,  0,  0};
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - count));
+}
+
+// 8 int32 lanes: lane l = sum of a[e] * b[e] for e in [4l, 4l + 4), for signed weights a
+// (any int8) and activations b in [-127, 127] (what the activation quantizers produce):
+// |a| * b fits, and pairs of products stay below 2^15, so maddubs never saturates.
+inline __m256i DotI8(__m256i a, __m256i b) {
+  const __m256i ua = _mm256_sign_epi8(a, a);
+  const __m256i sb = _mm256_sign_epi8(b, a);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sb), _mm256_set1_epi16(1));
+}
+
+// Prefetches the `bytes` at p (no faults, even past the end of a mapping).
+inline void PrefetchBytes(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+}
+
+// Tokens per cache block of a blocked matmul: as many activation rows of `x_stride`
+// bytes as fit in about half of a 512 KiB L2 (at most 255), a multiple of `tile`, at least
+// one tile.
+inline int64_t TokenBlock(size_t x_stride, int tile) {
+  int64_t fit = static_cast<int64_t>((256u << 10) / std::max<size_t>(x_stride, 1));
+  fit = std::min<int64_t>(fit, 255);
+  return std::max<int64_t>(tile, fit / tile * tile);
+}
+
+}  // namespace cascade::cpu::avx2
+
+#endif  // CASCADE_KERNELS_CPU_AVX2_UTIL_H_

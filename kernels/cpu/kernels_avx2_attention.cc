@@ -1,0 +1,172 @@
+// AVX2 attention over the paged KV cache (online softmax, a GQA group's heads per call)
+// and SiLU-mul, with a vectorized exp. Compiled with CASCADE_AVX2_FLAGS.
+//
+// Order: a head's scores are canonical 8-lane dot products (as the table's dot) times the
+// scale; per KV block, the running max, the correction exp(m_old - m_new) (std::exp) and
+// the weights exp(s - m_new) (Exp8 below, within 2 ulp of expf) are applied in position
+// order, with the output accumulated by FMA per position. Nothing depends on other
+// queries, heads or threads, so results are batch-invariant.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace cascade::cpu::avx2 {
+namespace {
+
+// exp(x) for x in [-87.3, 88.7] (clamped outside): Cody-Waite reduction by ln 2 and a
+// degree-5 minimax polynomial (Cephes expf), then scaling by 2^n through the exponent.
+inline __m256 Exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)),
+                    _mm256_set1_ps(88.3762626647949f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+inline float Dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8) {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc);
+  }
+  if (e < n) {
+    const __m256i m = TailMask(n - e);
+    acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + e, m), _mm256_maskload_ps(b + e, m), acc);
+  }
+  return Hsum8(acc);
+}
+
+// y = y * a (elementwise, masked tail).
+inline void ScaleInPlace(float a, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8) _mm256_storeu_ps(y + e, _mm256_mul_ps(av, _mm256_loadu_ps(y + e)));
+  for (; e < n; ++e) y[e] *= a;
+}
+
+// out += sum over j < count of w[j] * v_j (v_j = v + j * stride), one position at a time.
+inline void AccumulateRows(const float* w, const float* v, int64_t stride, int count, float* out,
+                           int64_t n) {
+  int64_t e = 0;
+  for (; e + 32 <= n; e += 32) {  // 4 registers of the output stay in flight
+    __m256 o0 = _mm256_loadu_ps(out + e), o1 = _mm256_loadu_ps(out + e + 8);
+    __m256 o2 = _mm256_loadu_ps(out + e + 16), o3 = _mm256_loadu_ps(out + e + 24);
+    for (int j = 0; j < count; ++j) {
+      const float* vj = v + j * stride + e;
+      const __m256 wj = _mm256_set1_ps(w[j]);
+      o0 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj), o0);
+      o1 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj + 8), o1);
+      o2 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj + 16), o2);
+      o3 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj + 24), o3);
+    }
+    _mm256_storeu_ps(out + e, o0);
+    _mm256_storeu_ps(out + e + 8, o1);
+    _mm256_storeu_ps(out + e + 16, o2);
+    _mm256_storeu_ps(out + e + 24, o3);
+  }
+  for (; e + 8 <= n; e += 8) {
+    __m256 o = _mm256_loadu_ps(out + e);
+    for (int j = 0; j < count; ++j) {
+      o = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(v + j * stride + e), o);
+    }
+    _mm256_storeu_ps(out + e, o);
+  }
+  for (; e < n; ++e) {
+    float o = out[e];
+    for (int j = 0; j < count; ++j) o = std::fma(w[j], v[j * stride + e], o);
+    out[e] = o;
+  }
+}
+
+}  // namespace
+
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, Exp8(_mm256_xor_ps(g, sign))));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  if (i < n) {
+    alignas(32) float g[8] = {}, u[8] = {}, o[8];
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    SiluMul(g, u, 8, o);
+    std::copy(o, o + (n - i), out + i);
+  }
+}
+
+void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scratch) {
+  const int group = p.n_heads / p.n_kv_heads;
+  const int64_t hd = p.head_dim;
+  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * hd;  // per token
+  const int h0 = kvh * group;
+  constexpr int kMaxGroup = 64;
+  if (group > kMaxGroup) {  // no model we run has such groups; stay correct anyway
+    ScalarKernels().attention_group(p, q, kvh, scratch);
+    return;
+  }
+  float m[kMaxGroup], l[kMaxGroup];
+  for (int g = 0; g < group; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+    std::fill(q.out + (h0 + g) * hd, q.out + (h0 + g + 1) * hd, 0.0f);
+  }
+  for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
+    const int32_t block = q.blocks[start / p.block_size];
+    const int count = std::min(p.block_size, q.n_ctx - start);
+    const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride + kvh * hd;
+    const float* k = p.k_pool + base;
+    const float* v = p.v_pool + base;
+    // Scores of every head of the group (each K row is loaded once, then hits L1).
+    for (int j = 0; j < count; ++j) {
+      for (int g = 0; g < group; ++g) {
+        scratch[g * p.block_size + j] = Dot(q.q + (h0 + g) * hd, k + j * kv_stride, hd) * p.scale;
+      }
+    }
+    for (int g = 0; g < group; ++g) {
+      float* s = scratch + g * p.block_size;
+      float bmax = -INFINITY;
+      for (int j = 0; j < count; ++j) bmax = std::max(bmax, s[j]);
+      const float m_new = std::max(m[g], bmax);
+      const float correction = std::exp(m[g] - m_new);
+      float* out = q.out + (h0 + g) * hd;
+      if (l[g] > 0) ScaleInPlace(correction, out, hd);
+      float lg = l[g] * correction;
+      const __m256 mv = _mm256_set1_ps(m_new);
+      int j = 0;
+      for (; j + 8 <= count; j += 8) {
+        _mm256_storeu_ps(s + j, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
+      }
+      if (j < count) {
+        const __m256i mask = TailMask(count - j);
+        _mm256_maskstore_ps(s + j, mask, Exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, mask), mv)));
+      }
+      for (j = 0; j < count; ++j) lg += s[j];
+      l[g] = lg;
+      m[g] = m_new;
+      AccumulateRows(s, v, kv_stride, count, out, hd);
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    if (l[g] > 0) ScaleInPlace(1.0f / l[g], q.out + (h0 + g) * hd, hd);
+  }
+}
+
+}  // namespace cascade::cpu::avx2

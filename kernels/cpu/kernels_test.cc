@@ -1,0 +1,403 @@
+// Every CPU kernel on every code path the machine has (scalar always, AVX2 when present)
+// against plain float64 references, with stated normalized-error bounds, and the batch
+// invariance rule of kernel_table.h checked bit for bit: a row's result must not depend on
+// how many rows are computed with it, on the tile that computes it, or on the thread count.
+//
+// Normalized error = ||got - want||_2 / ||want||_2 over all outputs. Bounds:
+// - float activations (F32/F16/BF16 weights, quantized weights dequantized): 2e-6 against
+//   the float64 product of the exactly dequantized weights (float32 accumulation);
+// - quantized activations: 2e-6 against the float64 product of the dequantized weights and
+//   the dequantized activation blocks (the kernel's integer sums are exact, only the float
+//   block accumulation rounds), and 1e-2 against the unquantized product (the 8-bit
+//   activation rounding itself).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/kernel_table.h"
+#include "model/quant.h"
+#include "util/fp16.h"
+
+namespace cascade {
+namespace {
+
+std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<CpuIsa> AvailableIsas() {
+  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
+  if (DetectCpuFeatures().best() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  return isas;
+}
+
+double NormalizedError(const float* got, const std::vector<double>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(err / std::max(norm, 1e-30));
+}
+
+struct Weight {
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequant;  // (rows, cols)
+  TensorView view;
+};
+
+Weight MakeWeight(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  Weight w;
+  const auto f = Random(rows * cols, seed, 0.5f);
+  uint64_t rb = 0;
+  EXPECT_TRUE(RowBytes(type, cols, &rb));
+  w.bytes.resize(rb * rows);
+  w.dequant.resize(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(QuantizeRow(type, f.data() + r * cols, cols, w.bytes.data() + r * rb));
+    EXPECT_TRUE(DequantizeRow(type, w.bytes.data() + r * rb, cols, w.dequant.data() + r * cols));
+  }
+  w.view.name = "w";
+  w.view.type = type;
+  w.view.n_dims = 2;
+  w.view.ne[0] = cols;
+  w.view.ne[1] = rows;
+  w.view.data = w.bytes.data();
+  w.view.nbytes = w.bytes.size();
+  return w;
+}
+
+// The activations a kernel multiplies with, as floats: x itself, or x quantized by the
+// scalar (reference) activation quantizer and dequantized.
+std::vector<float> EffectiveActivations(const std::vector<float>& x, int64_t k, cpu::ActFormat f) {
+  if (f == cpu::ActFormat::kF32) return x;
+  const int64_t n = static_cast<int64_t>(x.size()) / k;
+  std::vector<float> out(x.size());
+  std::vector<uint8_t> row(cpu::ActRowBytes(f, k));
+  for (int64_t t = 0; t < n; ++t) {
+    float* o = out.data() + t * k;
+    if (f == cpu::ActFormat::kQ8_0) {
+      cpu::ScalarKernels().quantize_q8_0(x.data() + t * k, k, row.data());
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(row.data());
+      for (int64_t e = 0; e < k; ++e) o[e] = b[e / kQK].qs[e % kQK] * Fp16ToFloat(b[e / kQK].d);
+    } else {
+      QuantizeQ8K(x.data() + t * k, k, reinterpret_cast<BlockQ8K*>(row.data()));
+      const auto* b = reinterpret_cast<const BlockQ8K*>(row.data());
+      for (int64_t e = 0; e < k; ++e) o[e] = b[e / kQKK].qs[e % kQKK] * b[e / kQKK].d;
+    }
+  }
+  return out;
+}
+
+std::vector<double> Reference(const Weight& w, const std::vector<float>& x, int64_t n, int64_t k) {
+  const int64_t rows = w.view.rows();
+  std::vector<double> y(n * rows);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (int64_t e = 0; e < k; ++e) {
+        s += static_cast<double>(w.dequant[r * k + e]) * static_cast<double>(x[t * k + e]);
+      }
+      y[t * rows + r] = s;
+    }
+  }
+  return y;
+}
+
+struct MatmulCase {
+  TensorType type;
+  int64_t cols;
+  bool quantized_act;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<MatmulCase>& info) {
+  return std::string(TensorTypeName(info.param.type)) + "_k" + std::to_string(info.param.cols) +
+         (info.param.quantized_act ? "_q8act" : "_f32act");
+}
+
+class MatmulPaths : public ::testing::TestWithParam<MatmulCase> {};
+
+// n = 1, 2, 3, 7 (decode tiles), 64, 129 (blocked prefill tiles with edges); rows = 37
+// (partial row tiles, uneven thread ranges); k with tails and several cache chunks.
+TEST_P(MatmulPaths, MatchesReferenceAndIsBatchInvariant) {
+  const MatmulCase c = GetParam();
+  const int64_t rows = 37, k = c.cols, max_n = 129;
+  const Weight w = MakeWeight(c.type, rows, k, 11);
+  const auto x = Random(max_n * k, 5);
+  const cpu::ActFormat fmt = cpu::ActFormatFor(c.type, c.quantized_act);
+  const auto ref_exact = Reference(w, x, max_n, k);
+  const auto ref_eff = Reference(w, EffectiveActivations(x, k, fmt), max_n, k);
+  for (CpuIsa isa : AvailableIsas()) {
+    auto make = [&](int threads) {
+      CpuBackendOptions opt;
+      opt.threads = threads;
+      opt.max_isa = isa;
+      opt.quantized_activations = c.quantized_act;
+      return std::make_unique<CpuBackend>(opt);
+    };
+    auto one = make(1), two = make(2), three = make(3);
+    // Every row alone (n = 1, one thread): the reference for bit-identity.
+    std::vector<float> alone(max_n * rows);
+    for (int64_t t = 0; t < max_n; ++t) {
+      one->MatMul(w.view, x.data() + t * k, 1, alone.data() + t * rows);
+    }
+    const double err = NormalizedError(alone.data(), ref_eff);
+    EXPECT_LT(err, 2e-6) << one->name();
+    if (fmt != cpu::ActFormat::kF32) {
+      EXPECT_LT(NormalizedError(alone.data(), ref_exact), 1e-2) << one->name();
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.3g", err);
+    RecordProperty(std::string("normalized_error_") + CpuIsaName(isa), buf);
+    for (int64_t n : {1, 2, 3, 7, 64, 129}) {
+      for (CpuBackend* be : {one.get(), two.get(), three.get()}) {
+        std::vector<float> y(n * rows, -1.0f);
+        be->MatMul(w.view, x.data(), n, y.data());
+        ASSERT_EQ(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)), 0)
+            << "batch of " << n << " differs from rows computed alone on " << be->name();
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, MatmulPaths,
+    ::testing::Values(
+        MatmulCase{TensorType::kF32, 1100, false}, MatmulCase{TensorType::kF16, 1100, false},
+        MatmulCase{TensorType::kF16, 20, false}, MatmulCase{TensorType::kBF16, 1100, false},
+        MatmulCase{TensorType::kQ8_0, 1088, true}, MatmulCase{TensorType::kQ8_0, 1088, false},
+        MatmulCase{TensorType::kQ4_0, 1088, true}, MatmulCase{TensorType::kQ4_0, 1088, false},
+        MatmulCase{TensorType::kQ4_K, 1280, true}, MatmulCase{TensorType::kQ4_K, 1280, false},
+        MatmulCase{TensorType::kQ5_K, 1280, true}, MatmulCase{TensorType::kQ5_K, 1280, false},
+        MatmulCase{TensorType::kQ6_K, 1280, true}, MatmulCase{TensorType::kQ6_K, 1280, false},
+        // TinyLlama's ffn_down row length: the largest cache blocks and scratch use.
+        MatmulCase{TensorType::kF16, 5632, false}, MatmulCase{TensorType::kQ4_K, 5632, true},
+        MatmulCase{TensorType::kQ8_0, 5632, true}),
+    CaseName);
+
+// Activations whose quantization hits ties, zeros, equal magnitudes of both signs and
+// tiny or huge scales.
+std::vector<float> HardActivations(int64_t k, uint32_t seed) {
+  auto x = Random(k, seed);
+  for (int64_t e = 0; e < k; ++e) {
+    switch ((e / 32) % 6) {
+      case 0:  // exact halves after scaling by 127 / 127
+        x[e] = static_cast<float>(static_cast<int>(e % 32) - 16) + 0.5f;
+        if (e % 32 == 0) x[e] = 127.0f;
+        break;
+      case 1:
+        x[e] = 0.0f;
+        break;
+      case 2:  // +max and -max in the same block
+        x[e] = (e % 2 == 0 ? 1.0f : -1.0f) * (e % 8 == 0 ? 3.0f : 0.25f * (e % 5));
+        break;
+      case 3:
+        x[e] *= 1e-30f;
+        break;
+      case 4:
+        x[e] *= 1e20f;
+        break;
+      default:
+        break;
+    }
+  }
+  return x;
+}
+
+TEST(ActivationQuantizers, EveryPathGivesTheReferenceBlocks) {
+  for (int64_t k : {256, 1024, 2816}) {
+    for (uint32_t seed : {1u, 2u, 3u}) {
+      const auto x = seed == 1 ? HardActivations(k, seed) : Random(k, seed, 0.1f * seed);
+      std::vector<uint8_t> want0(cpu::ActRowBytes(cpu::ActFormat::kQ8_0, k));
+      std::vector<uint8_t> wantk(cpu::ActRowBytes(cpu::ActFormat::kQ8K, k));
+      cpu::ScalarKernels().quantize_q8_0(x.data(), k, want0.data());
+      QuantizeQ8K(x.data(), k, reinterpret_cast<BlockQ8K*>(wantk.data()));
+      for (CpuIsa isa : AvailableIsas()) {
+        const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
+        std::vector<uint8_t> got0(want0.size(), 0xAA), gotk(wantk.size(), 0xAA);
+        kt.quantize_q8_0(x.data(), k, got0.data());
+        kt.quantize_q8k(x.data(), k, gotk.data());
+        EXPECT_EQ(got0, want0) << "Q8_0 blocks on " << CpuIsaName(isa) << ", k " << k;
+        EXPECT_EQ(gotk, wantk) << "Q8_K blocks on " << CpuIsaName(isa) << ", k " << k;
+      }
+    }
+  }
+}
+
+TEST(VectorKernels, MatchReferenceOnEveryPath) {
+  for (CpuIsa isa : AvailableIsas()) {
+    const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
+    for (int64_t n : {1, 7, 8, 9, 64, 67}) {
+      const auto a = Random(n, 1), b = Random(n, 2);
+      double dot = 0, ss = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        dot += static_cast<double>(a[i]) * b[i];
+        ss += static_cast<double>(a[i]) * a[i];
+      }
+      double mag = 0;
+      for (int64_t i = 0; i < n; ++i) mag += std::fabs(static_cast<double>(a[i]) * b[i]);
+      EXPECT_NEAR(kt.dot(a.data(), b.data(), n), dot, 1e-6 * mag) << CpuIsaName(isa);
+      EXPECT_NEAR(kt.sum_squares(a.data(), n), ss, 1e-6 * ss) << CpuIsaName(isa);
+      auto y = b;
+      kt.axpy(0.75f, a.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], b[i] + 0.75 * a[i], 1e-6);
+      kt.scale(-2.0f, y.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], -2.0 * (b[i] + 0.75 * a[i]), 2e-6);
+    }
+  }
+}
+
+// Several sequences (different lengths, scattered blocks) with GQA: each query against a
+// float64 softmax reference, and bit-identical whether computed alone, in the batch, or
+// with another thread count.
+TEST(Attention, MatchesReferenceAndIsBatchInvariant) {
+  const int n_heads = 8, n_kv = 2, hd = 64, bs = 16, pool_blocks = 40;
+  const int kv = n_kv * hd;
+  const auto k_pool = Random(static_cast<int64_t>(pool_blocks) * bs * kv, 1);
+  const auto v_pool = Random(static_cast<int64_t>(pool_blocks) * bs * kv, 2);
+  const std::vector<std::vector<int32_t>> tables = {
+      {7, 3, 30, 12, 5}, {1}, {39, 0, 20, 21, 22, 23, 24, 25, 26, 27}};
+  const std::vector<int32_t> ctx = {70, 9, 150};
+  std::vector<int> query_seq;
+  std::vector<int32_t> query_ctx;
+  for (int s = 0; s < 3; ++s) {  // a few positions of each sequence
+    for (int32_t c : {ctx[s], ctx[s] - 1, 1}) {
+      query_seq.push_back(s);
+      query_ctx.push_back(std::max(1, c));
+    }
+  }
+  const int nq = static_cast<int>(query_seq.size());
+  const auto q = Random(static_cast<int64_t>(nq) * n_heads * hd, 3);
+  const float scale = 0.125f;
+  for (CpuIsa isa : AvailableIsas()) {
+    std::vector<float> alone(static_cast<size_t>(nq) * n_heads * hd);
+    std::vector<float> batched(alone.size()), batched3(alone.size());
+    for (int threads : {1, 2, 3}) {
+      CpuBackendOptions opt;
+      opt.max_isa = isa;
+      opt.threads = threads;
+      CpuBackend be(opt);
+      std::vector<AttentionQuery> qs(nq);
+      for (int i = 0; i < nq; ++i) {
+        float* out = (threads == 1   ? alone.data()
+                      : threads == 2 ? batched.data()
+                                     : batched3.data());
+        qs[i] = {q.data() + i * n_heads * hd, out + i * n_heads * hd, tables[query_seq[i]].data(),
+                 query_ctx[i]};
+      }
+      AttentionParams p{n_heads, n_kv, hd, scale, bs, k_pool.data(), v_pool.data(), nullptr, 0};
+      if (threads == 1) {
+        for (int i = 0; i < nq; ++i) {
+          p.queries = &qs[i];
+          p.n_queries = 1;
+          be.Attention(p);
+        }
+      } else {
+        p.queries = qs.data();
+        p.n_queries = nq;
+        be.Attention(p);
+      }
+    }
+    EXPECT_EQ(alone, batched) << "batched attention differs from queries alone, "
+                              << CpuIsaName(isa);
+    EXPECT_EQ(alone, batched3) << "attention depends on the thread count, " << CpuIsaName(isa);
+    std::vector<double> want(alone.size());
+    for (int i = 0; i < nq; ++i) {
+      const auto& blocks = tables[query_seq[i]];
+      for (int h = 0; h < n_heads; ++h) {
+        const int kvh = h / (n_heads / n_kv);
+        const float* qh = q.data() + (i * n_heads + h) * hd;
+        std::vector<double> s(query_ctx[i]);
+        double mx = -1e300;
+        for (int t = 0; t < query_ctx[i]; ++t) {
+          const float* kr = k_pool.data() + (blocks[t / bs] * bs + t % bs) * kv + kvh * hd;
+          double d = 0;
+          for (int e = 0; e < hd; ++e) d += static_cast<double>(qh[e]) * kr[e];
+          s[t] = d * scale;
+          mx = std::max(mx, s[t]);
+        }
+        double sum = 0;
+        for (auto& v : s) sum += (v = std::exp(v - mx));
+        for (int e = 0; e < hd; ++e) {
+          double acc = 0;
+          for (int t = 0; t < query_ctx[i]; ++t) {
+            acc += s[t] / sum * v_pool[(blocks[t / bs] * bs + t % bs) * kv + kvh * hd + e];
+          }
+          want[(i * n_heads + h) * hd + e] = acc;
+        }
+      }
+    }
+    EXPECT_LT(NormalizedError(alone.data(), want), 1e-5) << CpuIsaName(isa);
+  }
+}
+
+// RmsNorm, Rope and SiluMul on every path against float64, and invariant to the batch.
+TEST(ElementwiseKernels, MatchReferenceOnEveryPath) {
+  const int64_t n = 5, dim = 100;
+  const auto x = Random(n * dim, 4), w = Random(dim, 5), u = Random(n * dim, 6);
+  for (CpuIsa isa : AvailableIsas()) {
+    CpuBackendOptions opt;
+    opt.max_isa = isa;
+    CpuBackend be(opt);
+    std::vector<float> out(n * dim), one(dim);
+    be.RmsNorm(x.data(), w.data(), n, dim, 1e-5f, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      double ss = 0;
+      for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(x[i * dim + j]) * x[i * dim + j];
+      const double inv = 1.0 / std::sqrt(ss / dim + 1e-5);
+      for (int64_t j = 0; j < dim; ++j) {
+        EXPECT_NEAR(out[i * dim + j], x[i * dim + j] * inv * w[j], 1e-5) << CpuIsaName(isa);
+      }
+      be.RmsNorm(x.data() + i * dim, w.data(), 1, dim, 1e-5f, one.data());
+      EXPECT_EQ(std::memcmp(one.data(), out.data() + i * dim, dim * sizeof(float)), 0);
+    }
+    be.SiluMul(x.data(), u.data(), n * dim, out.data());
+    for (int64_t i = 0; i < n * dim; ++i) {
+      const double g = x[i];
+      EXPECT_NEAR(out[i], g / (1 + std::exp(-g)) * u[i], 1e-5 * (1 + std::fabs(u[i])));
+    }
+    // The vectorized exp across its whole range, saturation included (relative 1e-6).
+    std::vector<float> g, ones;
+    for (float v = -120.0f; v <= 120.0f; v += 0.37f) g.push_back(v);
+    g.push_back(0.0f);
+    ones.assign(g.size(), 1.0f);
+    std::vector<float> s(g.size());
+    be.SiluMul(g.data(), ones.data(), static_cast<int64_t>(g.size()), s.data());
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double want = g[i] / (1 + std::exp(-static_cast<double>(g[i])));
+      EXPECT_NEAR(s[i], want, 1e-6 * std::fabs(want) + 1e-30) << g[i] << " " << CpuIsaName(isa);
+    }
+    const int heads = 2, hd = 50;
+    std::vector<float> freq(hd / 2);
+    for (int j = 0; j < hd / 2; ++j) freq[j] = std::pow(10000.0f, -2.0f * j / hd);
+    const std::vector<int32_t> pos = {0, 1, 17, 300, 4095};
+    for (RopeLayout layout : {RopeLayout::kAdjacentPairs, RopeLayout::kHalves}) {
+      auto r = x;
+      be.Rope(r.data(), pos.data(), n, heads, hd, hd, layout, freq.data());
+      for (int64_t i = 0; i < n; ++i) {
+        for (int h = 0; h < heads; ++h) {
+          const float* v0 = x.data() + (i * heads + h) * hd;
+          const float* v1 = r.data() + (i * heads + h) * hd;
+          for (int j = 0; j < hd / 2; ++j) {
+            const int a = layout == RopeLayout::kAdjacentPairs ? 2 * j : j;
+            const int b = layout == RopeLayout::kAdjacentPairs ? 2 * j + 1 : j + hd / 2;
+            const double th = static_cast<double>(pos[i]) * freq[j];
+            EXPECT_NEAR(v1[a], v0[a] * std::cos(th) - v0[b] * std::sin(th), 1e-5);
+            EXPECT_NEAR(v1[b], v0[a] * std::sin(th) + v0[b] * std::cos(th), 1e-5);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cascade
