@@ -39,8 +39,8 @@ struct Options {
 };
 
 struct Measurement {
-  double seconds = 0;       // wall time of the timed phase
-  int64_t tokens = 0;       // tokens generated in it
+  double seconds = 0;  // wall time of the timed phase
+  int64_t tokens = 0;  // tokens generated in it
   double tokens_per_s() const { return seconds > 0 ? tokens / seconds : 0; }
 };
 
@@ -85,9 +85,9 @@ Measurement RunLocal(const Options& o) {
   so.threads = o.threads;
   so.kv_sequences = o.streams;
   Scheduler* sched_ptr = nullptr;
-  auto pipeline = LocalPipeline::Create(**src,
-                                        EvenLayerRanges((*src)->config().n_layers, o.stages), so, 1,
-                                        [&](StepResult r) { sched_ptr->OnResult(std::move(r)); });
+  auto pipeline =
+      LocalPipeline::Create(**src, EvenLayerRanges((*src)->config().n_layers, o.stages), so, 1,
+                            [&](StepResult r) { sched_ptr->OnResult(std::move(r)); });
   SchedulerOptions opt;
   opt.num_stages = o.stages;
   opt.kv_blocks = (*pipeline)->executor(0).stage().kv_cache().num_blocks();
@@ -218,7 +218,6 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"mode\": \"%s\", \"stages\": %d, \"threads\": %d, \"streams\": %d, \"tokens\": %d, "
       "\"decode_tokens_per_s\": %.3f, \"seconds\": %.3f}\n",
-      mode.c_str(), o.stages, o.threads, o.streams, o.tokens,
-      best.tokens_per_s(), best.seconds);
+      mode.c_str(), o.stages, o.threads, o.streams, o.tokens, best.tokens_per_s(), best.seconds);
   return 0;
 }

@@ -50,6 +50,14 @@ fi
 if [[ $WHAT == kernels || $WHAT == all ]]; then
   if [[ -x $BIN/engine_bench ]]; then
     echo
+    echo "== (c) CPU engine: TinyLlama-1.1B decode / prefill / memory bandwidth vs llama.cpp =="
+    for t in F16 Q8_0 Q4_0 Q4_K; do model tinyllama-1.1b "$t" > /dev/null; done  # with tokenizer
     "$BIN/engine_bench" --models "$MODELS"
+  fi
+  if [[ -x $BIN/kernel_bench ]]; then
+    echo
+    echo "== (d) CPU matmul kernels, 1 thread (bytes_per_second: weight bytes; GFLOPS: 2*rows*cols*n) =="
+    "$BIN/kernel_bench" --benchmark_filter='threads:1' --benchmark_min_time=0.1 2>/dev/null |
+      grep BM_ | awk '{printf "%-44s %9s %s  %s  %s\n", $1, $2, $3, $7, $8}'
   fi
 fi
