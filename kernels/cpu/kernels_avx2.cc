@@ -30,6 +30,10 @@ constexpr int64_t kPanelMinTokens = 6;
 // Zen 3: the light F16/BF16/F32 decode loop streams best with the hardware prefetcher
 // alone (8 or 16 rows ahead lost 5-15%), unlike the heavier quantized kernels.
 constexpr int64_t kDecodePrefetchRows = 0;
+// With 2-5 tokens the tiles hold only 2-6 rows: too few page-sized row streams for the
+// hardware prefetcher to keep the bus busy, so prefetch the rows this many tiles ahead
+// (measured on Zen 3, F16 x 4 tokens: +18% over hardware prefetch alone).
+constexpr int64_t kFewPrefetchTiles = 4;
 
 struct LoadF32 {
   static constexpr int kBytes = 4;
@@ -173,18 +177,48 @@ void F32TokenRange(const uint8_t* const* w, const MatmulTask& t, int64_t r, int6
   }
 }
 
-// Few tokens: stream each weight row once, converting in registers.
+// Rows [*r, t.r1) in steps of R against all T == t.n activation rows at once, so every
+// weight row is read and converted exactly once; leaves *r at the first row not done.
+template <typename L, int R, int T>
+void F32AllTokens(const MatmulTask& t, int64_t* r, int64_t pf = 0) {
+  const float* x[T];
+  for (int c = 0; c < T; ++c) x[c] = reinterpret_cast<const float*>(t.x + c * t.x_stride);
+  const uint8_t* w[R];
+  for (; *r + R <= t.r1; *r += R) {
+    for (int j = 0; j < R; ++j) w[j] = t.w + (*r + j) * t.w_stride;
+    F32Tile<L, R, T>(w, x, t.k, t.y + *r, t.ldy, pf);
+  }
+  for (; *r < t.r1; ++*r) {
+    w[0] = t.w + *r * t.w_stride;
+    F32Tile<L, 1, T>(w, x, t.k, t.y + *r, t.ldy);
+  }
+}
+
+// Few tokens: stream each weight row once, converting in registers. Tiles hold R x T
+// accumulators plus T activation vectors and one weight vector in the 16 ymm registers.
 template <typename L>
 void F32Direct(const MatmulTask& t) {
   int64_t r = t.r0;
-  const uint8_t* w[8];
-  if (t.n == 1) {  // decode: more rows in flight to hide FMA latency
-    const auto* x = reinterpret_cast<const float*>(t.x);
-    for (; r + 8 <= t.r1; r += 8) {
-      for (int j = 0; j < 8; ++j) w[j] = t.w + (r + j) * t.w_stride;
-      F32Tile<L, 8, 1>(w, &x, t.k, t.y + r, t.ldy, kDecodePrefetchRows * t.w_stride);
-    }
+  switch (t.n) {
+    case 1:  // decode: more rows in flight to hide FMA latency
+      F32AllTokens<L, 8, 1>(t, &r, kDecodePrefetchRows * t.w_stride);
+      return;
+    case 2:
+      F32AllTokens<L, 6, 2>(t, &r, kFewPrefetchTiles * 6 * t.w_stride);
+      return;
+    case 3:
+      F32AllTokens<L, 4, 3>(t, &r, kFewPrefetchTiles * 4 * t.w_stride);
+      return;
+    case 4:
+      F32AllTokens<L, 2, 4>(t, &r, kFewPrefetchTiles * 2 * t.w_stride);
+      return;
+    case 5:
+      F32AllTokens<L, 2, 5>(t, &r, kFewPrefetchTiles * 2 * t.w_stride);
+      return;
+    default:
+      break;
   }
+  const uint8_t* w[4];
   for (; r + 4 <= t.r1; r += 4) {
     for (int j = 0; j < 4; ++j) w[j] = t.w + (r + j) * t.w_stride;
     F32TokenRange<L, 4, 3>(w, t, r, 0, t.n);
