@@ -81,7 +81,7 @@ void BM_MatMul(benchmark::State& state, TensorType type, bool quantized_act) {
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
-    for (int n : {1, 128}) b->Args({n, threads});
+    for (int n : {1, 2, 4, 128}) b->Args({n, threads});
   }
   b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
