@@ -21,6 +21,8 @@ namespace {
 
 // From this many tokens on, matmuls block tokens (and expand weight panels once per block).
 constexpr int64_t kBlockedMinTokens = 4;
+// Decode prefetches this many weight rows ahead of the tile.
+constexpr int64_t kPrefetchRows = 8;
 
 // 32 signed codes of a weight block.
 inline __m256i Codes(const BlockQ8_0& b) {
@@ -48,17 +50,19 @@ inline __m128i Totals4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
 // acc_r = fma(S_rb, d_rb * d_x b, acc_r) over blocks b in order (S exact), as in every tile.
 // pf != 0 prefetches each weight block pf bytes ahead (the next tile's rows): the kernel is
 // busy enough at decode that the hardware prefetcher alone does not keep the bus full.
+// For Q4_0, x8[b] = 8 * (sum of x's codes in block b), precomputed once per activation row.
 template <typename Block>
-inline void Tile4x1(const Block* const* w, const BlockQ8_0* x, int64_t nb, float* y, int rows,
-                    int64_t pf) {
+inline void Tile4x1(const Block* const* w, const BlockQ8_0* x, const int32_t* x8, int64_t nb,
+                    float* y, int rows, int64_t pf) {
   __m128 acc = _mm_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    // About one prefetch per 64 bytes of each row.
-    constexpr int64_t kEvery = std::max<int64_t>(1, 64 / sizeof(Block));
-    if (pf != 0 && b % kEvery == 0) {
-      for (int r = 0; r < 4; ++r) {
-        _mm_prefetch(reinterpret_cast<const char*>(&w[r][b]) + pf, _MM_HINT_T0);
-      }
+    if (pf != 0) {
+      // The tile's 4 rows are contiguous, so the matrix is read as one sequential sweep
+      // (4 short interleaved row streams are too few for the hardware prefetcher): fetch
+      // the bytes pf ahead of this block step in that sweep, one line per 64 bytes.
+      constexpr int64_t kStep = 4 * sizeof(Block);
+      const char* p = reinterpret_cast<const char*>(w[0]) + pf + b * kStep;
+      for (int64_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
     }
     const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
     __m128i s;
@@ -70,7 +74,6 @@ inline void Tile4x1(const Block* const* w, const BlockQ8_0* x, int64_t nb, float
       // below and high nibbles above. 8 * sum(x) is subtracted once from all four totals.
       const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
       const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-      const __m256i x8 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xq), ones);
       __m256i p[4];
       for (int r = 0; r < 4; ++r) {
         const __m256i both = _mm256_broadcastsi128_si256(
@@ -78,7 +81,7 @@ inline void Tile4x1(const Block* const* w, const BlockQ8_0* x, int64_t nb, float
         const __m256i u = _mm256_and_si256(_mm256_srlv_epi32(both, shift), m4);
         p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), ones);
       }
-      s = _mm_sub_epi32(Totals4(p[0], p[1], p[2], p[3]), _mm_set1_epi32(HsumI32(x8)));
+      s = _mm_sub_epi32(Totals4(p[0], p[1], p[2], p[3]), _mm_set1_epi32(x8[b]));
     } else {
       s = Totals4(Partial(Codes(w[0][b]), xq), Partial(Codes(w[1][b]), xq),
                   Partial(Codes(w[2][b]), xq), Partial(Codes(w[3][b]), xq));
@@ -99,16 +102,28 @@ inline void Tile4x1(const Block* const* w, const BlockQ8_0* x, int64_t nb, float
 template <typename Block>
 void Q8Direct(const MatmulTask& t) {
   const int64_t nb = t.k / kQK;
+  // Q4_0: 8 * sum(x) per block and activation row, in scratch (n * nb ints; n < 4).
+  auto* x8 = reinterpret_cast<int32_t*>(t.scratch);
+  if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+    const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
+    for (int64_t i = 0; i < t.n; ++i) {
+      const auto* x = reinterpret_cast<const BlockQ8_0*>(t.x + i * t.x_stride);
+      for (int64_t b = 0; b < nb; ++b) {
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+        x8[i * nb + b] = HsumI32(_mm256_madd_epi16(_mm256_maddubs_epi16(eight, xq), ones));
+      }
+    }
+  }
   for (int64_t r = t.r0; r < t.r1; r += 4) {
     const int rows = static_cast<int>(std::min<int64_t>(4, t.r1 - r));
     const Block* w[4];
     for (int j = 0; j < 4; ++j) {
       w[j] = reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
     }
-    const int64_t pf = rows == 4 ? 8 * static_cast<int64_t>(t.w_stride) : 0;
+    const int64_t pf = rows == 4 ? kPrefetchRows * static_cast<int64_t>(t.w_stride) : 0;
     for (int64_t i = 0; i < t.n; ++i) {
       const auto* x = reinterpret_cast<const BlockQ8_0*>(t.x + i * t.x_stride);
-      Tile4x1<Block>(w, x, nb, t.y + i * t.ldy + r, rows, pf);
+      Tile4x1<Block>(w, x, x8 + i * nb, nb, t.y + i * t.ldy + r, rows, pf);
     }
   }
 }
