@@ -44,9 +44,13 @@ struct Measurement {
   double tokens_per_s() const { return seconds > 0 ? tokens / seconds : 0; }
 };
 
-std::vector<int32_t> Prompt(int n, int salt) {
+// BOS, then ids spread over the vocabulary's ordinary tokens (past the first 259: control
+// and byte tokens in Llama vocabularies).
+std::vector<int32_t> Prompt(int n, int salt, int64_t vocab) {
+  const int64_t first = vocab > 600 ? 300 : 3, span = std::min<int64_t>(5000, vocab - first);
   std::vector<int32_t> p = {1};
-  for (int i = 1; i < n; ++i) p.push_back(300 + (i * 37 + salt * 101) % 5000);
+  for (int i = 1; i < n; ++i)
+    p.push_back(static_cast<int32_t>(first + (i * 37 + salt * 101) % span));
   return p;
 }
 
@@ -99,11 +103,16 @@ Measurement RunLocal(const Options& o) {
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < o.streams; ++i) {
     SequenceRequest r;
-    r.prompt = Prompt(o.prompt_tokens, i);
+    r.prompt = Prompt(o.prompt_tokens, i, (*src)->config().vocab_size);
     r.max_tokens = o.tokens;
     r.ignore_eos = true;
     r.sampling = SamplingParams::Greedy();
-    streams.push_back(*sched.Submit(std::move(r)));
+    auto stream = sched.Submit(std::move(r));
+    if (!stream.ok()) {
+      std::cerr << "request " << i << ": " << stream.status() << "\n";
+      std::exit(1);
+    }
+    streams.push_back(*std::move(stream));
   }
   std::vector<Clock::time_point> first(o.streams), done(o.streams);
   std::vector<int64_t> count(o.streams, 0);
@@ -135,6 +144,12 @@ Measurement RunLocal(const Options& o) {
 
 // Processes: a coordinator and `stages` workers on loopback; K concurrent gRPC streams.
 Measurement RunCluster(const Options& o) {
+  auto src = ModelSource::Open(o.model);  // for the vocabulary size of the prompts
+  if (!src.ok()) {
+    std::cerr << src.status() << "\n";
+    std::exit(1);
+  }
+  const int64_t vocab = (*src)->config().vocab_size;
   const int port = testing::FreePort();
   const std::string addr = "127.0.0.1:" + std::to_string(port);
   const std::string log = "/tmp/cluster_bench_" + std::to_string(::getpid()) + ".log";
@@ -168,7 +183,7 @@ Measurement RunCluster(const Options& o) {
       auto stub = v1::Inference::NewStub(MakeChannel(addr));
       grpc::ClientContext ctx;
       v1::GenerateRequest req;
-      for (int32_t id : Prompt(o.prompt_tokens, i)) req.add_prompt_ids(id);
+      for (int32_t id : Prompt(o.prompt_tokens, i, vocab)) req.add_prompt_ids(id);
       req.set_max_tokens(o.tokens);
       req.set_ignore_eos(true);
       req.mutable_sampling()->set_temperature(0);

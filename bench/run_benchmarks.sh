@@ -47,6 +47,26 @@ if [[ $WHAT == pipeline || $WHAT == all ]]; then
     echo "$s stages over gRPC loopback: ${best[$s]} tokens/s   ratio $(ratio "${best[$s]}" "$base")   (target >= 0.95)"
   done
 
+  # The hop in absolute terms: on stories260K (compute ~0.15 ms/token) the per-token time
+  # is almost all transport, so its growth per stage is the cost of one more hop.
+  S=models/stories260K.gguf
+  declare -A ms=([0]=999 [1]=999 [2]=999 [3]=999)
+  for round in 1 2 3; do
+    for s in 0 1 2 3; do
+      if [[ $s == 0 ]]; then mode=(local); else mode=(cluster --stages "$s"); fi
+      r=$("$BIN/cluster_bench" "${mode[@]}" --model "$S" --threads 1 --streams 1 --tokens 200 --repeats 1 | json decode_tokens_per_s)
+      ms[$s]=$(python3 -c "print(min(1000 / $r, ${ms[$s]}))")
+    done
+  done
+  python3 -c "
+l, c1, c2, c3 = ${ms[0]}, ${ms[1]}, ${ms[2]}, ${ms[3]}
+print(f'stories260K ms/token: 1 process {l:.3f}; cluster with 1 / 2 / 3 stages {c1:.3f} / {c2:.3f} / {c3:.3f}')
+per_stage = (c3 - c1) / 2
+print(f'cost of the coordinator round trip {c1 - l:.3f} ms, of each further stage {per_stage:.3f} ms per token')
+t = 1000 / $base
+print(f'implied ratio at llama-110m ({t:.1f} ms/token): 2 stages {t / (t + c2 - l):.3f}, 3 stages {t / (t + c3 - l):.3f}')
+"
+
   echo
   echo "== (b) pipeline kept full: 8 streams, tinyllama-1.1b F16 =="
   M=$(model tinyllama-1.1b F16)
