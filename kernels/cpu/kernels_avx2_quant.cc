@@ -34,11 +34,28 @@ inline __m256i Codes(const BlockQ4_0& b) {
   return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
 }
 
+// Q4_0 nibbles as unsigned codes u = code + 8 (Q8_0 never uses this; defined for the
+// template).
+inline __m256i UnsignedCodes(const BlockQ4_0& b) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
+}
+inline __m256i UnsignedCodes(const BlockQ8_0& b) { return Codes(b); }
+
 // 8 int32 partial sums (groups of 4 products) of weight codes w and activation codes x.
 inline __m256i Partial(__m256i w, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
                            _mm256_set1_epi16(1));
 }
+
+// The same for unsigned weight codes u in [0, 15] (Q4_0 nibbles): |u * x| pairs stay far
+// below 2^15.
+inline __m256i PartialU(__m256i u, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+// 8 * (sum of the 32 activation codes x): what unsigned nibbles add over signed codes.
+inline int32_t X8(__m256i x) { return HsumI32(PartialU(_mm256_set1_epi8(8), x)); }
 
 // Totals of four 8-lane partial sums: lane j of the result is the sum of p[j]'s lanes.
 inline __m128i Totals4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
@@ -137,8 +154,12 @@ struct Panel {
 
 // Prefill tile: 4 panel rows x 2 activation rows (pairs) -> 8 outputs in one register,
 // ordered (r0 c0, r0 c1, r1 c0, ..., r3 c1). xs holds [block][2] activation scales.
+// kUnsigned (Q4_0): the panel holds the unsigned nibbles u = code + 8, multiplied directly
+// (no sign fix-ups), and x8s holds [block][2] values 8 * sum(x) to subtract: the same
+// integers S as signed codes give.
+template <bool kUnsigned>
 inline void Tile4x2(const Panel& w, int64_t nb, const BlockQ8_0* x0, const BlockQ8_0* x1,
-                    const float* xs, float* y, int64_t ldy, int rows) {
+                    const float* xs, const int32_t* x8s, float* y, int64_t ldy, int rows) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const __m256i xq0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0[b].qs));
@@ -147,11 +168,20 @@ inline void Tile4x2(const Panel& w, int64_t nb, const BlockQ8_0* x0, const Block
     for (int r = 0; r < 4; ++r) {
       const __m256i wq =
           _mm256_load_si256(reinterpret_cast<const __m256i*>(w.codes + (r * nb + b) * 32));
-      h[r] = _mm256_hadd_epi32(Partial(wq, xq0), Partial(wq, xq1));
+      if constexpr (kUnsigned) {
+        h[r] = _mm256_hadd_epi32(PartialU(wq, xq0), PartialU(wq, xq1));
+      } else {
+        h[r] = _mm256_hadd_epi32(Partial(wq, xq0), Partial(wq, xq1));
+      }
     }
     const __m256i h01 = _mm256_hadd_epi32(h[0], h[1]), h23 = _mm256_hadd_epi32(h[2], h[3]);
-    const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h01, h23, 0x20),
-                                       _mm256_permute2x128_si256(h01, h23, 0x31));
+    __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h01, h23, 0x20),
+                                 _mm256_permute2x128_si256(h01, h23, 0x31));
+    if constexpr (kUnsigned) {
+      s = _mm256_sub_epi32(
+          s,
+          _mm256_castpd_si256(_mm256_broadcast_sd(reinterpret_cast<const double*>(x8s + 2 * b))));
+    }
     const __m256 d = _mm256_mul_ps(
         _mm256_load_ps(w.scales + 8 * b),
         _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(xs + 2 * b))));
@@ -166,6 +196,7 @@ inline void Tile4x2(const Panel& w, int64_t nb, const BlockQ8_0* x0, const Block
 }
 
 // Prefill tile for a leftover single activation row: the same per-output arithmetic.
+template <bool kUnsigned>
 inline void Tile4x1Panel(const Panel& w, int64_t nb, const BlockQ8_0* x, float* y, int rows) {
   __m128 acc = _mm_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -173,8 +204,15 @@ inline void Tile4x1Panel(const Panel& w, int64_t nb, const BlockQ8_0* x, float* 
     auto codes = [&](int r) {
       return _mm256_load_si256(reinterpret_cast<const __m256i*>(w.codes + (r * nb + b) * 32));
     };
-    const __m128i s = Totals4(Partial(codes(0), xq), Partial(codes(1), xq), Partial(codes(2), xq),
-                              Partial(codes(3), xq));
+    __m128i s;
+    if constexpr (kUnsigned) {
+      s = _mm_sub_epi32(Totals4(PartialU(codes(0), xq), PartialU(codes(1), xq),
+                                PartialU(codes(2), xq), PartialU(codes(3), xq)),
+                        _mm_set1_epi32(X8(xq)));
+    } else {
+      s = Totals4(Partial(codes(0), xq), Partial(codes(1), xq), Partial(codes(2), xq),
+                  Partial(codes(3), xq));
+    }
     // scales [b][r][2] -> (s0, s1, s2, s3)
     const __m256 ws = _mm256_load_ps(w.scales + 8 * b);
     const __m128 wd = _mm_shuffle_ps(_mm256_castps256_ps128(ws), _mm256_extractf128_ps(ws, 1),
@@ -197,6 +235,8 @@ void Q8Blocked(const MatmulTask& t) {
   panel.codes = reinterpret_cast<int8_t*>(t.scratch);
   panel.scales = t.scratch + nb * 32;  // 4 * nb * 32 bytes = nb * 32 floats
   float* xs = panel.scales + nb * 8;   // (tb / 2, nb, 2)
+  constexpr bool kUnsigned = std::is_same_v<Block, BlockQ4_0>;
+  auto* x8s = reinterpret_cast<int32_t*>(xs + tb / 2 * nb * 2);  // (tb / 2, nb, 2), Q4_0
   auto xrow = [&](int64_t j) { return reinterpret_cast<const BlockQ8_0*>(t.x + j * t.x_stride); };
   for (int64_t i0 = 0; i0 < t.n; i0 += tb) {
     const int64_t i1 = std::min(t.n, i0 + tb);
@@ -207,6 +247,13 @@ void Q8Blocked(const MatmulTask& t) {
       for (int64_t b = 0; b < nb; ++b) {
         xs[(p * nb + b) * 2] = _cvtsh_ss(a[b].d);
         xs[(p * nb + b) * 2 + 1] = _cvtsh_ss(c[b].d);
+        if constexpr (kUnsigned) {
+          auto load = [](const BlockQ8_0& blk) {
+            return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
+          };
+          x8s[(p * nb + b) * 2] = X8(load(a[b]));
+          x8s[(p * nb + b) * 2 + 1] = X8(load(c[b]));
+        }
       }
     }
     for (int64_t r = t.r0; r < t.r1; r += 4) {
@@ -216,7 +263,7 @@ void Q8Blocked(const MatmulTask& t) {
             reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
         for (int64_t b = 0; b < nb; ++b) {
           _mm256_store_si256(reinterpret_cast<__m256i*>(panel.codes + (j * nb + b) * 32),
-                             Codes(src[b]));
+                             kUnsigned ? UnsignedCodes(src[b]) : Codes(src[b]));
           const float d = _cvtsh_ss(src[b].d);
           panel.scales[8 * b + 2 * j] = d;
           panel.scales[8 * b + 2 * j + 1] = d;
@@ -224,11 +271,12 @@ void Q8Blocked(const MatmulTask& t) {
       }
       for (int64_t p = 0; p < pairs; ++p) {
         const int64_t i = i0 + 2 * p;
-        Tile4x2(panel, nb, xrow(i), xrow(i + 1), xs + p * nb * 2, t.y + i * t.ldy + r, t.ldy, rows);
+        Tile4x2<kUnsigned>(panel, nb, xrow(i), xrow(i + 1), xs + p * nb * 2, x8s + p * nb * 2,
+                           t.y + i * t.ldy + r, t.ldy, rows);
       }
       if (i0 + 2 * pairs < i1) {
         const int64_t i = i1 - 1;
-        Tile4x1Panel(panel, nb, xrow(i), t.y + i * t.ldy + r, rows);
+        Tile4x1Panel<kUnsigned>(panel, nb, xrow(i), t.y + i * t.ldy + r, rows);
       }
     }
   }
