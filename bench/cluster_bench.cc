@@ -199,6 +199,21 @@ Measurement RunCluster(const Options& o) {
     });
   }
   for (auto& t : clients) t.join();
+  {  // Each stage's own account of its compute time (asked of the workers directly).
+    grpc::ClientContext ctx;
+    v1::ClusterStatusResponse s;
+    if (control->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &s).ok()) {
+      for (const auto& stage : s.stages()) {
+        auto worker = v1::Worker::NewStub(MakeChannel(stage.address()));
+        grpc::ClientContext wctx;
+        v1::WorkerStatus ws;
+        if (!worker->Status(&wctx, v1::StatusRequest(), &ws).ok()) continue;
+        std::fprintf(stderr, "stage %d: %lu frames, %lu tokens, busy %.2f s\n", stage.index(),
+                     static_cast<unsigned long>(ws.stats().frames()),
+                     static_cast<unsigned long>(ws.stats().tokens()), ws.stats().busy_s());
+      }
+    }
+  }
   procs.clear();  // coordinator first, then the workers
   return DecodeRate(first, done, count);
 }
