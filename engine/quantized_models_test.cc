@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/stage.h"
+#include "engine/stage_test_util.h"
 #include "gtest/gtest.h"
 #include "model/gguf.h"
 #include "model/quant.h"
@@ -24,33 +25,9 @@
 namespace cascade {
 namespace {
 
-std::vector<int32_t> ReadIds(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  int32_t v;
-  while (in >> v) ids.push_back(v);
-  return ids;
-}
-
-// Teacher-forced logits of every position as one batch.
-std::vector<float> AllLogits(Stage& stage, const std::vector<int32_t>& ids, SeqId seq = 0) {
-  Batch b;
-  for (size_t i = 0; i < ids.size(); ++i) b.push_back({ids[i], seq, static_cast<int32_t>(i), true});
-  std::vector<float> out;
-  absl::Status st = stage.Forward(b, {}, &out);
-  EXPECT_TRUE(st.ok()) << st;
-  stage.FreeSequence(seq);
-  return out;
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  }
-  return m;
-}
+using testing::AllLogits;
+using testing::MaxAbsDiff;
+using testing::ReadIds;
 
 std::string QPath(const std::string& name) {
   return testing::SharedPath("models/tiny-llama-q/" + name);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/sampler.h"
+#include "engine/stage_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/test_util.h"
@@ -16,52 +17,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<int32_t> ReadIds(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  int32_t v;
-  while (in >> v) ids.push_back(v);
-  return ids;
-}
-
-// Teacher-forced logits of every position, as one batch.
-std::vector<float> AllLogits(Stage& stage, const std::vector<int32_t>& ids, SeqId seq = 0) {
-  Batch b;
-  for (size_t i = 0; i < ids.size(); ++i) b.push_back({ids[i], seq, static_cast<int32_t>(i), true});
-  std::vector<float> out;
-  absl::Status st = stage.Forward(b, {}, &out);
-  EXPECT_TRUE(st.ok()) << st;
-  stage.FreeSequence(seq);
-  return out;
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  }
-  return m;
-}
-
-// Greedy decoding, one token per forward pass, from `prompt` to `total` tokens.
-std::vector<int32_t> GreedyDecode(Stage& stage, std::vector<int32_t> ids, size_t total) {
-  std::vector<float> logits;
-  Batch prefill;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    prefill.push_back({ids[i], 0, static_cast<int32_t>(i), i + 1 == ids.size()});
-  }
-  EXPECT_TRUE(stage.Forward(prefill, {}, &logits).ok());
-  while (ids.size() < total) {
-    const int32_t next = Sample(logits, SamplingParams::Greedy(), ids, ids.size()).token;
-    ids.push_back(next);
-    if (ids.size() == total) break;
-    Batch b = {{next, 0, static_cast<int32_t>(ids.size() - 1), true}};
-    EXPECT_TRUE(stage.Forward(b, {}, &logits).ok());
-  }
-  stage.FreeSequence(0);
-  return ids;
-}
+using testing::AllLogits;
+using testing::GreedyDecode;
+using testing::MaxAbsDiff;
+using testing::ReadIds;
 
 class Stories260K : public ::testing::TestWithParam<std::string> {};
 

@@ -6,61 +6,17 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/kernels_test_util.h"
 #include "model/quant.h"
 
 namespace cascade {
 namespace {
 
-std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-// A weight matrix of `type` built from random floats, with its exact dequantized values.
-struct TestWeight {
-  std::vector<uint8_t> bytes;
-  std::vector<float> dequant;  // (rows, cols)
-  TensorView view;
-};
-
-TestWeight MakeWeight(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
-  TestWeight w;
-  auto f = Random(rows * cols, seed, 0.5f);
-  uint64_t rb;
-  EXPECT_TRUE(RowBytes(type, cols, &rb));
-  w.bytes.resize(rb * rows);
-  w.dequant.resize(rows * cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    EXPECT_TRUE(QuantizeRow(type, f.data() + r * cols, cols, w.bytes.data() + r * rb));
-    EXPECT_TRUE(DequantizeRow(type, w.bytes.data() + r * rb, cols, w.dequant.data() + r * cols));
-  }
-  w.view.name = "w";
-  w.view.type = type;
-  w.view.n_dims = 2;
-  w.view.ne[0] = cols;
-  w.view.ne[1] = rows;
-  w.view.data = w.bytes.data();
-  w.view.nbytes = w.bytes.size();
-  return w;
-}
-
-std::vector<CpuIsa> AvailableIsas() {
-  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
-  if (DetectCpuFeatures().best() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
-  return isas;
-}
-
-double NormalizedError(const std::vector<float>& got, const std::vector<double>& want) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(err / std::max(norm, 1e-30));
-}
+using testing::AvailableIsas;
+using testing::MakeWeight;
+using testing::NormalizedError;
+using testing::Random;
+using testing::TestWeight;
 
 struct MatmulCase {
   TensorType type;
@@ -95,7 +51,8 @@ TEST_P(MatmulTest, MatchesReferenceOnEveryPathAndIsBatchInvariant) {
       CpuBackend be(opt);
       std::vector<float> y(n * rows);
       be.MatMul(w.view, x.data(), n, y.data());
-      EXPECT_LT(NormalizedError(y, ref), c.bound) << TensorTypeName(c.type) << " on " << be.name();
+      EXPECT_LT(NormalizedError(y.data(), ref), c.bound)
+          << TensorTypeName(c.type) << " on " << be.name();
       // Each row alone gives bit-identical results.
       for (int64_t t = 0; t < n; ++t) {
         std::vector<float> y1(rows);

@@ -19,61 +19,18 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kernels_test_util.h"
 #include "model/quant.h"
 #include "util/fp16.h"
 
 namespace cascade {
 namespace {
 
-std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-std::vector<CpuIsa> AvailableIsas() {
-  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
-  if (DetectCpuFeatures().best() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
-  return isas;
-}
-
-double NormalizedError(const float* got, const std::vector<double>& want) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(err / std::max(norm, 1e-30));
-}
-
-struct Weight {
-  std::vector<uint8_t> bytes;
-  std::vector<float> dequant;  // (rows, cols)
-  TensorView view;
-};
-
-Weight MakeWeight(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
-  Weight w;
-  const auto f = Random(rows * cols, seed, 0.5f);
-  uint64_t rb = 0;
-  EXPECT_TRUE(RowBytes(type, cols, &rb));
-  w.bytes.resize(rb * rows);
-  w.dequant.resize(rows * cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    EXPECT_TRUE(QuantizeRow(type, f.data() + r * cols, cols, w.bytes.data() + r * rb));
-    EXPECT_TRUE(DequantizeRow(type, w.bytes.data() + r * rb, cols, w.dequant.data() + r * cols));
-  }
-  w.view.name = "w";
-  w.view.type = type;
-  w.view.n_dims = 2;
-  w.view.ne[0] = cols;
-  w.view.ne[1] = rows;
-  w.view.data = w.bytes.data();
-  w.view.nbytes = w.bytes.size();
-  return w;
-}
+using testing::AvailableIsas;
+using testing::MakeWeight;
+using testing::NormalizedError;
+using testing::Random;
+using testing::TestWeight;
 
 // The activations a kernel multiplies with, as floats: x itself, or x quantized by the
 // scalar (reference) activation quantizer and dequantized.
@@ -97,7 +54,7 @@ std::vector<float> EffectiveActivations(const std::vector<float>& x, int64_t k, 
   return out;
 }
 
-std::vector<double> Reference(const Weight& w, const std::vector<float>& x, int64_t n, int64_t k) {
+std::vector<double> Reference(const TestWeight& w, const std::vector<float>& x, int64_t n, int64_t k) {
   const int64_t rows = w.view.rows();
   std::vector<double> y(n * rows);
   for (int64_t t = 0; t < n; ++t) {
@@ -130,7 +87,7 @@ class MatmulPaths : public ::testing::TestWithParam<MatmulCase> {};
 TEST_P(MatmulPaths, MatchesReferenceAndIsBatchInvariant) {
   const MatmulCase c = GetParam();
   const int64_t rows = 37, k = c.cols, max_n = 129;
-  const Weight w = MakeWeight(c.type, rows, k, 11);
+  const TestWeight w = MakeWeight(c.type, rows, k, 11);
   const auto x = Random(max_n * k, 5);
   const cpu::ActFormat fmt = cpu::ActFormatFor(c.type, c.quantized_act);
   const auto ref_exact = Reference(w, x, max_n, k);
