@@ -160,23 +160,6 @@ void PackRows(const uint8_t* const* rows, int count, int64_t k, float* out) {
   }
 }
 
-// Rows w[0..R) (first row r) against activation rows [i0, i1), in tiles of T tokens.
-template <typename L, int R, int T>
-void F32TokenRange(const uint8_t* const* w, const MatmulTask& t, int64_t r, int64_t i0,
-                   int64_t i1) {
-  auto xrow = [&](int64_t j) { return reinterpret_cast<const float*>(t.x + j * t.x_stride); };
-  int64_t i = i0;
-  for (; i + T <= i1; i += T) {
-    const float* x[T];
-    for (int c = 0; c < T; ++c) x[c] = xrow(i + c);
-    F32Tile<L, R, T>(w, x, t.k, t.y + i * t.ldy + r, t.ldy);
-  }
-  for (; i < i1; ++i) {
-    const float* x[1] = {xrow(i)};
-    F32Tile<L, R, 1>(w, x, t.k, t.y + i * t.ldy + r, t.ldy);
-  }
-}
-
 // Rows [*r, t.r1) in steps of R against all T == t.n activation rows at once, so every
 // weight row is read and converted exactly once; leaves *r at the first row not done.
 template <typename L, int R, int T>
@@ -194,10 +177,12 @@ void F32AllTokens(const MatmulTask& t, int64_t* r, int64_t pf = 0) {
   }
 }
 
-// Few tokens: stream each weight row once, converting in registers. Tiles hold R x T
-// accumulators plus T activation vectors and one weight vector in the 16 ymm registers.
+// Few tokens (1 <= n < kPanelMinTokens): stream each weight row once, converting in
+// registers. Tiles hold R x T accumulators plus T activation vectors and one weight vector
+// in the 16 ymm registers.
 template <typename L>
 void F32Direct(const MatmulTask& t) {
+  static_assert(kPanelMinTokens == 6, "F32Direct has tiles for 1 to 5 tokens");
   int64_t r = t.r0;
   switch (t.n) {
     case 1:  // decode: more rows in flight to hide FMA latency
@@ -215,17 +200,8 @@ void F32Direct(const MatmulTask& t) {
     case 5:
       F32AllTokens<L, 2, 5>(t, &r, kFewPrefetchTiles * 2 * t.w_stride);
       return;
-    default:
-      break;
-  }
-  const uint8_t* w[4];
-  for (; r + 4 <= t.r1; r += 4) {
-    for (int j = 0; j < 4; ++j) w[j] = t.w + (r + j) * t.w_stride;
-    F32TokenRange<L, 4, 3>(w, t, r, 0, t.n);
-  }
-  for (; r < t.r1; ++r) {
-    w[0] = t.w + r * t.w_stride;
-    F32TokenRange<L, 1, 3>(w, t, r, 0, t.n);
+    default:  // n >= kPanelMinTokens goes to F32Gemm (MatmulF32Act)
+      return;
   }
 }
 

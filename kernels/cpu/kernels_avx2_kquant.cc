@@ -80,7 +80,9 @@ struct Q4KUnpack {
   __m256i mins;  // min of group g (16 elements) = m[g / 2], int16
   __m256i q[4];  // raw qs chunks
   float d, dmin;
-  void Init(const BlockQ4K& b) {
+  // Q4_K and Q5_K share the scales/mins packing and the low 4 bits of the codes.
+  template <typename Block>
+  void InitLow4(const Block& b) {
     uint64_t sc, m;
     ScalesMinsK4(b.scales, &sc, &m);
     const __m128i s16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc)));
@@ -91,6 +93,7 @@ struct Q4KUnpack {
     d = _cvtsh_ss(b.d);
     dmin = _cvtsh_ss(b.dmin);
   }
+  void Init(const BlockQ4K& b) { InitLow4(b); }
   __m256i Codes(int j) const {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     return (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(q[j >> 1], 4), m4)
@@ -102,16 +105,8 @@ struct Q4KUnpack {
 struct Q5KUnpack : Q4KUnpack {
   __m256i qh;
   void Init(const BlockQ5K& b) {
-    uint64_t sc, m;
-    ScalesMinsK4(b.scales, &sc, &m);
-    const __m128i s16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc)));
-    sc2 = _mm256_set_m128i(s16, s16);
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(m)));
-    mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-    for (int c = 0; c < 4; ++c) q[c] = Load256(b.qs + 32 * c);
+    InitLow4(b);
     qh = Load256(b.qh);
-    d = _cvtsh_ss(b.d);
-    dmin = _cvtsh_ss(b.dmin);
   }
   __m256i Codes(int j) const {
     // Bit j of qh[l] becomes bit 4 of code l of chunk j.

@@ -24,23 +24,22 @@ constexpr int64_t kBlockedMinTokens = 4;
 // Decode prefetches this many weight rows ahead of the tile.
 constexpr int64_t kPrefetchRows = 8;
 
-// 32 signed codes of a weight block.
+// 32 signed codes of a Q8_0 block.
 inline __m256i Codes(const BlockQ8_0& b) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
 }
-inline __m256i Codes(const BlockQ4_0& b) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-  return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-}
 
-// Q4_0 nibbles as unsigned codes u = code + 8 (Q8_0 never uses this; defined for the
-// template).
-inline __m256i UnsignedCodes(const BlockQ4_0& b) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
+// The 32 nibbles of a Q4_0 block as unsigned codes u = code + 8 (low nibbles, then high).
+// Q4_0 kernels multiply u directly and subtract 8 * sum(x): the same integers as the signed
+// codes give, with no sign fix-ups. The 16 packed bytes go to both halves (a plain load),
+// the upper half shifted right by 4 bits per 32-bit lane; masking each byte to 4 bits then
+// leaves the low nibbles below and the high nibbles above.
+inline __m256i Nibbles(const BlockQ4_0& b) {
+  const __m256i both =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+  return _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                          _mm256_set1_epi8(0x0F));
 }
-inline __m256i UnsignedCodes(const BlockQ8_0& b) { return Codes(b); }
 
 // 8 int32 partial sums (groups of 4 products) of weight codes w and activation codes x.
 inline __m256i Partial(__m256i w, __m256i x) {
@@ -84,20 +83,9 @@ inline void Tile4x1(const Block* const* w, const BlockQ8_0* x, const int32_t* x8
     const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
     __m128i s;
     if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-      // Unsigned nibbles u = code + 8: sum(u * x) - 8 * sum(x), the same integers as the
-      // signed codes give, with fewer instructions.
-      // The 16 packed bytes go to both halves (a plain load), the upper half shifted right
-      // by 4 bits per 32-bit lane: masking each byte to 4 bits then leaves low nibbles
-      // below and high nibbles above. 8 * sum(x) is subtracted once from all four totals.
-      const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
-      const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+      // 8 * sum(x) (see Nibbles) is subtracted once from all four totals.
       __m256i p[4];
-      for (int r = 0; r < 4; ++r) {
-        const __m256i both = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][b].qs)));
-        const __m256i u = _mm256_and_si256(_mm256_srlv_epi32(both, shift), m4);
-        p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), ones);
-      }
+      for (int r = 0; r < 4; ++r) p[r] = PartialU(Nibbles(w[r][b]), xq);
       s = _mm_sub_epi32(Totals4(p[0], p[1], p[2], p[3]), _mm_set1_epi32(x8[b]));
     } else {
       s = Totals4(Partial(Codes(w[0][b]), xq), Partial(Codes(w[1][b]), xq),
@@ -122,15 +110,14 @@ void Q8Direct(const MatmulTask& t) {
   // Q4_0: 8 * sum(x) per block and activation row, in scratch (n * nb ints; n < 4).
   auto* x8 = reinterpret_cast<int32_t*>(t.scratch);
   if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-    const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
     for (int64_t i = 0; i < t.n; ++i) {
       const auto* x = reinterpret_cast<const BlockQ8_0*>(t.x + i * t.x_stride);
       for (int64_t b = 0; b < nb; ++b) {
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-        x8[i * nb + b] = HsumI32(_mm256_madd_epi16(_mm256_maddubs_epi16(eight, xq), ones));
+        x8[i * nb + b] = X8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)));
       }
     }
   }
+
   for (int64_t r = t.r0; r < t.r1; r += 4) {
     const int rows = static_cast<int>(std::min<int64_t>(4, t.r1 - r));
     const Block* w[4];
@@ -262,8 +249,12 @@ void Q8Blocked(const MatmulTask& t) {
         const auto* src =
             reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
         for (int64_t b = 0; b < nb; ++b) {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(panel.codes + (j * nb + b) * 32),
-                             kUnsigned ? UnsignedCodes(src[b]) : Codes(src[b]));
+          auto* dst = reinterpret_cast<__m256i*>(panel.codes + (j * nb + b) * 32);
+          if constexpr (kUnsigned) {
+            _mm256_store_si256(dst, Nibbles(src[b]));
+          } else {
+            _mm256_store_si256(dst, Codes(src[b]));
+          }
           const float d = _cvtsh_ss(src[b].d);
           panel.scales[8 * b + 2 * j] = d;
           panel.scales[8 * b + 2 * j + 1] = d;
