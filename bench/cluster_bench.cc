@@ -54,6 +54,13 @@ std::vector<int32_t> Prompt(int n, int salt, int64_t vocab) {
   return p;
 }
 
+// One stage's own account of its work, on stderr (stdout carries the JSON result).
+void PrintStageStats(int stage, uint64_t frames, uint64_t tokens, double busy_s) {
+  std::fprintf(stderr, "stage %d: %llu frames, %llu tokens, busy %.2f s\n", stage,
+               static_cast<unsigned long long>(frames), static_cast<unsigned long long>(tokens),
+               busy_s);
+}
+
 // The decode rate of K streams: tokens after each stream's first one, over the time from
 // the moment every stream had its first token to the moment the last one finished.
 Measurement DecodeRate(const std::vector<Clock::time_point>& first,
@@ -133,9 +140,7 @@ Measurement RunLocal(const Options& o) {
   for (auto& t : readers) t.join();
   for (int i = 0; i < (*pipeline)->num_stages(); ++i) {
     const ExecutorStats st = (*pipeline)->executor(i).Stats();
-    std::fprintf(stderr, "stage %d: %lu frames, %lu tokens, busy %.2f s\n", i,
-                 static_cast<unsigned long>(st.frames), static_cast<unsigned long>(st.tokens),
-                 st.busy_seconds);
+    PrintStageStats(i, st.frames, st.tokens, st.busy_seconds);
   }
   sched.Stop();
   (*pipeline)->Stop();
@@ -208,9 +213,8 @@ Measurement RunCluster(const Options& o) {
         grpc::ClientContext wctx;
         v1::WorkerStatus ws;
         if (!worker->Status(&wctx, v1::StatusRequest(), &ws).ok()) continue;
-        std::fprintf(stderr, "stage %d: %lu frames, %lu tokens, busy %.2f s\n", stage.index(),
-                     static_cast<unsigned long>(ws.stats().frames()),
-                     static_cast<unsigned long>(ws.stats().tokens()), ws.stats().busy_s());
+        PrintStageStats(stage.index(), ws.stats().frames(), ws.stats().tokens(),
+                        ws.stats().busy_s());
       }
     }
   }
