@@ -51,6 +51,20 @@ inline __m256i TailMask(int64_t count) {  // int32 lanes [0, count) set, count i
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - count));
 }
 
+// Canonical-order dot product: 8 FMA lanes in element order, masked tail, Hsum8.
+inline float Dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8) {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc);
+  }
+  if (e < n) {
+    const __m256i m = TailMask(n - e);
+    acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + e, m), _mm256_maskload_ps(b + e, m), acc);
+  }
+  return Hsum8(acc);
+}
+
 // 8 int32 lanes: lane l = sum of a[e] * b[e] for e in [4l, 4l + 4), for signed weights a
 // (any int8) and activations b in [-127, 127] (what the activation quantizers produce):
 // |a| * b fits, and pairs of products stay below 2^15, so maddubs never saturates.

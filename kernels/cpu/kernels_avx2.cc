@@ -317,19 +317,6 @@ MatmulFn Avx2Matmul(TensorType type, ActFormat act) {
   return avx2::KQuantMatmul(type);
 }
 
-float Dot(const float* a, const float* b, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t e = 0;
-  for (; e + 8 <= n; e += 8) {
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc);
-  }
-  if (e < n) {
-    const __m256i m = TailMask(n - e);
-    acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + e, m), _mm256_maskload_ps(b + e, m), acc);
-  }
-  return Hsum8(acc);
-}
-
 void Axpy(float a, const float* x, float* y, int64_t n) {
   const __m256 av = _mm256_set1_ps(a);
   int64_t i = 0;
@@ -346,13 +333,13 @@ void Scale(float a, float* y, int64_t n) {
   for (; i < n; ++i) y[i] *= a;
 }
 
-float SumSquares(const float* x, int64_t n) { return Dot(x, x, n); }
+float SumSquares(const float* x, int64_t n) { return avx2::Dot(x, x, n); }
 
 }  // namespace
 
 const KernelTable& Avx2Kernels() {
   static const KernelTable table{
-      CpuIsa::kAvx2, &Avx2Matmul, &avx2::QuantizeQ8_0Row, &avx2::QuantizeQ8KRow, &Dot, &Axpy,
+      CpuIsa::kAvx2, &Avx2Matmul, &avx2::QuantizeQ8_0Row, &avx2::QuantizeQ8KRow, &avx2::Dot, &Axpy,
       &Scale,        &SumSquares, &avx2::SiluMul,         &avx2::AttentionGroup};
   return table;
 }

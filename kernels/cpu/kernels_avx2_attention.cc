@@ -38,19 +38,6 @@ inline __m256 Exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-inline float Dot(const float* a, const float* b, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t e = 0;
-  for (; e + 8 <= n; e += 8) {
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc);
-  }
-  if (e < n) {
-    const __m256i m = TailMask(n - e);
-    acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + e, m), _mm256_maskload_ps(b + e, m), acc);
-  }
-  return Hsum8(acc);
-}
-
 // y = y * a (elementwise, masked tail).
 inline void ScaleInPlace(float a, float* y, int64_t n) {
   const __m256 av = _mm256_set1_ps(a);
