@@ -3,10 +3,11 @@
 //
 // Order (per output element, any tile): for each 32-element block b in order, the exact
 // integer dot product S_b of the block's codes is converted to float and accumulated as
-// acc = fma(S_b, d_w(b) * d_x(b), acc) (one float lane per output; the integer sums of 8
-// outputs are reduced together by a horizontal-add tree, which is exact). Q4_0 rows are
-// expanded to signed codes in registers (decode) or once per panel (prefill): the same
-// integers, hence bit-identical results for any n, tile or thread count.
+// acc = fma(S_b, d_w(b) * d_x(b), acc) (one float lane per output). How S_b is summed
+// differs by tile (decode: a horizontal-add tree over 4 rows; prefill: 8 rows interleaved
+// in a panel, one lane each) but integer sums are exact, so results are bit-identical for
+// any n, tile or thread count. Q4_0 codes are taken as unsigned nibbles u = code + 8 and
+// 8 * sum(x) is subtracted: the same integers as the signed codes.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -132,142 +133,175 @@ void Q8Direct(const MatmulTask& t) {
   }
 }
 
-// A weight panel of 4 rows for the blocked path: codes [row][block][32] and the float
-// scales [block][row][2] (each twice, matching the 4 x 2 tile's output order).
-struct Panel {
+// A weight panel of 8 rows for the blocked path, interleaved so that one register holds
+// the same 4 consecutive codes of all 8 rows: codes[block][group g of 4][row][4] (32 bytes
+// per group, 256 per block) and the float row scales [block][row]. Q4_0 panels hold the
+// unsigned nibbles u = code + 8 (see Nibbles), Q8_0 panels the signed codes.
+struct Panel8 {
   int8_t* codes;
   float* scales;
 };
 
-// Prefill tile: 4 panel rows x 2 activation rows (pairs) -> 8 outputs in one register,
-// ordered (r0 c0, r0 c1, r1 c0, ..., r3 c1). xs holds [block][2] activation scales.
-// kUnsigned (Q4_0): the panel holds the unsigned nibbles u = code + 8, multiplied directly
-// (no sign fix-ups), and x8s holds [block][2] values 8 * sum(x) to subtract: the same
-// integers S as signed codes give.
-template <bool kUnsigned>
-inline void Tile4x2(const Panel& w, int64_t nb, const BlockQ8_0* x0, const BlockQ8_0* x1,
-                    const float* xs, const int32_t* x8s, float* y, int64_t ldy, int rows) {
-  __m256 acc = _mm256_setzero_ps();
+// Transposes 8 rows of 8 int32 (row r: the 8 four-byte groups of one weight row's block)
+// into 8 registers, register g holding group g of rows 0..7.
+inline void Transpose8x8(const __m256i* v, __m256i* o) {
+  const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+  const __m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+  const __m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+  // u0: groups 0 | 4 of rows 0-3; u1: 1 | 5; u2: 2 | 6; u3: 3 | 7 (u4..u7: rows 4-7).
+  const __m256i u[8] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                        _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3),
+                        _mm256_unpacklo_epi64(t4, t6), _mm256_unpackhi_epi64(t4, t6),
+                        _mm256_unpacklo_epi64(t5, t7), _mm256_unpackhi_epi64(t5, t7)};
+  for (int g = 0; g < 4; ++g) {
+    o[g] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x20);
+    o[g + 4] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x31);
+  }
+}
+
+// Expands weight rows [r, r + rows) (rows <= 8; the last row repeats to fill 8) into p.
+template <typename Block>
+void ExpandPanel8(const MatmulTask& t, int64_t r, int rows, int64_t nb, const Panel8& p) {
+  const Block* src[8];
+  for (int j = 0; j < 8; ++j) {
+    src[j] = reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
+  }
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i xq0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0[b].qs));
-    const __m256i xq1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1[b].qs));
-    __m256i h[4];
-    for (int r = 0; r < 4; ++r) {
-      const __m256i wq =
-          _mm256_load_si256(reinterpret_cast<const __m256i*>(w.codes + (r * nb + b) * 32));
-      if constexpr (kUnsigned) {
-        h[r] = _mm256_hadd_epi32(PartialU(wq, xq0), PartialU(wq, xq1));
+    __m256i v[8], o[8];
+    for (int j = 0; j < 8; ++j) {
+      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+        v[j] = Nibbles(src[j][b]);
       } else {
-        h[r] = _mm256_hadd_epi32(Partial(wq, xq0), Partial(wq, xq1));
+        v[j] = Codes(src[j][b]);
+      }
+      p.scales[8 * b + j] = _cvtsh_ss(src[j][b].d);
+    }
+    Transpose8x8(v, o);
+    auto* dst = reinterpret_cast<__m256i*>(p.codes + b * 256);
+    for (int g = 0; g < 8; ++g) _mm256_store_si256(dst + g, o[g]);
+  }
+}
+
+// Group g (4 codes) of activation block x broadcast and multiplied with a panel group wq
+// (wa = |wq| for signed codes): per lane (row), int16 pair sums (unsigned) or int32 sums.
+template <bool kUnsigned>
+inline __m256i GroupProduct(__m256i wq, __m256i wa, const BlockQ8_0& x, int g) {
+  int32_t four;
+  std::memcpy(&four, x.qs + 4 * g, 4);
+  const __m256i xv = _mm256_set1_epi32(four);
+  if constexpr (kUnsigned) {
+    return _mm256_maddubs_epi16(wq, xv);  // int16 pair sums
+  } else {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv, wq)),
+                             _mm256_set1_epi16(1));  // int32 sums of 4
+  }
+}
+
+// Prefill tile: 8 panel rows x T activation rows; lane r of acc[j] is output (row r, token
+// j). Per block, group g's 4 codes of token j are broadcast to all lanes and multiplied
+// with the 8 rows' group g at once, so the block's exact integer sum S of each output lands
+// in its own lane with no horizontal reduction. Q4_0 (kUnsigned): the 8 pair sums of a
+// lane stay within int16 (|u * x| pairs <= 2 * 15 * 128, eight of them < 2^15) and widen
+// once per block, then 8 * sum(x) (x8s) is subtracted. Q8_0: |w| times x with w's sign,
+// widened per group. Then acc = fma(S, d_w * d_x, acc), as in every tile.
+// xs / x8s: [token][block] activation scales / 8 * sum(x), for the tile's T tokens
+// (row stride nb).
+template <bool kUnsigned, int T>
+inline void Tile8xT(const Panel8& w, int64_t nb, const BlockQ8_0* const* x, const float* xs,
+                    const int32_t* x8s, float* y, int64_t ldy, int rows) {
+  __m256 acc[T];
+  for (int j = 0; j < T; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto* wg = reinterpret_cast<const __m256i*>(w.codes + b * 256);
+    __m256i sum[T];
+    __m256i wq = _mm256_load_si256(wg);
+    __m256i wa = kUnsigned ? wq : _mm256_abs_epi8(wq);
+    for (int j = 0; j < T; ++j) sum[j] = GroupProduct<kUnsigned>(wq, wa, x[j][b], 0);
+#pragma GCC unroll 1
+    for (int g = 1; g < 8; ++g) {
+      // (Kept rolled: fully unrolled, GCC regroups the integer sums into a tree and spills.)
+      wq = _mm256_load_si256(wg + g);
+      wa = kUnsigned ? wq : _mm256_abs_epi8(wq);
+      for (int j = 0; j < T; ++j) {
+        const __m256i p = GroupProduct<kUnsigned>(wq, wa, x[j][b], g);
+        sum[j] = kUnsigned ? _mm256_add_epi16(sum[j], p) : _mm256_add_epi32(sum[j], p);
       }
     }
-    const __m256i h01 = _mm256_hadd_epi32(h[0], h[1]), h23 = _mm256_hadd_epi32(h[2], h[3]);
-    __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h01, h23, 0x20),
-                                 _mm256_permute2x128_si256(h01, h23, 0x31));
-    if constexpr (kUnsigned) {
-      s = _mm256_sub_epi32(
-          s,
-          _mm256_castpd_si256(_mm256_broadcast_sd(reinterpret_cast<const double*>(x8s + 2 * b))));
+    const __m256 wd = _mm256_load_ps(w.scales + 8 * b);
+    for (int j = 0; j < T; ++j) {
+      __m256i s32 = sum[j];
+      if constexpr (kUnsigned) {
+        s32 = _mm256_sub_epi32(_mm256_madd_epi16(sum[j], _mm256_set1_epi16(1)),
+                               _mm256_set1_epi32(x8s[j * nb + b]));
+      }
+      const __m256 d = _mm256_mul_ps(wd, _mm256_set1_ps(xs[j * nb + b]));
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), d, acc[j]);
     }
-    const __m256 d = _mm256_mul_ps(
-        _mm256_load_ps(w.scales + 8 * b),
-        _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(xs + 2 * b))));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
   }
-  alignas(32) float out[8];
-  _mm256_store_ps(out, acc);
-  for (int r = 0; r < rows; ++r) {
-    y[r] = out[2 * r];
-    y[ldy + r] = out[2 * r + 1];
+  for (int j = 0; j < T; ++j) {
+    alignas(32) float out[8];
+    _mm256_store_ps(out, acc[j]);
+    std::memcpy(y + j * ldy, out, rows * sizeof(float));
   }
 }
 
-// Prefill tile for a leftover single activation row: the same per-output arithmetic.
-template <bool kUnsigned>
-inline void Tile4x1Panel(const Panel& w, int64_t nb, const BlockQ8_0* x, float* y, int rows) {
-  __m128 acc = _mm_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    auto codes = [&](int r) {
-      return _mm256_load_si256(reinterpret_cast<const __m256i*>(w.codes + (r * nb + b) * 32));
-    };
-    __m128i s;
-    if constexpr (kUnsigned) {
-      s = _mm_sub_epi32(Totals4(PartialU(codes(0), xq), PartialU(codes(1), xq),
-                                PartialU(codes(2), xq), PartialU(codes(3), xq)),
-                        _mm_set1_epi32(X8(xq)));
-    } else {
-      s = Totals4(Partial(codes(0), xq), Partial(codes(1), xq), Partial(codes(2), xq),
-                  Partial(codes(3), xq));
-    }
-    // scales [b][r][2] -> (s0, s1, s2, s3)
-    const __m256 ws = _mm256_load_ps(w.scales + 8 * b);
-    const __m128 wd = _mm_shuffle_ps(_mm256_castps256_ps128(ws), _mm256_extractf128_ps(ws, 1),
-                                     _MM_SHUFFLE(2, 0, 2, 0));
-    const __m128 d = _mm_mul_ps(wd, _mm_set1_ps(_cvtsh_ss(x[b].d)));
-    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), d, acc);
-  }
-  alignas(16) float out[4];
-  _mm_store_ps(out, acc);
-  for (int r = 0; r < rows; ++r) y[r] = out[r];
-}
-
-// Many tokens: token blocks that stay in L2; 4-row panels expanded into scratch once per
-// block: [4 * nb * 32 codes][nb * 8 scales][activation scale pairs].
+// Many tokens: token blocks that stay in L2; 8-row panels expanded into scratch once per
+// block: [8 * nb * 32 codes][nb * 8 row scales][activation scales][8 * sum(x), Q4_0].
 template <typename Block>
 void Q8Blocked(const MatmulTask& t) {
-  const int64_t nb = t.k / kQK;
-  const int64_t tb = TokenBlock(t.x_stride, 2);
-  Panel panel;
-  panel.codes = reinterpret_cast<int8_t*>(t.scratch);
-  panel.scales = t.scratch + nb * 32;  // 4 * nb * 32 bytes = nb * 32 floats
-  float* xs = panel.scales + nb * 8;   // (tb / 2, nb, 2)
   constexpr bool kUnsigned = std::is_same_v<Block, BlockQ4_0>;
-  auto* x8s = reinterpret_cast<int32_t*>(xs + tb / 2 * nb * 2);  // (tb / 2, nb, 2), Q4_0
+  constexpr int kTile = kUnsigned ? 6 : 4;  // tokens per tile (measured best)
+  const int64_t nb = t.k / kQK;
+  const int64_t tb = TokenBlock(t.x_stride, kTile);
+  Panel8 panel;
+  panel.codes = reinterpret_cast<int8_t*>(t.scratch);
+  panel.scales = t.scratch + nb * 64;                    // 8 * nb * 32 bytes = nb * 64 floats
+  float* xs = panel.scales + nb * 8;                     // (tb, nb)
+  auto* x8s = reinterpret_cast<int32_t*>(xs + tb * nb);  // (tb, nb), Q4_0
   auto xrow = [&](int64_t j) { return reinterpret_cast<const BlockQ8_0*>(t.x + j * t.x_stride); };
   for (int64_t i0 = 0; i0 < t.n; i0 += tb) {
     const int64_t i1 = std::min(t.n, i0 + tb);
-    const int64_t pairs = (i1 - i0) / 2;
-    for (int64_t p = 0; p < pairs; ++p) {
-      const BlockQ8_0* a = xrow(i0 + 2 * p);
-      const BlockQ8_0* c = xrow(i0 + 2 * p + 1);
+    for (int64_t i = i0; i < i1; ++i) {
+      const BlockQ8_0* a = xrow(i);
       for (int64_t b = 0; b < nb; ++b) {
-        xs[(p * nb + b) * 2] = _cvtsh_ss(a[b].d);
-        xs[(p * nb + b) * 2 + 1] = _cvtsh_ss(c[b].d);
+        xs[(i - i0) * nb + b] = _cvtsh_ss(a[b].d);
         if constexpr (kUnsigned) {
-          auto load = [](const BlockQ8_0& blk) {
-            return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
-          };
-          x8s[(p * nb + b) * 2] = X8(load(a[b]));
-          x8s[(p * nb + b) * 2 + 1] = X8(load(c[b]));
+          x8s[(i - i0) * nb + b] =
+              X8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs)));
         }
       }
     }
-    for (int64_t r = t.r0; r < t.r1; r += 4) {
-      const int rows = static_cast<int>(std::min<int64_t>(4, t.r1 - r));
-      for (int j = 0; j < 4; ++j) {
-        const auto* src =
-            reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
-        for (int64_t b = 0; b < nb; ++b) {
-          auto* dst = reinterpret_cast<__m256i*>(panel.codes + (j * nb + b) * 32);
-          if constexpr (kUnsigned) {
-            _mm256_store_si256(dst, Nibbles(src[b]));
-          } else {
-            _mm256_store_si256(dst, Codes(src[b]));
-          }
-          const float d = _cvtsh_ss(src[b].d);
-          panel.scales[8 * b + 2 * j] = d;
-          panel.scales[8 * b + 2 * j + 1] = d;
-        }
-      }
-      for (int64_t p = 0; p < pairs; ++p) {
-        const int64_t i = i0 + 2 * p;
-        Tile4x2<kUnsigned>(panel, nb, xrow(i), xrow(i + 1), xs + p * nb * 2, x8s + p * nb * 2,
-                           t.y + i * t.ldy + r, t.ldy, rows);
-      }
-      if (i0 + 2 * pairs < i1) {
-        const int64_t i = i1 - 1;
-        Tile4x1Panel<kUnsigned>(panel, nb, xrow(i), t.y + i * t.ldy + r, rows);
+    for (int64_t r = t.r0; r < t.r1; r += 8) {
+      const int rows = static_cast<int>(std::min<int64_t>(8, t.r1 - r));
+      ExpandPanel8<Block>(t, r, rows, nb, panel);
+      int64_t i = i0;
+      auto tile = [&]<int T>() {
+        const BlockQ8_0* x[T];
+        for (int j = 0; j < T; ++j) x[j] = xrow(i + j);
+        const int64_t o = (i - i0) * nb;
+        Tile8xT<kUnsigned, T>(panel, nb, x, xs + o, x8s + o, t.y + i * t.ldy + r, t.ldy, rows);
+        i += T;
+      };
+      while (i + kTile <= i1) tile.template operator()<kTile>();
+      switch (i1 - i) {
+        case 5:
+          tile.template operator()<5>();
+          break;
+        case 4:
+          tile.template operator()<4>();
+          break;
+        case 3:
+          tile.template operator()<3>();
+          break;
+        case 2:
+          tile.template operator()<2>();
+          break;
+        case 1:
+          tile.template operator()<1>();
+          break;
+        default:
+          break;
       }
     }
   }
