@@ -7,6 +7,12 @@
 //   cluster_bench cluster --model M --stages S --threads T --streams K --tokens N
 //       cascade-coordinator + S cascade-worker processes (T threads each), K concurrent
 //       gRPC streams
+//   cluster_bench compare --model M --stages 2,3 --threads T --streams K --tokens N
+//       --repeats R
+//       one process (one stage) and each pipeline all up at once, taking turns for R
+//       rounds; prints each pipeline's rate over the one process's
+// --repeats is the number of rounds (K streams of N tokens each) a set-up serves.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -55,10 +61,10 @@ std::vector<int32_t> Prompt(int n, int salt, int64_t vocab) {
 }
 
 // One stage's own account of its work, on stderr (stdout carries the JSON result).
-void PrintStageStats(int stage, uint64_t frames, uint64_t tokens, double busy_s) {
-  std::fprintf(stderr, "stage %d: %llu frames, %llu tokens, busy %.2f s\n", stage,
-               static_cast<unsigned long long>(frames), static_cast<unsigned long long>(tokens),
-               busy_s);
+void PrintStageStats(int stage, uint64_t frames, uint64_t tokens, double busy_s, double cpu_s) {
+  std::fprintf(stderr, "stage %d: %llu frames, %llu tokens, busy %.2f s (thread CPU %.2f s)\n",
+               stage, static_cast<unsigned long long>(frames),
+               static_cast<unsigned long long>(tokens), busy_s, cpu_s);
 }
 
 // The decode rate of K streams: tokens after each stream's first one, over the time from
@@ -84,142 +90,198 @@ Measurement DecodeRate(const std::vector<Clock::time_point>& first,
   return m;
 }
 
-// One process: the same scheduler over a one-stage in-process pipeline (no gRPC).
-Measurement RunLocal(const Options& o) {
-  auto src = ModelSource::Open(o.model);
-  if (!src.ok()) {
-    std::cerr << src.status() << "\n";
+// A set-up that serves rounds of K concurrent streams of N tokens; it stays up between
+// rounds, so several set-ups can take turns under the same machine conditions.
+class Setup {
+ public:
+  virtual ~Setup() = default;
+  virtual std::string name() const = 0;
+  // One round: K streams (prompts salted by `round`), each to N tokens; its decode rate.
+  virtual Measurement Round(int round) = 0;
+  // Each stage's own account of its work so far, on stderr.
+  virtual void PrintStats() = 0;
+};
+
+// One process: the same scheduler over an in-process pipeline of `stages` stages (no gRPC).
+class LocalSetup : public Setup {
+ public:
+  explicit LocalSetup(const Options& o) : o_(o) {
+    auto src = ModelSource::Open(o.model);
+    if (!src.ok()) Die(src.status());
+    src_ = *std::move(src);
+    auto tok = Tokenizer::FromGguf(*src_->gguf());
+    if (!tok.ok()) Die(tok.status());
+    tok_ = *std::move(tok);
+    StageOptions so;
+    so.threads = o.threads;
+    so.kv_sequences = o.streams;
+    auto pipeline =
+        LocalPipeline::Create(*src_, EvenLayerRanges(src_->config().n_layers, o.stages), so, 1,
+                              [this](StepResult r) { sched_->OnResult(std::move(r)); });
+    if (!pipeline.ok()) Die(pipeline.status());
+    pipeline_ = *std::move(pipeline);
+    SchedulerOptions opt;
+    opt.num_stages = o.stages;
+    opt.kv_blocks = pipeline_->executor(0).stage().kv_cache().num_blocks();
+    opt.context_length = src_->config().context_length;
+    opt.vocab_size = src_->config().vocab_size;
+    sched_ = std::make_unique<Scheduler>(opt, *tok_, pipeline_->first());
+    sched_->Start();
+  }
+  ~LocalSetup() override {
+    sched_->Stop();
+    pipeline_->Stop();
+  }
+
+  std::string name() const override { return "local"; }
+
+  Measurement Round(int round) override {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < o_.streams; ++i) {
+      SequenceRequest r;
+      r.prompt = Prompt(o_.prompt_tokens, i + 16 * round, src_->config().vocab_size);
+      r.max_tokens = o_.tokens;
+      r.ignore_eos = true;
+      r.sampling = SamplingParams::Greedy();
+      auto stream = sched_->Submit(std::move(r));
+      if (!stream.ok()) Die(stream.status());
+      streams.push_back(*std::move(stream));
+    }
+    std::vector<Clock::time_point> first(o_.streams), done(o_.streams);
+    std::vector<int64_t> count(o_.streams, 0);
+    std::vector<std::thread> readers;
+    for (int i = 0; i < o_.streams; ++i) {
+      readers.emplace_back([&, i] {
+        for (;;) {
+          auto e = streams[i]->Next(std::chrono::seconds(600));
+          if (!e) return;
+          if (!e->ids.empty() && count[i]++ == 0) first[i] = Clock::now();
+          if (e->last) {
+            done[i] = Clock::now();
+            return;
+          }
+        }
+      });
+    }
+    for (auto& t : readers) t.join();
+    return DecodeRate(first, done, count);
+  }
+
+  void PrintStats() override {
+    for (int i = 0; i < pipeline_->num_stages(); ++i) {
+      const ExecutorStats st = pipeline_->executor(i).Stats();
+      PrintStageStats(i, st.frames, st.tokens, st.busy_seconds, st.cpu_seconds);
+    }
+  }
+
+ private:
+  [[noreturn]] static void Die(const absl::Status& st) {
+    std::cerr << st << "\n";
     std::exit(1);
   }
-  auto tok = Tokenizer::FromGguf(*(*src)->gguf());
-  StageOptions so;
-  so.threads = o.threads;
-  so.kv_sequences = o.streams;
-  Scheduler* sched_ptr = nullptr;
-  auto pipeline =
-      LocalPipeline::Create(**src, EvenLayerRanges((*src)->config().n_layers, o.stages), so, 1,
-                            [&](StepResult r) { sched_ptr->OnResult(std::move(r)); });
-  SchedulerOptions opt;
-  opt.num_stages = o.stages;
-  opt.kv_blocks = (*pipeline)->executor(0).stage().kv_cache().num_blocks();
-  opt.context_length = (*src)->config().context_length;
-  opt.vocab_size = (*src)->config().vocab_size;
-  Scheduler sched(opt, **tok, (*pipeline)->first());
-  sched_ptr = &sched;
-  sched.Start();
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < o.streams; ++i) {
-    SequenceRequest r;
-    r.prompt = Prompt(o.prompt_tokens, i, (*src)->config().vocab_size);
-    r.max_tokens = o.tokens;
-    r.ignore_eos = true;
-    r.sampling = SamplingParams::Greedy();
-    auto stream = sched.Submit(std::move(r));
-    if (!stream.ok()) {
-      std::cerr << "request " << i << ": " << stream.status() << "\n";
-      std::exit(1);
-    }
-    streams.push_back(*std::move(stream));
-  }
-  std::vector<Clock::time_point> first(o.streams), done(o.streams);
-  std::vector<int64_t> count(o.streams, 0);
-  std::vector<std::thread> readers;
-  for (int i = 0; i < o.streams; ++i) {
-    readers.emplace_back([&, i] {
-      for (;;) {
-        auto e = streams[i]->Next(std::chrono::seconds(600));
-        if (!e) return;
-        if (!e->ids.empty() && count[i]++ == 0) first[i] = Clock::now();
-        if (e->last) {
-          done[i] = Clock::now();
-          return;
-        }
-      }
-    });
-  }
-  for (auto& t : readers) t.join();
-  for (int i = 0; i < (*pipeline)->num_stages(); ++i) {
-    const ExecutorStats st = (*pipeline)->executor(i).Stats();
-    PrintStageStats(i, st.frames, st.tokens, st.busy_seconds);
-  }
-  sched.Stop();
-  (*pipeline)->Stop();
-  return DecodeRate(first, done, count);
-}
+
+  Options o_;
+  std::unique_ptr<ModelSource> src_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<LocalPipeline> pipeline_;
+  std::unique_ptr<Scheduler> sched_;
+};
 
 // Processes: a coordinator and `stages` workers on loopback; K concurrent gRPC streams.
-Measurement RunCluster(const Options& o) {
-  auto src = ModelSource::Open(o.model);  // for the vocabulary size of the prompts
-  if (!src.ok()) {
-    std::cerr << src.status() << "\n";
-    std::exit(1);
-  }
-  const int64_t vocab = (*src)->config().vocab_size;
-  const int port = testing::FreePort();
-  const std::string addr = "127.0.0.1:" + std::to_string(port);
-  const std::string log = "/tmp/cluster_bench_" + std::to_string(::getpid()) + ".log";
-  std::vector<std::unique_ptr<testing::Subprocess>> procs;
-  procs.push_back(testing::Subprocess::Start(
-      {o.bin_dir + "/cascade-coordinator", "--model", o.model, "--listen", addr, "--workers",
-       std::to_string(o.stages), "--min-stages", std::to_string(o.stages), "--kv-sequences",
-       std::to_string(std::max(2, o.streams)), "--log-level", "warn"},
-      log));
-  testing::WaitForPort("127.0.0.1", port, std::chrono::seconds(30));
-  for (int i = 0; i < o.stages; ++i) {
-    procs.push_back(testing::Subprocess::Start(
-        {o.bin_dir + "/cascade-worker", "--coordinator", addr, "--listen", "127.0.0.1:0",
-         "--threads", std::to_string(o.threads), "--memory", "8GiB", "--id",
-         "bench" + std::to_string(i), "--log-level", "warn"},
+class ClusterSetup : public Setup {
+ public:
+  explicit ClusterSetup(const Options& o) : o_(o) {
+    auto src = ModelSource::Open(o.model);  // for the vocabulary size of the prompts
+    if (!src.ok()) {
+      std::cerr << src.status() << "\n";
+      std::exit(1);
+    }
+    vocab_ = (*src)->config().vocab_size;
+    const int port = testing::FreePort();
+    addr_ = "127.0.0.1:" + std::to_string(port);
+    const std::string log = "/tmp/cluster_bench_" + std::to_string(::getpid()) + ".log";
+    procs_.push_back(testing::Subprocess::Start(
+        {o.bin_dir + "/cascade-coordinator", "--model", o.model, "--listen", addr_, "--workers",
+         std::to_string(o.stages), "--min-stages", std::to_string(o.stages), "--kv-sequences",
+         std::to_string(std::max(2, o.streams)), "--log-level", "warn"},
         log));
-  }
-  auto channel = MakeChannel(addr);
-  auto control = v1::Coordinator::NewStub(channel);
-  for (int i = 0; i < 3000; ++i) {
-    grpc::ClientContext ctx;
-    v1::ClusterStatusResponse s;
-    if (control->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &s).ok() && s.serving()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  std::vector<Clock::time_point> first(o.streams), done(o.streams);
-  std::vector<int64_t> count(o.streams, 0);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < o.streams; ++i) {
-    clients.emplace_back([&, i] {
-      auto stub = v1::Inference::NewStub(MakeChannel(addr));
+    testing::WaitForPort("127.0.0.1", port, std::chrono::seconds(30));
+    for (int i = 0; i < o.stages; ++i) {
+      procs_.push_back(testing::Subprocess::Start(
+          {o.bin_dir + "/cascade-worker", "--coordinator", addr_, "--listen", "127.0.0.1:0",
+           "--threads", std::to_string(o.threads), "--memory", "8GiB", "--id",
+           "bench" + std::to_string(i), "--log-level", "warn"},
+          log));
+    }
+    control_ = v1::Coordinator::NewStub(MakeChannel(addr_));
+    for (int i = 0; i < 3000; ++i) {
       grpc::ClientContext ctx;
-      v1::GenerateRequest req;
-      for (int32_t id : Prompt(o.prompt_tokens, i, vocab)) req.add_prompt_ids(id);
-      req.set_max_tokens(o.tokens);
-      req.set_ignore_eos(true);
-      req.mutable_sampling()->set_temperature(0);
-      auto reader = stub->Generate(&ctx, req);
-      v1::GenerateResponse r;
-      while (reader->Read(&r)) {
-        if (r.token_ids_size() > 0 && count[i] == 0) first[i] = Clock::now();
-        count[i] += r.token_ids_size();
+      v1::ClusterStatusResponse s;
+      if (control_->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &s).ok() && s.serving()) {
+        break;
       }
-      done[i] = Clock::now();
-      grpc::Status st = reader->Finish();
-      if (!st.ok()) std::cerr << "stream " << i << ": " << st.error_message() << "\n";
-    });
-  }
-  for (auto& t : clients) t.join();
-  {  // Each stage's own account of its compute time (asked of the workers directly).
-    grpc::ClientContext ctx;
-    v1::ClusterStatusResponse s;
-    if (control->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &s).ok()) {
-      for (const auto& stage : s.stages()) {
-        auto worker = v1::Worker::NewStub(MakeChannel(stage.address()));
-        grpc::ClientContext wctx;
-        v1::WorkerStatus ws;
-        if (!worker->Status(&wctx, v1::StatusRequest(), &ws).ok()) continue;
-        PrintStageStats(stage.index(), ws.stats().frames(), ws.stats().tokens(),
-                        ws.stats().busy_s());
-      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  procs.clear();  // coordinator first, then the workers
-  return DecodeRate(first, done, count);
+  ~ClusterSetup() override { procs_.clear(); }  // coordinator first, then the workers
+
+  std::string name() const override { return std::to_string(o_.stages) + " stages"; }
+
+  Measurement Round(int round) override {
+    std::vector<Clock::time_point> first(o_.streams), done(o_.streams);
+    std::vector<int64_t> count(o_.streams, 0);
+    std::vector<std::thread> clients;
+    for (int i = 0; i < o_.streams; ++i) {
+      clients.emplace_back([&, i] {
+        auto stub = v1::Inference::NewStub(MakeChannel(addr_));
+        grpc::ClientContext ctx;
+        v1::GenerateRequest req;
+        for (int32_t id : Prompt(o_.prompt_tokens, i + 16 * round, vocab_)) {
+          req.add_prompt_ids(id);
+        }
+        req.set_max_tokens(o_.tokens);
+        req.set_ignore_eos(true);
+        req.mutable_sampling()->set_temperature(0);
+        auto reader = stub->Generate(&ctx, req);
+        v1::GenerateResponse r;
+        while (reader->Read(&r)) {
+          if (r.token_ids_size() > 0 && count[i] == 0) first[i] = Clock::now();
+          count[i] += r.token_ids_size();
+        }
+        done[i] = Clock::now();
+        grpc::Status st = reader->Finish();
+        if (!st.ok()) std::cerr << "stream " << i << ": " << st.error_message() << "\n";
+      });
+    }
+    for (auto& t : clients) t.join();
+    return DecodeRate(first, done, count);
+  }
+
+  void PrintStats() override {  // asked of the workers directly
+    grpc::ClientContext ctx;
+    v1::ClusterStatusResponse s;
+    if (!control_->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &s).ok()) return;
+    for (const auto& stage : s.stages()) {
+      auto worker = v1::Worker::NewStub(MakeChannel(stage.address()));
+      grpc::ClientContext wctx;
+      v1::WorkerStatus ws;
+      if (!worker->Status(&wctx, v1::StatusRequest(), &ws).ok()) continue;
+      PrintStageStats(stage.index(), ws.stats().frames(), ws.stats().tokens(), ws.stats().busy_s(),
+                      ws.stats().cpu_s());
+    }
+  }
+
+ private:
+  Options o_;
+  int64_t vocab_ = 0;
+  std::string addr_;
+  std::vector<std::unique_ptr<testing::Subprocess>> procs_;
+  std::unique_ptr<v1::Coordinator::Stub> control_;
+};
+
+std::unique_ptr<Setup> MakeSetup(const std::string& mode, const Options& o) {
+  if (mode == "local") return std::make_unique<LocalSetup>(o);
+  return std::make_unique<ClusterSetup>(o);
 }
 
 }  // namespace
@@ -229,29 +291,95 @@ int main(int argc, char** argv) {
   CLI::App app{"Cascade end-to-end decode benchmark"};
   cascade::Options o;
   std::string mode;
-  app.add_option("mode", mode, "local or cluster")->required();
+  std::vector<int> compare_stages;
+  app.add_option("mode", mode, "local, cluster or compare")
+      ->required()
+      ->check(CLI::IsMember({"local", "cluster", "compare"}));
   app.add_option("--model", o.model)->required();
   app.add_option("--bin-dir", o.bin_dir, "Where cascade-coordinator and cascade-worker are");
-  app.add_option("--stages", o.stages);
+  app.add_option("--stages", compare_stages,
+                 "Stages (compare: the pipelines to set against one process, e.g. 2 3)")
+      ->delimiter(',');
   app.add_option("--threads", o.threads);
   app.add_option("--streams", o.streams);
   app.add_option("--tokens", o.tokens);
   app.add_option("--prompt-tokens", o.prompt_tokens);
-  app.add_option("--repeats", o.repeats, "Runs; the best is reported");
+  app.add_option("--repeats", o.repeats, "Rounds; local/cluster report the best");
   CLI11_PARSE(app, argc, argv);
   if (o.bin_dir.empty()) {
     std::string self = argv[0];
     o.bin_dir = self.substr(0, self.rfind('/'));
   }
   (void)cascade::InitLogging("warn", "bench");
-  cascade::Measurement best;
-  for (int r = 0; r < o.repeats; ++r) {
-    cascade::Measurement m = mode == "local" ? cascade::RunLocal(o) : cascade::RunCluster(o);
-    if (m.tokens_per_s() > best.tokens_per_s()) best = m;
+  if (mode != "compare") {
+    o.stages = compare_stages.empty() ? 1 : compare_stages[0];
+    auto setup = cascade::MakeSetup(mode, o);
+    cascade::Measurement best;
+    for (int r = 0; r < o.repeats; ++r) {
+      cascade::Measurement m = setup->Round(r);
+      if (m.tokens_per_s() > best.tokens_per_s()) best = m;
+    }
+    setup->PrintStats();
+    std::printf(
+        "{\"mode\": \"%s\", \"stages\": %d, \"threads\": %d, \"streams\": %d, "
+        "\"tokens\": %d, \"decode_tokens_per_s\": %.3f, \"seconds\": %.3f}\n",
+        mode.c_str(), o.stages, o.threads, o.streams, o.tokens, best.tokens_per_s(), best.seconds);
+    return 0;
   }
+  // compare: one process (one stage) and each pipeline stay up and take turns, round by
+  // round with the order rotated, so that all meet the same machine speed (a shared VM
+  // drifts by 10-20% within minutes). Per set-up: the total rate over all rounds; per
+  // pipeline: that over the baseline's, and the median of the rounds' own ratios.
+  if (compare_stages.empty()) compare_stages = {2, 3};
+  std::vector<std::unique_ptr<cascade::Setup>> setups;
+  o.stages = 1;
+  setups.push_back(cascade::MakeSetup("local", o));
+  for (int s : compare_stages) {
+    o.stages = s;
+    setups.push_back(cascade::MakeSetup("cluster", o));
+  }
+  const size_t n = setups.size();
+  std::vector<cascade::Measurement> total(n);
+  std::vector<std::vector<double>> rates(n);
+  for (size_t i = 0; i < n; ++i) (void)setups[i]->Round(o.repeats);  // warm-up
+  for (int r = 0; r < o.repeats; ++r) {
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (static_cast<size_t>(r) + k) % n;
+      const cascade::Measurement m = setups[i]->Round(r);
+      total[i].seconds += m.seconds;
+      total[i].tokens += m.tokens;
+      rates[i].push_back(m.tokens_per_s());
+    }
+  }
+  for (auto& s : setups) s->PrintStats();
+  auto rounds = [](const std::vector<double>& v) {
+    std::string out;
+    for (double x : v) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%s%.2f", out.empty() ? "" : ", ", x);
+      out += buf;
+    }
+    return out;
+  };
   std::printf(
-      "{\"mode\": \"%s\", \"stages\": %d, \"threads\": %d, \"streams\": %d, \"tokens\": %d, "
-      "\"decode_tokens_per_s\": %.3f, \"seconds\": %.3f}\n",
-      mode.c_str(), o.stages, o.threads, o.streams, o.tokens, best.tokens_per_s(), best.seconds);
+      "{\"mode\": \"compare\", \"threads\": %d, \"streams\": %d, \"tokens\": %d, "
+      "\"rounds\": %d, \"baseline_tokens_per_s\": %.3f, \"baseline_rounds\": [%s], "
+      "\"pipelines\": [",
+      o.threads, o.streams, o.tokens, o.repeats, total[0].tokens_per_s(), rounds(rates[0]).c_str());
+  for (size_t i = 1; i < n; ++i) {
+    std::vector<double> ratio;
+    for (size_t r = 0; r < rates[i].size(); ++r) ratio.push_back(rates[i][r] / rates[0][r]);
+    std::sort(ratio.begin(), ratio.end());
+    const double median = ratio.empty() ? 0
+                          : ratio.size() % 2 == 1
+                              ? ratio[ratio.size() / 2]
+                              : 0.5 * (ratio[ratio.size() / 2 - 1] + ratio[ratio.size() / 2]);
+    std::printf(
+        "%s{\"stages\": %d, \"tokens_per_s\": %.3f, \"ratio\": %.3f, "
+        "\"median_round_ratio\": %.3f, \"rounds\": [%s]}",
+        i > 1 ? ", " : "", compare_stages[i - 1], total[i].tokens_per_s(),
+        total[i].tokens_per_s() / total[0].tokens_per_s(), median, rounds(rates[i]).c_str());
+  }
+  std::printf("]}\n");
   return 0;
 }

@@ -31,41 +31,34 @@ if [[ $WHAT == pipeline || $WHAT == all ]]; then
   echo
   echo "== (a) cost of a hop: batch-1 decode, llama-110m F16, one thread per stage =="
   M=$(model llama-110m F16)
-  # The three set-ups take turns, five rounds, best of each: a shared machine's speed
-  # drifts by 10-20% over minutes, and turns expose every set-up to the same drift.
-  declare -A best=([1]=0 [2]=0 [3]=0)
-  for round in 1 2 3 4 5; do
-    for s in 1 2 3; do
-      if [[ $s == 1 ]]; then mode=(local); else mode=(cluster --stages "$s"); fi
-      r=$("$BIN/cluster_bench" "${mode[@]}" --model "$M" --threads 1 --streams 1 --tokens 128 --repeats 1 | json decode_tokens_per_s)
-      best[$s]=$(python3 -c "print(max($r, ${best[$s]}))")
-    done
-  done
-  base=${best[1]}
-  echo "one process, 1 thread:        $base tokens/s"
-  for s in 2 3; do
-    echo "$s stages over gRPC loopback: ${best[$s]} tokens/s   ratio $(ratio "${best[$s]}" "$base")   (target >= 0.95)"
-  done
+  # One process and the 2- and 3-stage pipelines are all started once and take turns,
+  # eight rounds of 128 tokens, the order rotated each round: a shared VM's speed drifts by
+  # 10-20% within minutes (even between two runs of the same command), and turns expose
+  # every set-up to the same drift.
+  out=$("$BIN/cluster_bench" compare --model "$M" --stages 2,3 --threads 1 --streams 1 --tokens 128 --repeats 8 2>/dev/null)
+  python3 - "$out" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+print(f"one process, 1 thread:        {r['baseline_tokens_per_s']:.2f} tokens/s (rounds: {r['baseline_rounds']})")
+for p in r['pipelines']:
+    print(f"{p['stages']} stages over gRPC loopback: {p['tokens_per_s']:.2f} tokens/s   ratio {p['ratio']:.3f} "
+          f"(median of the rounds' ratios {p['median_round_ratio']:.3f})   (target >= 0.95)")
+PY
+  base=$(json baseline_tokens_per_s <<< "$out")
 
-  # The hop in absolute terms: on stories260K (compute ~0.15 ms/token) the per-token time
+  # The hop in absolute terms: on stories260K (compute ~0.1 ms/token) the per-token time
   # is almost all transport, so its growth per stage is the cost of one more hop.
-  S=models/stories260K.gguf
-  declare -A ms=([0]=999 [1]=999 [2]=999 [3]=999)
-  for round in 1 2 3; do
-    for s in 0 1 2 3; do
-      if [[ $s == 0 ]]; then mode=(local); else mode=(cluster --stages "$s"); fi
-      r=$("$BIN/cluster_bench" "${mode[@]}" --model "$S" --threads 1 --streams 1 --tokens 200 --repeats 1 | json decode_tokens_per_s)
-      ms[$s]=$(python3 -c "print(min(1000 / $r, ${ms[$s]}))")
-    done
-  done
-  python3 -c "
-l, c1, c2, c3 = ${ms[0]}, ${ms[1]}, ${ms[2]}, ${ms[3]}
+  out=$("$BIN/cluster_bench" compare --model models/stories260K.gguf --stages 1,2,3 --threads 1 --streams 1 --tokens 200 --repeats 3 2>/dev/null)
+  python3 - "$out" "$base" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+l = 1000 / r['baseline_tokens_per_s']
+c1, c2, c3 = (1000 / p['tokens_per_s'] for p in r['pipelines'])
 print(f'stories260K ms/token: 1 process {l:.3f}; cluster with 1 / 2 / 3 stages {c1:.3f} / {c2:.3f} / {c3:.3f}')
-per_stage = (c3 - c1) / 2
-print(f'cost of the coordinator round trip {c1 - l:.3f} ms, of each further stage {per_stage:.3f} ms per token')
-t = 1000 / $base
+print(f'cost of the coordinator round trip {c1 - l:.3f} ms, of each further stage {(c3 - c1) / 2:.3f} ms per token')
+t = 1000 / float(sys.argv[2])
 print(f'implied ratio at llama-110m ({t:.1f} ms/token): 2 stages {t / (t + c2 - l):.3f}, 3 stages {t / (t + c3 - l):.3f}')
-"
+PY
 
   echo
   echo "== (b) pipeline kept full: 8 streams, tinyllama-1.1b F16 =="

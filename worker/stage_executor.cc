@@ -1,5 +1,7 @@
 #include "worker/stage_executor.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <map>
 
@@ -7,6 +9,16 @@
 #include "util/logging.h"
 
 namespace cascade {
+namespace {
+
+// CPU time of the calling thread, in seconds.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
 
 StageExecutor::StageExecutor(std::unique_ptr<Stage> stage, uint32_t stage_index, uint64_t plan_id,
                              std::unique_ptr<ActivationReceiver> in,
@@ -69,6 +81,7 @@ void StageExecutor::Fail(const StageFrame& in, const std::string& error) {
 
 void StageExecutor::Process(StageFrame frame) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ThreadCpuSeconds();
   if (!frame.release.empty()) {
     for (SeqId seq : frame.release) stage_->FreeSequence(seq);
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -111,6 +124,7 @@ void StageExecutor::Process(StageFrame frame) {
     stats_.tokens += tokens;
     stats_.busy_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.cpu_seconds += ThreadCpuSeconds() - cpu0;
     stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
     stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
     return;
@@ -147,6 +161,7 @@ void StageExecutor::Process(StageFrame frame) {
   stats_.tokens += frame.slots.size();
   stats_.busy_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.cpu_seconds += ThreadCpuSeconds() - cpu0;
   stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
   stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
 }

@@ -97,6 +97,7 @@ class WorkerServer::WorkerServiceImpl final : public v1::Worker::Service {
     out->set_frames(s.frames);
     out->set_tokens(s.tokens);
     out->set_busy_s(s.busy_seconds);
+    out->set_cpu_s(s.cpu_seconds);
     out->set_kv_blocks_used(s.kv_blocks_used);
     out->set_kv_blocks_total(s.kv_blocks_total);
   }
