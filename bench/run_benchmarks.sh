@@ -34,17 +34,24 @@ if [[ $WHAT == pipeline || $WHAT == all ]]; then
   # One process and the 2- and 3-stage pipelines are all started once and take turns,
   # eight rounds of 128 tokens, the order rotated each round: a shared VM's speed drifts by
   # 10-20% within minutes (even between two runs of the same command), and turns expose
-  # every set-up to the same drift.
-  out=$("$BIN/cluster_bench" compare --model "$M" --stages 2,3 --threads 1 --streams 1 --tokens 128 --repeats 8 2>/dev/null)
-  python3 - "$out" <<'PY'
+  # every set-up to the same drift. Two placements: every process on one vCPU (at batch 1
+  # only one stage computes at a time), and free to use both vCPUs. Spread out, each hop
+  # wakes a halted vCPU, which on this kind of VM costs far more than the hop itself (see
+  # docs/benchmarks.md); on one vCPU the ratio shows what the software's hops cost.
+  for placement in one spread; do
+    if [[ $placement == one ]]; then pin=(taskset -c 0); label="all processes on vCPU 0"; else pin=(); label="free over $(nproc) vCPUs"; fi
+    out=$("${pin[@]}" "$BIN/cluster_bench" compare --model "$M" --stages 2,3 --threads 1 --streams 1 --tokens 128 --repeats 8 2>/dev/null)
+    python3 - "$out" "$label" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
-print(f"one process, 1 thread:        {r['baseline_tokens_per_s']:.2f} tokens/s (rounds: {r['baseline_rounds']})")
+print(f"[{sys.argv[2]}]")
+print(f"  one process, 1 thread:        {r['baseline_tokens_per_s']:.2f} tokens/s (rounds: {r['baseline_rounds']})")
 for p in r['pipelines']:
-    print(f"{p['stages']} stages over gRPC loopback: {p['tokens_per_s']:.2f} tokens/s   ratio {p['ratio']:.3f} "
+    print(f"  {p['stages']} stages over gRPC loopback: {p['tokens_per_s']:.2f} tokens/s   ratio {p['ratio']:.3f} "
           f"(median of the rounds' ratios {p['median_round_ratio']:.3f})   (target >= 0.95)")
 PY
-  base=$(json baseline_tokens_per_s <<< "$out")
+    [[ $placement == one ]] && base=$(json baseline_tokens_per_s <<< "$out")
+  done
 
   # The hop in absolute terms: on stories260K (compute ~0.1 ms/token) the per-token time
   # is almost all transport, so its growth per stage is the cost of one more hop.
