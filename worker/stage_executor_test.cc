@@ -94,6 +94,14 @@ TEST(LocalPipeline, ThreeStagesDecodeLikeOneStage) {
   (*p)->Stop();
   for (int i = 0; i < 3; ++i) {
     EXPECT_FALSE((*p)->executor(i).stage().kv_cache().Has(42)) << "stage " << i;
+    // Each stage accounts for its frames, and for the CPU time they took, which cannot
+    // exceed their wall time (up to the two clocks' reads, far below 0.1 ms a frame).
+    const ExecutorStats st = (*p)->executor(i).Stats();
+    EXPECT_EQ(st.frames, 21u) << "stage " << i;
+    EXPECT_EQ(st.tokens, 25u) << "stage " << i;
+    EXPECT_GT(st.cpu_seconds, 0.0) << "stage " << i;
+    EXPECT_LE(st.cpu_seconds, st.busy_seconds + 1e-4 * static_cast<double>(st.frames))
+        << "stage " << i;
   }
 }
 

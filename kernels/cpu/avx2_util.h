@@ -89,6 +89,15 @@ inline int64_t TokenBlock(size_t x_stride, int tile) {
   return std::max<int64_t>(tile, fit / tile * tile);
 }
 
+// The token block for n tokens: blocks of equal size (multiples of `tile`), none larger
+// than TokenBlock. A blocked matmul re-expands its weight panels for every block, so a
+// small last block would pay that cost for few tokens.
+inline int64_t EqualTokenBlock(int64_t n, size_t x_stride, int tile) {
+  const int64_t most = TokenBlock(x_stride, tile);
+  const int64_t blocks = (n + most - 1) / most;
+  return std::min(most, ((n + blocks - 1) / blocks + tile - 1) / tile * tile);
+}
+
 }  // namespace cascade::cpu::avx2
 
 #endif  // CASCADE_KERNELS_CPU_AVX2_UTIL_H_

@@ -299,7 +299,7 @@ void MatmulQ8KAct(const MatmulTask& t) {
   // Prefill: token blocks that stay in L2; each row unpacked once per block (scratch, L1).
   constexpr bool kHasMin = UnpackFor<Block>::Type::kHasMin;
   const int64_t nb = t.k / kQKK;
-  const int64_t tb = TokenBlock(t.x_stride, T);
+  const int64_t tb = EqualTokenBlock(t.n, t.x_stride, T);
   auto* row = reinterpret_cast<KUnpacked*>(t.scratch);
   auto xrow = [&](int64_t j) { return reinterpret_cast<const BlockQ8K*>(t.x + j * t.x_stride); };
   for (int64_t i0 = 0; i0 < t.n; i0 += tb) {

@@ -253,7 +253,7 @@ void Q8Blocked(const MatmulTask& t) {
   constexpr bool kUnsigned = std::is_same_v<Block, BlockQ4_0>;
   constexpr int kTile = kUnsigned ? 6 : 4;  // tokens per tile (measured best)
   const int64_t nb = t.k / kQK;
-  const int64_t tb = TokenBlock(t.x_stride, kTile);
+  const int64_t tb = EqualTokenBlock(t.n, t.x_stride, kTile);
   Panel8 panel;
   panel.codes = reinterpret_cast<int8_t*>(t.scratch);
   panel.scales = t.scratch + nb * 64;                    // 8 * nb * 32 bytes = nb * 64 floats
