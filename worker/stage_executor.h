@@ -28,7 +28,7 @@ struct ExecutorStats {
   uint64_t tokens = 0;
   uint64_t failed_batches = 0;
   double busy_seconds = 0;  // wall time spent processing frames
-  double cpu_seconds = 0;   // the executor thread's CPU time in those frames
+  double cpu_seconds = 0;   // the executor thread's CPU time in them (not its pool threads')
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_total = 0;
 };
