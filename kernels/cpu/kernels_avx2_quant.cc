@@ -218,14 +218,16 @@ inline void Tile8xT(const Panel8& w, int64_t nb, const BlockQ8_0* const* x, cons
     __m256i wq = _mm256_load_si256(wg);
     __m256i wa = kUnsigned ? wq : _mm256_abs_epi8(wq);
     for (int j = 0; j < T; ++j) sum[j] = GroupProduct<kUnsigned>(wq, wa, x[j][b], 0);
-#pragma GCC unroll 1
+#pragma GCC unroll 8
     for (int g = 1; g < 8; ++g) {
-      // (Kept rolled: fully unrolled, GCC regroups the integer sums into a tree and spills.)
       wq = _mm256_load_si256(wg + g);
       wa = kUnsigned ? wq : _mm256_abs_epi8(wq);
       for (int j = 0; j < T; ++j) {
         const __m256i p = GroupProduct<kUnsigned>(wq, wa, x[j][b], g);
         sum[j] = kUnsigned ? _mm256_add_epi16(sum[j], p) : _mm256_add_epi32(sum[j], p);
+        // Keep the sums in one chain per register: left free, GCC regroups them into a
+        // tree whose temporaries spill.
+        __asm__("" : "+x"(sum[j]));
       }
     }
     const __m256 wd = _mm256_load_ps(w.scales + 8 * b);
