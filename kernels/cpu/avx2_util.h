@@ -65,6 +65,14 @@ inline float Dot(const float* a, const float* b, int64_t n) {
   return Hsum8(acc);
 }
 
+// y *= a, elementwise.
+inline void Scale(float a, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] *= a;
+}
+
 // 8 int32 lanes: lane l = sum of a[e] * b[e] for e in [4l, 4l + 4), for signed weights a
 // (any int8) and activations b in [-127, 127] (what the activation quantizers produce):
 // |a| * b fits, and pairs of products stay below 2^15, so maddubs never saturates.

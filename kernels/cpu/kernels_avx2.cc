@@ -326,13 +326,6 @@ void Axpy(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
-void Scale(float a, float* y, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] *= a;
-}
-
 float SumSquares(const float* x, int64_t n) { return avx2::Dot(x, x, n); }
 
 }  // namespace
@@ -340,7 +333,7 @@ float SumSquares(const float* x, int64_t n) { return avx2::Dot(x, x, n); }
 const KernelTable& Avx2Kernels() {
   static const KernelTable table{
       CpuIsa::kAvx2, &Avx2Matmul, &avx2::QuantizeQ8_0Row, &avx2::QuantizeQ8KRow, &avx2::Dot, &Axpy,
-      &Scale,        &SumSquares, &avx2::SiluMul,         &avx2::AttentionGroup};
+      &avx2::Scale,  &SumSquares, &avx2::SiluMul,         &avx2::AttentionGroup};
   return table;
 }
 

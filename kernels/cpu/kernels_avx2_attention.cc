@@ -38,14 +38,6 @@ inline __m256 Exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-// y = y * a (elementwise, masked tail).
-inline void ScaleInPlace(float a, float* y, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t e = 0;
-  for (; e + 8 <= n; e += 8) _mm256_storeu_ps(y + e, _mm256_mul_ps(av, _mm256_loadu_ps(y + e)));
-  for (; e < n; ++e) y[e] *= a;
-}
-
 // out += sum over j < count of w[j] * v_j (v_j = v + j * stride), one position at a time.
 inline void AccumulateRows(const float* w, const float* v, int64_t stride, int count, float* out,
                            int64_t n) {
@@ -134,7 +126,7 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
       const float m_new = std::max(m[g], bmax);
       const float correction = std::exp(m[g] - m_new);
       float* out = q.out + (h0 + g) * hd;
-      if (l[g] > 0) ScaleInPlace(correction, out, hd);
+      if (l[g] > 0) Scale(correction, out, hd);
       float lg = l[g] * correction;
       const __m256 mv = _mm256_set1_ps(m_new);
       int j = 0;
@@ -152,7 +144,7 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     }
   }
   for (int g = 0; g < group; ++g) {
-    if (l[g] > 0) ScaleInPlace(1.0f / l[g], q.out + (h0 + g) * hd, hd);
+    if (l[g] > 0) Scale(1.0f / l[g], q.out + (h0 + g) * hd, hd);
   }
 }
 

@@ -175,6 +175,22 @@ struct UnpackFor<BlockQ6K> {
   using Type = Q6KUnpack;
 };
 
+// The float step of one super-block for one output, shared by every tile so that all
+// give the same bits: acc += S * (d_w * d_x), then - M * (dmin_w * d_x) where M pairs the
+// activation bsums with the weight mins (Q6_K: M is the -32 offset, folded into S).
+template <bool kHasMin>
+inline __m256 SuperBlockStep(__m256i isum, const BlockQ8K& x, __m256i mins, float d, float dmin,
+                             __m256 acc) {
+  const __m256i msum = _mm256_madd_epi16(Load256(x.bsums), mins);
+  if constexpr (kHasMin) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * x.d), acc);
+    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * x.d), acc);
+  } else {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, msum)),
+                           _mm256_set1_ps(d * x.d), acc);
+  }
+}
+
 // y[c * ldy] for one weight row w against activation rows x[0..T) over nb super-blocks.
 // With pf != 0, each super-block is prefetched pf bytes ahead (the next row) first.
 template <typename Block, int T>
@@ -198,15 +214,7 @@ inline void KTile(const Block* w, const BlockQ8K* const* x, int64_t nb, float* y
       }
     }
     for (int c = 0; c < T; ++c) {
-      const __m256i msum = _mm256_madd_epi16(Load256(x[c][b].bsums), u.mins);
-      const float xd = x[c][b].d;
-      if constexpr (U::kHasMin) {
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(u.d * xd), acc[c]);
-        acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(u.dmin * xd), acc[c]);
-      } else {
-        const __m256i s = _mm256_sub_epi32(isum[c], msum);
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(u.d * xd), acc[c]);
-      }
+      acc[c] = SuperBlockStep<U::kHasMin>(isum[c], x[c][b], u.mins, u.d, u.dmin, acc[c]);
     }
   }
   for (int c = 0; c < T; ++c) y[c * ldy] = Hsum8(acc[c]);
@@ -273,15 +281,7 @@ inline void KTileUnpacked(const KUnpacked* w, const BlockQ8K* const* x, int64_t 
       }
     }
     for (int c = 0; c < T; ++c) {
-      const __m256i msum = _mm256_madd_epi16(Load256(x[c][b].bsums), w[b].mins);
-      const float xd = x[c][b].d;
-      if constexpr (kHasMin) {
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(w[b].d * xd), acc[c]);
-        acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(w[b].dmin * xd), acc[c]);
-      } else {
-        const __m256i sm = _mm256_sub_epi32(isum[c], msum);
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sm), _mm256_set1_ps(w[b].d * xd), acc[c]);
-      }
+      acc[c] = SuperBlockStep<kHasMin>(isum[c], x[c][b], w[b].mins, w[b].d, w[b].dmin, acc[c]);
     }
   }
   for (int c = 0; c < T; ++c) y[c * ldy] = Hsum8(acc[c]);

@@ -42,14 +42,8 @@ inline __m256i Nibbles(const BlockQ4_0& b) {
                           _mm256_set1_epi8(0x0F));
 }
 
-// 8 int32 partial sums (groups of 4 products) of weight codes w and activation codes x.
-inline __m256i Partial(__m256i w, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
-                           _mm256_set1_epi16(1));
-}
-
-// The same for unsigned weight codes u in [0, 15] (Q4_0 nibbles): |u * x| pairs stay far
-// below 2^15.
+// DotI8 (avx2_util.h) for unsigned weight codes u in [0, 15] (Q4_0 nibbles): no sign
+// fix-ups; |u * x| pairs stay far below 2^15.
 inline __m256i PartialU(__m256i u, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
 }
@@ -76,10 +70,9 @@ inline void Tile4x1(const Block* const* w, const BlockQ8_0* x, const int32_t* x8
     if (pf != 0) {
       // The tile's 4 rows are contiguous, so the matrix is read as one sequential sweep
       // (4 short interleaved row streams are too few for the hardware prefetcher): fetch
-      // the bytes pf ahead of this block step in that sweep, one line per 64 bytes.
+      // the bytes pf ahead of this block step in that sweep.
       constexpr int64_t kStep = 4 * sizeof(Block);
-      const char* p = reinterpret_cast<const char*>(w[0]) + pf + b * kStep;
-      for (int64_t off = 0; off < kStep; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+      PrefetchBytes(reinterpret_cast<const char*>(w[0]) + pf + b * kStep, kStep);
     }
     const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
     __m128i s;
@@ -89,8 +82,8 @@ inline void Tile4x1(const Block* const* w, const BlockQ8_0* x, const int32_t* x8
       for (int r = 0; r < 4; ++r) p[r] = PartialU(Nibbles(w[r][b]), xq);
       s = _mm_sub_epi32(Totals4(p[0], p[1], p[2], p[3]), _mm_set1_epi32(x8[b]));
     } else {
-      s = Totals4(Partial(Codes(w[0][b]), xq), Partial(Codes(w[1][b]), xq),
-                  Partial(Codes(w[2][b]), xq), Partial(Codes(w[3][b]), xq));
+      s = Totals4(DotI8(Codes(w[0][b]), xq), DotI8(Codes(w[1][b]), xq), DotI8(Codes(w[2][b]), xq),
+                  DotI8(Codes(w[3][b]), xq));
     }
     const __m128 wd = _mm_cvtph_ps(_mm_setr_epi16(
         static_cast<int16_t>(w[0][b].d), static_cast<int16_t>(w[1][b].d),
