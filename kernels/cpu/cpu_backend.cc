@@ -89,14 +89,7 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     xp = act_scratch_.data();
   }
   // Per-thread scratch: weight panels converted or dequantized, packed activations.
-  const size_t scratch_floats = cpu::ScratchFloats(k);
-  for (auto& s : thread_scratch_) {
-    if (s.floats >= scratch_floats) continue;
-    const size_t bytes = (scratch_floats * sizeof(float) + 63) / 64 * 64;
-    s.data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    if (s.data == nullptr) std::abort();  // a few hundred KiB; nothing sensible to do
-    s.floats = scratch_floats;
-  }
+  EnsureThreadScratch(cpu::ScratchFloats(k));
   auto run = [&](int64_t r0, int64_t r1, int thread) {
     cpu::MatmulTask t;
     t.w = w.data;
@@ -214,20 +207,20 @@ void CpuBackend::Attention(const AttentionParams& p) {
   // One (query, KV head) per task: the group's heads share the K/V loads; each head walks
   // its sequence's blocks in order with an online softmax, so its result does not depend
   // on the rest of the batch or on the split.
-  auto body = [&](int64_t b, int64_t e) {
-    std::vector<float> scratch(static_cast<size_t>(group) * p.block_size);
+  EnsureThreadScratch(static_cast<size_t>(group) * p.block_size);  // a group's scores
+  auto body = [&](int64_t b, int64_t e, int thread) {
     for (int64_t task = b; task < e; ++task) {
       kt.attention_group(p, p.queries[task / p.n_kv_heads], static_cast<int>(task % p.n_kv_heads),
-                         scratch.data());
+                         thread_scratch_[thread].data.get());
     }
   };
   int64_t work = 0;
   for (int64_t i = 0; i < p.n_queries; ++i) work += p.queries[i].n_ctx;
   if (work * p.n_heads * p.head_dim >= kMinParallelWork && tasks > 1) {
     const int64_t grain = std::max<int64_t>(1, tasks / (16 * pool_.num_threads()));
-    pool_.ParallelForDynamic(tasks, grain, [&](int64_t b, int64_t e, int) { body(b, e); });
+    pool_.ParallelForDynamic(tasks, grain, body);
   } else {
-    body(0, tasks);
+    body(0, tasks, 0);
   }
 }
 
@@ -242,6 +235,16 @@ void CpuBackend::Softmax(float* x, int64_t n, int64_t dim) {
     }
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t j = 0; j < dim; ++j) r[j] *= inv;
+  }
+}
+
+void CpuBackend::EnsureThreadScratch(size_t floats) {
+  for (auto& s : thread_scratch_) {
+    if (s.floats >= floats) continue;
+    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    s.data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (s.data == nullptr) std::abort();  // a few hundred KiB; nothing sensible to do
+    s.floats = floats;
   }
 }
 

@@ -73,6 +73,8 @@ class CpuBackend final : public Backend {
     size_t floats = 0;
   };
   std::vector<Scratch> thread_scratch_;  // per thread, grow-only
+  // Grows every thread's scratch to at least `floats` floats.
+  void EnsureThreadScratch(size_t floats);
 };
 
 }  // namespace cascade
