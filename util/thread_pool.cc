@@ -93,10 +93,6 @@ void ThreadPool::ParallelFor(int64_t count, int64_t grain,
   });
 }
 
-}  // namespace cascade
-
-namespace cascade {
-
 void ThreadPool::ParallelForDynamic(int64_t count, int64_t grain,
                                     absl::FunctionRef<void(int64_t, int64_t, int)> fn) {
   if (count <= 0) return;
