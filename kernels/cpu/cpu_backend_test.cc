@@ -1,82 +1,16 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <cmath>
-#include <cstring>
-#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/kernels_test_util.h"
-#include "model/quant.h"
 
 namespace cascade {
 namespace {
 
 using testing::AvailableIsas;
-using testing::MakeWeight;
-using testing::NormalizedError;
 using testing::Random;
-using testing::TestWeight;
-
-struct MatmulCase {
-  TensorType type;
-  int64_t cols;
-  bool quantized_act;
-  double bound;  // normalized error vs float64 reference on dequantized weights
-};
-
-class MatmulTest : public ::testing::TestWithParam<MatmulCase> {};
-
-TEST_P(MatmulTest, MatchesReferenceOnEveryPathAndIsBatchInvariant) {
-  const MatmulCase c = GetParam();
-  const int64_t rows = 37, n = 7;
-  TestWeight w = MakeWeight(c.type, rows, c.cols, 11);
-  const auto x = Random(n * c.cols, 5);
-  std::vector<double> ref(n * rows);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t r = 0; r < rows; ++r) {
-      double s = 0;
-      for (int64_t e = 0; e < c.cols; ++e) {
-        s += static_cast<double>(w.dequant[r * c.cols + e]) * x[t * c.cols + e];
-      }
-      ref[t * rows + r] = s;
-    }
-  }
-  for (CpuIsa isa : AvailableIsas()) {
-    for (int threads : {1, 3}) {
-      CpuBackendOptions opt;
-      opt.threads = threads;
-      opt.max_isa = isa;
-      opt.quantized_activations = c.quantized_act;
-      CpuBackend be(opt);
-      std::vector<float> y(n * rows);
-      be.MatMul(w.view, x.data(), n, y.data());
-      EXPECT_LT(NormalizedError(y.data(), ref), c.bound)
-          << TensorTypeName(c.type) << " on " << be.name();
-      // Each row alone gives bit-identical results.
-      for (int64_t t = 0; t < n; ++t) {
-        std::vector<float> y1(rows);
-        be.MatMul(w.view, x.data() + t * c.cols, 1, y1.data());
-        ASSERT_EQ(std::memcmp(y1.data(), y.data() + t * rows, rows * sizeof(float)), 0)
-            << "row " << t << " differs when computed alone on " << be.name();
-      }
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
-                         ::testing::Values(MatmulCase{TensorType::kF32, 172, false, 1e-6},
-                                           MatmulCase{TensorType::kF16, 172, false, 1e-6},
-                                           MatmulCase{TensorType::kBF16, 100, false, 1e-6},
-                                           MatmulCase{TensorType::kQ8_0, 256, false, 1e-6},
-                                           MatmulCase{TensorType::kQ8_0, 256, true, 1e-2},
-                                           MatmulCase{TensorType::kQ4_0, 256, false, 1e-6},
-                                           MatmulCase{TensorType::kQ4_0, 256, true, 1e-2},
-                                           MatmulCase{TensorType::kQ4_K, 512, false, 1e-6},
-                                           MatmulCase{TensorType::kQ4_K, 512, true, 1e-2},
-                                           MatmulCase{TensorType::kQ5_K, 512, true, 1e-2},
-                                           MatmulCase{TensorType::kQ6_K, 512, true, 1e-2},
-                                           MatmulCase{TensorType::kQ6_K, 256, false, 1e-6}));
 
 TEST(CpuBackend, AttentionMatchesNaiveSoftmax) {
   const int n_heads = 4, n_kv = 2, hd = 16, bs = 4, ctx = 11;
