@@ -1,14 +1,16 @@
 // kernel_bench: Google Benchmark micro-benchmarks of the CPU matmul kernels, per weight
 // type, at n = 1 (decode: bound by weight bandwidth) and n = 128 (prefill: bound by
 // arithmetic), with 1 and 2 threads: n = 1 on a TinyLlama output-head-shaped weight (32000
-// rows of 2048, larger than L3, so it streams from memory), n = 128 on an FFN-shaped one
-// (5632 rows of 2048).
+// rows of 2048, larger than L3, so it streams from memory), n = 2, 4 and 128 on an
+// FFN-shaped one (5632 rows of 2048).
 //
 //   kernel_bench [--benchmark_filter=Q4_K] [--benchmark_min_time=0.2]
 //
 // bytes_per_second counts weight bytes (what decode streams); the "GFLOPS" counter counts
 // 2 * rows * cols * n per matmul. CASCADE_CPU_ISA=scalar measures the portable path.
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -27,11 +29,12 @@ struct Weight {
 };
 
 const Weight& GetWeight(TensorType type, int64_t rows) {
-  static std::vector<std::pair<std::pair<TensorType, int64_t>, Weight*>> cache;
-  for (auto& [key, w] : cache) {
-    if (key.first == type && key.second == rows) return *w;
-  }
-  auto* w = new Weight;
+  // Made once per (type, rows) and kept for the whole run.
+  static std::map<std::pair<TensorType, int64_t>, std::unique_ptr<Weight>> cache;
+  std::unique_ptr<Weight>& slot = cache[{type, rows}];
+  if (slot) return *slot;
+  slot = std::make_unique<Weight>();
+  Weight* w = slot.get();
   uint64_t rb = 0;
   if (!RowBytes(type, kCols, &rb)) std::abort();
   w->bytes.resize(rb * rows);
@@ -49,7 +52,6 @@ const Weight& GetWeight(TensorType type, int64_t rows) {
   w->view.ne[1] = rows;
   w->view.data = w->bytes.data();
   w->view.nbytes = w->bytes.size();
-  cache.push_back({{type, rows}, w});
   return *w;
 }
 
