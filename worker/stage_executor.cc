@@ -119,14 +119,7 @@ void StageExecutor::Process(StageFrame frame) {
     if (absl::Status s = out_->Send(std::move(next)); !s.ok()) {
       spdlog::warn("stage {}: cannot reach the next stage: {}", stage_index_, s.message());
     }
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    ++stats_.frames;
-    stats_.tokens += tokens;
-    stats_.busy_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stats_.cpu_seconds += ThreadCpuSeconds() - cpu0;
-    stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
-    stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
+    RecordFrame(tokens, t0, cpu0);
     return;
   }
   // Last stage: sample each sequence that wants a token, in slot order.
@@ -156,12 +149,18 @@ void StageExecutor::Process(StageFrame frame) {
   if (absl::Status s = results_->Send(std::move(result)); !s.ok()) {
     spdlog::warn("stage {}: cannot report to the coordinator: {}", stage_index_, s.message());
   }
+  RecordFrame(frame.slots.size(), t0, cpu0);
+}
+
+void StageExecutor::RecordFrame(size_t tokens, std::chrono::steady_clock::time_point t0,
+                                double cpu0) {
+  const double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = ThreadCpuSeconds() - cpu0;
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.frames;
-  stats_.tokens += frame.slots.size();
-  stats_.busy_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stats_.cpu_seconds += ThreadCpuSeconds() - cpu0;
+  stats_.tokens += tokens;
+  stats_.busy_seconds += busy;
+  stats_.cpu_seconds += cpu;
   stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
   stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
 }

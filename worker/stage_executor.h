@@ -14,6 +14,7 @@
 #define CASCADE_WORKER_STAGE_EXECUTOR_H_
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -53,6 +54,9 @@ class StageExecutor {
  private:
   void Loop();
   void Fail(const StageFrame& in, const std::string& error);
+  // Accounts one processed frame of `tokens` tokens that started at wall time t0 and
+  // thread CPU time cpu0 (ThreadCpuSeconds()).
+  void RecordFrame(size_t tokens, std::chrono::steady_clock::time_point t0, double cpu0);
 
   std::unique_ptr<Stage> stage_;
   const uint32_t stage_index_;
