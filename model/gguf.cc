@@ -56,6 +56,7 @@ class Reader {
       return Error(field, absl::StrCat("truncated: needs ", n, " bytes, ", remaining(),
                                        " left in a file of ", bytes_.size()));
     }
+    if (n == 0) return absl::OkStatus();  // an empty array's buffer may be null
     std::memcpy(out, bytes_.data() + pos_, n);
     pos_ += n;
     return absl::OkStatus();

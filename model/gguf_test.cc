@@ -54,6 +54,29 @@ TEST(Gguf, ParsesWhatTheWriterWrites) {
   EXPECT_EQ(((*f)->FindTensor("t1")->data - bytes.data()) % 32, 0);
 }
 
+// Empty arrays are legal GGUF. Reading zero elements must not touch the (possibly null)
+// buffer of an empty vector: the sanitizer build of this test catches a memcpy to null,
+// which the GGUF fuzzer found.
+TEST(Gguf, EmptyArraysParse) {
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetFloat32Array("tokenizer.ggml.scores", {});
+  w.SetInt32Array("tokenizer.ggml.token_type", {});
+  w.SetStringArray("tokenizer.ggml.merges", {});
+  auto bytes = w.Serialize();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  auto f = GgufFile::Parse(*bytes, "empty-arrays.gguf");
+  ASSERT_TRUE(f.ok()) << f.status();
+  for (const char* key : {"tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+                          "tokenizer.ggml.merges"}) {
+    auto a = (*f)->GetArray(key);
+    ASSERT_TRUE(a.ok()) << key << ": " << a.status();
+    EXPECT_EQ((*a)->size, 0u) << key;
+    EXPECT_TRUE((*a)->raw.empty()) << key;
+    EXPECT_TRUE((*a)->strings.empty()) << key;
+  }
+}
+
 TEST(Gguf, TypedGettersNameTheProblem) {
   auto bytes = TinyFile();
   auto f = GgufFile::Parse(bytes, "tiny.gguf");

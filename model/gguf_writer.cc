@@ -148,8 +148,8 @@ void GgufWriter::SetFloat32Array(const std::string& key, const std::vector<float
   v.type = GgufType::kArray;
   v.array.elem_type = GgufType::kFloat32;
   v.array.size = values.size();
-  v.array.raw.resize(values.size() * 4);
-  std::memcpy(v.array.raw.data(), values.data(), v.array.raw.size());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
+  v.array.raw.assign(bytes, bytes + values.size() * 4);  // (no memcpy: data() may be null)
   SetValue(key, std::move(v));
 }
 
@@ -158,8 +158,8 @@ void GgufWriter::SetInt32Array(const std::string& key, const std::vector<int32_t
   v.type = GgufType::kArray;
   v.array.elem_type = GgufType::kInt32;
   v.array.size = values.size();
-  v.array.raw.resize(values.size() * 4);
-  std::memcpy(v.array.raw.data(), values.data(), v.array.raw.size());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
+  v.array.raw.assign(bytes, bytes + values.size() * 4);  // (no memcpy: data() may be null)
   SetValue(key, std::move(v));
 }
 

@@ -36,9 +36,21 @@ printf '{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_siz
   cp ../shared/models/stories260K/hf/tokenizer.json "$corpus/tokenizer_json/stories.json"
 printf '{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]},"pre_tokenizer":{"type":"ByteLevel"},"added_tokens":[{"id":3,"content":"<s>","special":true}]}' \
   > "$corpus/tokenizer_json/tiny.json"
+# Inputs that once crashed a fuzzer (tests/fuzz/regressions/<target>/) seed its corpus, so
+# libFuzzer replays them first. On a failure the sanitizer's report and the reproducer's
+# path are printed, not just the final statistics.
 for f in gguf safetensors hf_config tokenizer_json; do
+  [[ -d tests/fuzz/regressions/$f ]] && cp tests/fuzz/regressions/$f/* "$corpus/$f/"
   echo "fuzz_$f: ${SECONDS_PER_FUZZER}s"
-  ./build-fuzz/bin/fuzz_$f -max_total_time="$SECONDS_PER_FUZZER" -max_len=1200000 \
-    -rss_limit_mb=4096 -print_final_stats=1 "$corpus/$f" 2>&1 | tail -n 3
+  log=build-fuzz/fuzz_$f.log
+  if ! ./build-fuzz/bin/fuzz_$f -max_total_time="$SECONDS_PER_FUZZER" -max_len=1200000 \
+      -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=build-fuzz/ \
+      "$corpus/$f" >"$log" 2>&1; then
+    echo "fuzz_$f FAILED; its report (full log: $log):"
+    grep -E -A40 'runtime error|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)' "$log" | head -n 80
+    grep -E 'Test unit written to' "$log" || true
+    exit 1
+  fi
+  tail -n 3 "$log"
 done
 echo "all tests passed"
