@@ -427,6 +427,7 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
       SetHealth(false);
       if (sched) {
         sched->FailAll(absl::UnavailableError(absl::StrCat(problem, "; request aborted")));
+        first_stage_->Close();  // a send stuck reconnecting to a dead stage gives up now
         sched->Stop();
       }
       return;

@@ -231,10 +231,27 @@ void Scheduler::CheckCancellations() {
   }
 }
 
+void Scheduler::FailFlight(uint64_t batch_id, const absl::Status& status) {
+  auto fit = flights_.find(batch_id);
+  if (fit == flights_.end()) return;
+  Flight flight = std::move(fit->second);
+  flights_.erase(fit);
+  for (const auto& [id, processed] : flight.seqs) {
+    auto sit = running_.find(id);
+    if (sit == running_.end() || sit->second.stream == nullptr) continue;
+    sit->second.in_flight = false;
+    Finish(sit->second, FinishReason::kCancelled, status);
+  }
+}
+
 void Scheduler::HandleResult(const StepResult& r) {
   auto fit = flights_.find(r.batch_id);
   if (fit == flights_.end()) {
     spdlog::warn("scheduler: result for unknown batch {} ignored", r.batch_id);
+    return;
+  }
+  if (!r.error.empty()) {
+    FailFlight(r.batch_id, absl::InternalError(absl::StrCat("pipeline step failed: ", r.error)));
     return;
   }
   Flight flight = std::move(fit->second);
@@ -246,11 +263,6 @@ void Scheduler::HandleResult(const StepResult& r) {
     if (sit == running_.end() || sit->second.stream == nullptr) continue;
     Sequence& s = sit->second;
     s.in_flight = false;
-    if (!r.error.empty()) {
-      Finish(s, FinishReason::kCancelled,
-             absl::InternalError(absl::StrCat("pipeline step failed: ", r.error)));
-      continue;
-    }
     s.processed = processed;
     if (s.stream->cancelled()) {
       Finish(s, FinishReason::kCancelled, absl::CancelledError("request cancelled"));
@@ -382,10 +394,16 @@ bool Scheduler::SendBatch() {
   }
   if (absl::Status st = out_->Send(std::move(frame)); !st.ok()) {
     spdlog::error("scheduler: cannot send batch {} to the first stage: {}", batch_id, st.message());
-    StepResult failed;
-    failed.batch_id = batch_id;
-    failed.error = std::string(st.message());
-    HandleResult(failed);
+    // If the pipeline was declared down meanwhile (FailAll), that is the reason to give.
+    absl::Status why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      why = fail_all_;
+    }
+    if (why.ok()) {
+      why = absl::UnavailableError(absl::StrCat("cannot reach the first stage: ", st.message()));
+    }
+    FailFlight(batch_id, why);
     return false;
   }
   return true;

@@ -123,6 +123,8 @@ class Scheduler {
   void Loop();
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleResult(const StepResult& r);
+  // Ends every sequence of in-flight batch `batch_id` with `status`.
+  void FailFlight(uint64_t batch_id, const absl::Status& status);
   void Finish(Sequence& s, FinishReason reason, const absl::Status& status);
   bool SendBatch();
   void SendReleases();

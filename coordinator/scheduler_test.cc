@@ -198,5 +198,45 @@ TEST(Scheduler, BadRequestsAreRefusedAndOthersUnaffected) {
   for (auto& s : ok) EXPECT_TRUE(Harness::Drain(*s).status.ok());
 }
 
+// A first stage that cannot be reached (its worker died): every send fails.
+class DeadLink : public ActivationSender {
+ public:
+  absl::Status Send(StageFrame) override {
+    return absl::UnavailableError("link to the next stage at 10.0.0.9:7001 is down");
+  }
+  void Close() override {}
+};
+
+TEST(Scheduler, AnUnreachableFirstStageFailsRequestsWithUnavailable) {
+  auto src = ModelSource::Open(testing::BundledModel());
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto tok = Tokenizer::FromGguf(*(*src)->gguf());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  SchedulerOptions opt;
+  opt.plan_id = 1;
+  opt.num_stages = 2;
+  opt.kv_blocks = 64;
+  opt.kv_block_size = 16;
+  opt.context_length = (*src)->config().context_length;
+  opt.vocab_size = (*src)->config().vocab_size;
+  Scheduler sched(opt, **tok, std::make_shared<DeadLink>());
+  sched.Start();
+  // Each request ends at once with UNAVAILABLE naming the unreachable stage (not a hang,
+  // not INTERNAL), and the scheduler keeps taking requests.
+  for (int i = 0; i < 2; ++i) {
+    SequenceRequest r;
+    r.prompt = *(*tok)->Encode("Once upon a time", true, false);
+    r.max_tokens = 8;
+    auto stream = sched.Submit(std::move(r));
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    Harness::Output out = Harness::Drain(**stream);
+    EXPECT_EQ(out.status.code(), absl::StatusCode::kUnavailable) << out.status;
+    EXPECT_THAT(out.status.message(), HasSubstr("cannot reach the first stage"));
+    EXPECT_THAT(out.status.message(), HasSubstr("10.0.0.9:7001"));
+    EXPECT_TRUE(out.ids.empty());
+  }
+  sched.Stop();
+}
+
 }  // namespace
 }  // namespace cascade

@@ -1,5 +1,6 @@
 #include "worker/grpc_link.h"
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 
@@ -36,8 +37,15 @@ absl::Status GrpcActivationSender::Connect() {
     channel_ = MakeChannel(address_);
     stub_ = v1::StagePipe::NewStub(channel_);
   }
-  if (!channel_->WaitForConnected(std::chrono::system_clock::now() + connect_timeout_)) {
-    return absl::UnavailableError(absl::StrCat("next stage at ", address_, " is unreachable"));
+  const auto deadline = std::chrono::system_clock::now() + connect_timeout_;
+  for (;;) {
+    if (closing_.load()) return absl::UnavailableError("link is closed");
+    const auto slice = std::min(deadline, std::chrono::system_clock::now() +
+                                              std::chrono::milliseconds(100));
+    if (channel_->WaitForConnected(slice)) break;
+    if (slice == deadline) {
+      return absl::UnavailableError(absl::StrCat("next stage at ", address_, " is unreachable"));
+    }
   }
   ctx_ = std::make_unique<grpc::ClientContext>();
   stream_ = stub_->Forward(ctx_.get());
@@ -88,6 +96,7 @@ absl::Status GrpcActivationSender::Send(StageFrame frame) {
 }
 
 void GrpcActivationSender::Close() {
+  closing_.store(true);
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return;
   closed_ = true;

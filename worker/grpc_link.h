@@ -52,6 +52,9 @@ class GrpcActivationSender : public ActivationSender {
   std::thread ack_reader_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<std::atomic<bool>> broken_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by Close() before it takes mu_, so that a Send waiting to (re)connect gives up
+  // within a poll interval instead of holding mu_ for the whole connect timeout.
+  std::atomic<bool> closing_{false};
   v1::ActivationFrame wire_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> rejected_{0};
 };
