@@ -82,6 +82,24 @@ inline __m256i DotI8(__m256i a, __m256i b) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sb), _mm256_set1_epi16(1));
 }
 
+// Transposes 8 rows of 8 int32 lanes (row r: e.g. the 8 four-byte code groups of one
+// weight row's block) into 8 registers, register g holding lane g of rows 0..7.
+inline void Transpose8x8(const __m256i* v, __m256i* o) {
+  const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+  const __m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+  const __m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+  // u0: groups 0 | 4 of rows 0-3; u1: 1 | 5; u2: 2 | 6; u3: 3 | 7 (u4..u7: rows 4-7).
+  const __m256i u[8] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                        _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3),
+                        _mm256_unpacklo_epi64(t4, t6), _mm256_unpackhi_epi64(t4, t6),
+                        _mm256_unpacklo_epi64(t5, t7), _mm256_unpackhi_epi64(t5, t7)};
+  for (int g = 0; g < 4; ++g) {
+    o[g] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x20);
+    o[g + 4] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x31);
+  }
+}
+
 // Prefetches the `bytes` at p (no faults, even past the end of a mapping).
 inline void PrefetchBytes(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);

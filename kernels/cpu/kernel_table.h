@@ -16,9 +16,10 @@
 // - Q8_0/Q4_0 x Q8_0 activations: per 32-element block, exact integer sums; scalar: 8
 //   lanes of 4 elements, each lane += sum * (d_w * d_x), lanes reduced as above; AVX2: the
 //   block's whole integer sum S, y = fma(S, d_w * d_x, y) block after block;
-// - K-quants x Q8_K: per super-block, exact integer lane sums (scalar: e % 8; AVX2: groups
-//   of 4 elements per 32-element chunk) scaled by d_w * d_x into 8 float lanes, the min
-//   terms subtracted (scalar: one running sum; AVX2: per lane), lanes reduced as above.
+// - K-quants x Q8_K: per super-block, exact integer sums; scalar: 8 lanes (e % 8) scaled
+//   by d_w * d_x, the min terms in one running sum, lanes reduced as above; AVX2: the
+//   super-block's whole sums S and M, y = fma(S, d_w * d_x, y) then y = fma(-M, dmin_w *
+//   d_x, y) (Q6_K: y = fma(S - M, d_w * d_x, y)) super-block after super-block.
 // Different ISAs therefore agree to rounding, not bit for bit.
 #ifndef CASCADE_KERNELS_CPU_KERNEL_TABLE_H_
 #define CASCADE_KERNELS_CPU_KERNEL_TABLE_H_

@@ -2,17 +2,20 @@
 // super-blocks, and the AVX2 Q8_K activation quantizer (bit-identical to the scalar one).
 //
 // Order (per output element, any tile): for each super-block b in order, the exact integer
-// sums S[l] (8 lanes; lane l collects the scaled products of elements 4l..4l+3 of every
-// 32-element chunk, as _mm256_madd_epi16 pairs them) and, for Q4_K/Q5_K, the exact min
-// sums M[l] (lane l: bsums 2l and 2l+1 times their mins), then
-//   acc[l] = fma(S[l], d_w * d_x, acc[l]);  acc[l] = fnmadd(M[l], dmin_w * d_x, acc[l])
-// (Q6_K folds its -32 code offset into S instead), and finally Hsum8(acc). The integers do
-// not depend on the tile, so every tile gives the same bits. Weight codes are unpacked in
-// registers once per (row, super-block) and reused for the T tokens of a tile.
+// sum S of the super-block's code x activation x sub-block-scale products and the exact
+// min term M (Q4_K/Q5_K: activation bsums times the sub-block mins; Q6_K: its -32 code
+// offset, 32 * bsums times the scales), then in float
+//   Q4_K/Q5_K: acc = fma(S, d_w * d_x, acc);  acc = fma(-M, dmin_w * d_x, acc)
+//   Q6_K:      acc = fma(S - M, d_w * d_x, acc)
+// and y = acc. How S and M are summed differs by tile (decode: lanes of one row reduced
+// per super-block; prefill: 8 rows interleaved in a panel, one lane each), but integer sums
+// are exact, so every n, tile and thread count gives the same bits.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/avx2_util.h"
 #include "model/quant.h"
@@ -22,6 +25,9 @@ namespace {
 
 // From this many tokens on, matmuls block tokens so that their activations stay in L2.
 constexpr int64_t kBlockedMinTokens = 4;
+// From this many tokens on, Q4_K/Q5_K use 8-row panels: expanding a panel costs about
+// as much as a dozen tokens' products, so small micro-batches keep the row tile.
+constexpr int64_t kPanelMinTokens = 32;
 
 // pshufb masks that broadcast int16 element j (of each 128-bit lane) to the whole lane.
 alignas(32) const uint8_t kBcast16[8][32] = {
@@ -175,30 +181,37 @@ struct UnpackFor<BlockQ6K> {
   using Type = Q6KUnpack;
 };
 
-// The float step of one super-block for one output, shared by every tile so that all
-// give the same bits: acc += S * (d_w * d_x), then - M * (dmin_w * d_x) where M pairs the
-// activation bsums with the weight mins (Q6_K: M is the -32 offset, folded into S).
+// The float step of one super-block for one output, in every tile (scalar here, one
+// lane per output in the panel tile, with the same operations): S is the exact integer
+// sum of the super-block's scaled code products, M the exact min term (Q6_K: its -32 code
+// offset, subtracted from S before the conversion). sm holds S in lane 0, M in lane 1.
 template <bool kHasMin>
-inline __m256 SuperBlockStep(__m256i isum, const BlockQ8K& x, __m256i mins, float d, float dmin,
-                             __m256 acc) {
-  const __m256i msum = _mm256_madd_epi16(Load256(x.bsums), mins);
+inline float SuperBlockStep(__m128i sm, float d, float dmin, float dx, float acc) {
   if constexpr (kHasMin) {
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * x.d), acc);
-    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * x.d), acc);
+    const __m128 f = _mm_cvtepi32_ps(sm);
+    acc = std::fma(_mm_cvtss_f32(f), d * dx, acc);
+    return std::fma(-_mm_cvtss_f32(_mm_movehdup_ps(f)), dmin * dx, acc);
   } else {
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, msum)),
-                           _mm256_set1_ps(d * x.d), acc);
+    const __m128i diff = _mm_sub_epi32(sm, _mm_shuffle_epi32(sm, _MM_SHUFFLE(1, 1, 1, 1)));
+    return std::fma(_mm_cvtss_f32(_mm_cvtepi32_ps(diff)), d * dx, acc);
   }
 }
 
-// y[c * ldy] for one weight row w against activation rows x[0..T) over nb super-blocks.
-// With pf != 0, each super-block is prefetched pf bytes ahead (the next row) first.
+// Lane 0: the sum of a's 8 lanes; lane 1: the sum of b's (exact).
+inline __m128i HsumI32x2(__m256i a, __m256i b) {
+  const __m256i h = _mm256_hadd_epi32(a, b);  // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  return _mm_hadd_epi32(q, q);  // A B A B
+}
+
+// Decode tile: y[c * ldy] for one weight row w against activation rows x[0..T) over nb
+// super-blocks, the weights unpacked in registers once per super-block and reused for the
+// T tokens. With pf != 0, each super-block is prefetched pf bytes ahead (the next row).
 template <typename Block, int T>
 inline void KTile(const Block* w, const BlockQ8K* const* x, int64_t nb, float* y, int64_t ldy,
                   int64_t pf) {
   using U = typename UnpackFor<Block>::Type;
-  __m256 acc[T];
-  for (int c = 0; c < T; ++c) acc[c] = _mm256_setzero_ps();
+  float acc[T] = {};
   for (int64_t b = 0; b < nb; ++b) {
     if (pf != 0) PrefetchBytes(reinterpret_cast<const char*>(w + b) + pf, sizeof(Block));
     U u;
@@ -214,32 +227,150 @@ inline void KTile(const Block* w, const BlockQ8K* const* x, int64_t nb, float* y
       }
     }
     for (int c = 0; c < T; ++c) {
-      acc[c] = SuperBlockStep<U::kHasMin>(isum[c], x[c][b], u.mins, u.d, u.dmin, acc[c]);
+      const __m128i sm = HsumI32x2(isum[c], _mm256_madd_epi16(Load256(x[c][b].bsums), u.mins));
+      acc[c] = SuperBlockStep<U::kHasMin>(sm, u.d, u.dmin, x[c][b].d, acc[c]);
     }
   }
-  for (int c = 0; c < T; ++c) y[c * ldy] = Hsum8(acc[c]);
+  for (int c = 0; c < T; ++c) y[c * ldy] = acc[c];
 }
 
+// A panel of 8 Q4_K/Q5_K weight rows for the blocked (prefill) path, interleaved like the
+// Q4_0 panel (kernels_avx2_quant.cc): one register holds the same 4 consecutive codes of
+// all 8 rows, one int32 lane per row. Per super-block b:
+//   codes  [b][group g of 4, 0..63][row][4]   unsigned codes
+//   scales [b][j][row]  int16 pair (s, s) of the scale of 32-element sub-block j
+//   mins   [b][j][row]  int16 pair (m, m) of its min, multiplying activation bsums 2j, 2j + 1
+//   d, dmin [b][row]
+struct KPanel8 {
+  uint8_t* codes;
+  __m256i* scales;
+  __m256i* mins;
+  float* d;
+  float* dmin;
+  // Bytes one super-block of the panel takes.
+  static constexpr size_t kBytesPerBlock = 64 * 32 + 8 * 32 + 8 * 32 + 2 * 8 * 4;
+  KPanel8(void* scratch, int64_t nb) {
+    auto* base = static_cast<uint8_t*>(scratch);
+    codes = base;
+    scales = reinterpret_cast<__m256i*>(base + nb * 2048);
+    mins = scales + nb * 8;
+    d = reinterpret_cast<float*>(mins + nb * 8);
+    dmin = d + nb * 8;
+  }
+};
+
+// int16 pairs (v[i], v[i]) of 8 int16 values, pair i in int32 lane i.
+inline __m256i Pairs16(__m128i v) {
+  return _mm256_set_m128i(_mm_unpackhi_epi16(v, v), _mm_unpacklo_epi16(v, v));
+}
+
+// Expands weight rows [r, r + rows) (rows <= 8; the last row repeats to fill 8) into p.
+template <typename Block>
+void ExpandKPanel8(const MatmulTask& t, int64_t r, int rows, int64_t nb, const KPanel8& p) {
+  using U = typename UnpackFor<Block>::Type;
+  static_assert(U::kHasMin, "Q4_K/Q5_K panels only");
+  const Block* src[8];
+  for (int j = 0; j < 8; ++j) {
+    src[j] = reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    alignas(32) uint8_t codes[8][256];
+    __m256i scales[8], mins[8];
+    for (int row = 0; row < 8; ++row) {
+      U u;
+      u.Init(src[row][b]);
+      for (int j = 0; j < 8; ++j) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[row] + 32 * j), u.Codes(j));
+      }
+      uint64_t sc, m;
+      ScalesMinsK4(src[row][b].scales, &sc, &m);
+      scales[row] = Pairs16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+      mins[row] = u.mins;  // the same pairs for the mins
+      p.d[8 * b + row] = u.d;
+      p.dmin[8 * b + row] = u.dmin;
+    }
+    auto* dst = reinterpret_cast<__m256i*>(p.codes + b * 2048);
+    for (int j = 0; j < 8; ++j) {
+      __m256i v[8];
+      for (int row = 0; row < 8; ++row) {
+        v[row] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[row] + 32 * j));
+      }
+      Transpose8x8(v, dst + 8 * j);
+    }
+    Transpose8x8(scales, p.scales + 8 * b);
+    Transpose8x8(mins, p.mins + 8 * b);
+  }
+}
+
+// Groups of 4 codes whose int16 pair sums one int16 lane can hold before it must be
+// widened (times the scale): |pair| <= 2 * max_code * 127, so Q4_K 8 (30480), Q5_K 4
+// (31496), both below 2^15.
+template <typename Block>
+constexpr int kWidenGroups = std::is_same_v<Block, BlockQ4K> ? 8 : 4;
+
+inline __m256i Bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Prefill tile: 8 panel rows x T tokens; lane r of acc[c] is output (row r, token c). Each
+// group of 4 activation codes is broadcast and multiplied with the 8 rows' codes at once;
+// the int16 pair sums widen times the sub-block scale every kWidenGroups groups, so each
+// output's exact S lands in its own lane. M: the activation bsums against the panel's min
+// pairs. Then the same float step as KTile, per lane.
 template <typename Block, int T>
-void KTokenRange(const Block* w, const MatmulTask& t, int64_t r, int64_t i0, int64_t i1) {
-  const int64_t nb = t.k / kQKK;
-  auto xrow = [&](int64_t j) { return reinterpret_cast<const BlockQ8K*>(t.x + j * t.x_stride); };
-  int64_t i = i0;
-  for (; i + T <= i1; i += T) {
-    const BlockQ8K* x[T];
-    for (int c = 0; c < T; ++c) x[c] = xrow(i + c);
-    KTile<Block, T>(w, x, nb, t.y + i * t.ldy + r, t.ldy, 0);
+inline void KTile8xT(const KPanel8& w, int64_t nb, const BlockQ8K* const* x, float* y, int64_t ldy,
+                     int rows) {
+  constexpr int kWiden = kWidenGroups<Block>;
+  __m256 acc[T];
+  for (int c = 0; c < T; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto* wg = reinterpret_cast<const __m256i*>(w.codes + b * 2048);
+    const __m256i* sc = w.scales + 8 * b;
+    __m256i isum[T];
+    for (int c = 0; c < T; ++c) isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 64
+    for (int g0 = 0; g0 < 64; g0 += kWiden) {
+      __m256i s16[T];
+      const __m256i wq0 = _mm256_load_si256(wg + g0);
+      for (int c = 0; c < T; ++c) s16[c] = _mm256_maddubs_epi16(wq0, Bcast32(x[c][b].qs + 4 * g0));
+#pragma GCC unroll 8
+      for (int g = g0 + 1; g < g0 + kWiden; ++g) {
+        const __m256i wq = _mm256_load_si256(wg + g);
+        for (int c = 0; c < T; ++c) {
+          s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(wq, Bcast32(x[c][b].qs + 4 * g)));
+          __asm__("" : "+x"(s16[c]));  // one add chain per register (see Tile8xT)
+        }
+      }
+      const __m256i s = sc[g0 / 8];  // the scale of their 32-element sub-block
+      for (int c = 0; c < T; ++c) isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16[c], s));
+    }
+    const __m256 wd = _mm256_load_ps(w.d + 8 * b);
+    const __m256 wdmin = _mm256_load_ps(w.dmin + 8 * b);
+    for (int c = 0; c < T; ++c) {
+      __m256i m = _mm256_setzero_si256();
+      for (int i = 0; i < 8; ++i) {
+        m = _mm256_add_epi32(m,
+                             _mm256_madd_epi16(Bcast32(x[c][b].bsums + 2 * i), w.mins[8 * b + i]));
+      }
+      const __m256 dx = _mm256_set1_ps(x[c][b].d);
+      // SuperBlockStep<true>, lane by lane.
+      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(wd, dx), acc[c]);
+      acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(wdmin, dx), acc[c]);
+    }
   }
-  // Decode: prefetch the next row while this one is computed.
-  const int64_t pf = i1 - i0 < kBlockedMinTokens ? static_cast<int64_t>(t.w_stride) : 0;
-  for (; i < i1; ++i) {
-    const BlockQ8K* x[1] = {xrow(i)};
-    KTile<Block, 1>(w, x, nb, t.y + i * t.ldy + r, t.ldy, pf);
+  for (int c = 0; c < T; ++c) {
+    alignas(32) float out[8];
+    _mm256_store_ps(out, acc[c]);
+    std::memcpy(y + c * ldy, out, rows * sizeof(float));
   }
 }
 
-// A super-block unpacked once for the blocked (prefill) path: codes, the madd scale vector
-// of each 32-element chunk, the bsums multiplier, and the scales.
+// The row tile for micro-batches (4 to kPanelMinTokens - 1 tokens) and for all of Q6_K's
+// blocked matmuls (its codes reach 63, so a panel's int16 pair sums would have to widen
+// every 2 groups, which measured slower than this): one row unpacked once per token
+// block. Same integers and float step as KTile, hence the same bits.
 struct alignas(32) KUnpacked {
   uint8_t q[256];
   __m256i scales[8];
@@ -263,14 +394,26 @@ void UnpackRow(const Block* w, int64_t nb, KUnpacked* out) {
   }
 }
 
-// KTile on an unpacked row: the same integers and float operations, hence the same bits.
+// Lane c of *s: the sum of a[c]'s 8 lanes; lane c of *m: the sum of b[c]'s (exact).
+inline void HsumI32x4x2(const __m256i* a, const __m256i* b, __m128i* s, __m128i* m) {
+  const __m256i ha =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+  const __m256i hb =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(b[0], b[1]), _mm256_hadd_epi32(b[2], b[3]));
+  *s = _mm_add_epi32(_mm256_castsi256_si128(ha), _mm256_extracti128_si256(ha, 1));
+  *m = _mm_add_epi32(_mm256_castsi256_si128(hb), _mm256_extracti128_si256(hb, 1));
+}
+
+// KTile on an unpacked row, for T = 4 tokens (their float steps run as the 4 lanes of one
+// register, each lane doing SuperBlockStep's operations) or 1.
 template <bool kHasMin, int T>
 inline void KTileUnpacked(const KUnpacked* w, const BlockQ8K* const* x, int64_t nb, float* y,
                           int64_t ldy) {
-  __m256 acc[T];
-  for (int c = 0; c < T; ++c) acc[c] = _mm256_setzero_ps();
+  static_assert(T == 1 || T == 4);
+  __m128 acc4 = _mm_setzero_ps();
+  float acc1 = 0;
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i isum[T];
+    __m256i isum[T], msum[T];
     for (int c = 0; c < T; ++c) isum[c] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
       const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[b].q + 32 * j));
@@ -280,23 +423,35 @@ inline void KTileUnpacked(const KUnpacked* w, const BlockQ8K* const* x, int64_t 
         isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, s));
       }
     }
-    for (int c = 0; c < T; ++c) {
-      acc[c] = SuperBlockStep<kHasMin>(isum[c], x[c][b], w[b].mins, w[b].d, w[b].dmin, acc[c]);
+    for (int c = 0; c < T; ++c) msum[c] = _mm256_madd_epi16(Load256(x[c][b].bsums), w[b].mins);
+    if constexpr (T == 1) {
+      acc1 =
+          SuperBlockStep<kHasMin>(HsumI32x2(isum[0], msum[0]), w[b].d, w[b].dmin, x[0][b].d, acc1);
+    } else {
+      __m128i s, m;
+      HsumI32x4x2(isum, msum, &s, &m);
+      const __m128 dx = _mm_setr_ps(x[0][b].d, x[1][b].d, x[2][b].d, x[3][b].d);
+      const __m128 d = _mm_mul_ps(_mm_set1_ps(w[b].d), dx);
+      if constexpr (kHasMin) {
+        acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(s), d, acc4);
+        acc4 = _mm_fnmadd_ps(_mm_cvtepi32_ps(m), _mm_mul_ps(_mm_set1_ps(w[b].dmin), dx), acc4);
+      } else {
+        acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_sub_epi32(s, m)), d, acc4);
+      }
     }
   }
-  for (int c = 0; c < T; ++c) y[c * ldy] = Hsum8(acc[c]);
+  if constexpr (T == 1) {
+    y[0] = acc1;
+  } else {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc4);
+    for (int c = 0; c < 4; ++c) y[c * ldy] = out[c];
+  }
 }
 
 template <typename Block>
-void MatmulQ8KAct(const MatmulTask& t) {
+void RowBlocked(const MatmulTask& t) {
   constexpr int T = 4;
-  if (t.n < kBlockedMinTokens) {  // decode: unpack in registers, stream the weights once
-    for (int64_t r = t.r0; r < t.r1; ++r) {
-      KTokenRange<Block, T>(reinterpret_cast<const Block*>(t.w + r * t.w_stride), t, r, 0, t.n);
-    }
-    return;
-  }
-  // Prefill: token blocks that stay in L2; each row unpacked once per block (scratch, L1).
   constexpr bool kHasMin = UnpackFor<Block>::Type::kHasMin;
   const int64_t nb = t.k / kQKK;
   const int64_t tb = EqualTokenBlock(t.n, t.x_stride, T);
@@ -316,6 +471,64 @@ void MatmulQ8KAct(const MatmulTask& t) {
         KTileUnpacked<kHasMin, 1>(row, x, nb, t.y + i * t.ldy + r, t.ldy);
       }
     }
+  }
+}
+
+// Q4_K/Q5_K prefill: token blocks that stay in L2; 8-row panels expanded once per block
+// (scratch), swept by 8 x kTile tiles.
+template <typename Block>
+void PanelBlocked(const MatmulTask& t) {
+  constexpr int kTile = 3;  // tokens per tile (3 measured faster than 4, which spills)
+  const int64_t nb = t.k / kQKK;
+  auto xrow = [&](int64_t j) { return reinterpret_cast<const BlockQ8K*>(t.x + j * t.x_stride); };
+  static_assert(KPanel8::kBytesPerBlock <= 12 * sizeof(float) * kQKK,
+                "a panel fits in ScratchFloats(k)'s 12 floats per element");
+  const KPanel8 panel(t.scratch, nb);
+  const int64_t tb = EqualTokenBlock(t.n, t.x_stride, kTile);
+  for (int64_t i0 = 0; i0 < t.n; i0 += tb) {
+    const int64_t i1 = std::min(t.n, i0 + tb);
+    for (int64_t r = t.r0; r < t.r1; r += 8) {
+      const int rows = static_cast<int>(std::min<int64_t>(8, t.r1 - r));
+      ExpandKPanel8<Block>(t, r, rows, nb, panel);
+      int64_t i = i0;
+      auto tile = [&]<int N>() {
+        const BlockQ8K* x[N];
+        for (int c = 0; c < N; ++c) x[c] = xrow(i + c);
+        KTile8xT<Block, N>(panel, nb, x, t.y + i * t.ldy + r, t.ldy, rows);
+        i += N;
+      };
+      while (i + kTile <= i1) tile.template operator()<kTile>();
+      if (i1 - i == 2) tile.template operator()<2>();
+      if (i1 - i == 1) tile.template operator()<1>();
+    }
+  }
+}
+
+template <typename Block>
+void MatmulQ8KAct(const MatmulTask& t) {
+  if (t.n < kBlockedMinTokens) {  // decode: unpack in registers, stream the weights once
+    static_assert(kBlockedMinTokens == 4, "decode tiles cover 1 to 3 tokens");
+    const int64_t nb = t.k / kQKK;
+    const int64_t pf = static_cast<int64_t>(t.w_stride);  // prefetch the next row
+    const BlockQ8K* x[3];
+    for (int64_t i = 0; i < 3; ++i) {
+      x[i] = reinterpret_cast<const BlockQ8K*>(t.x + std::min(i, t.n - 1) * t.x_stride);
+    }
+    for (int64_t r = t.r0; r < t.r1; ++r) {
+      const auto* w = reinterpret_cast<const Block*>(t.w + r * t.w_stride);
+      float* y = t.y + r;
+      if (t.n == 1) {
+        KTile<Block, 1>(w, x, nb, y, t.ldy, pf);
+      } else if (t.n == 2) {
+        KTile<Block, 2>(w, x, nb, y, t.ldy, pf);
+      } else {
+        KTile<Block, 3>(w, x, nb, y, t.ldy, pf);
+      }
+    }
+  } else if (std::is_same_v<Block, BlockQ6K> || t.n < kPanelMinTokens) {
+    RowBlocked<Block>(t);
+  } else {
+    if constexpr (!std::is_same_v<Block, BlockQ6K>) PanelBlocked<Block>(t);
   }
 }
 

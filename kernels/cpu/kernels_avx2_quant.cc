@@ -135,24 +135,6 @@ struct Panel8 {
   float* scales;
 };
 
-// Transposes 8 rows of 8 int32 (row r: the 8 four-byte groups of one weight row's block)
-// into 8 registers, register g holding group g of rows 0..7.
-inline void Transpose8x8(const __m256i* v, __m256i* o) {
-  const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-  const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-  const __m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
-  const __m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
-  // u0: groups 0 | 4 of rows 0-3; u1: 1 | 5; u2: 2 | 6; u3: 3 | 7 (u4..u7: rows 4-7).
-  const __m256i u[8] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                        _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3),
-                        _mm256_unpacklo_epi64(t4, t6), _mm256_unpackhi_epi64(t4, t6),
-                        _mm256_unpacklo_epi64(t5, t7), _mm256_unpackhi_epi64(t5, t7)};
-  for (int g = 0; g < 4; ++g) {
-    o[g] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x20);
-    o[g + 4] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x31);
-  }
-}
-
 // Expands weight rows [r, r + rows) (rows <= 8; the last row repeats to fill 8) into p.
 template <typename Block>
 void ExpandPanel8(const MatmulTask& t, int64_t r, int rows, int64_t nb, const Panel8& p) {
