@@ -71,19 +71,31 @@ TEST(QuantizedBatchInvariance, SequencesAloneEqualSequencesInABatch) {
     auto src = ModelSource::Open(model);
     ASSERT_TRUE(src.ok());
     const auto prompt = ReadIds(QPath("prompt.ids"));
+    // The last sequence (the prompt twice) is computed alone one token at a time (the
+    // decode tiles) and in the batch with the others (over 32 tokens: the prefill panels).
+    std::vector<int32_t> twice = prompt;
+    twice.insert(twice.end(), prompt.begin() + 1, prompt.end());
     const std::vector<std::vector<int32_t>> seqs = {
-        prompt, {1, 450, 4996}, std::vector<int32_t>(prompt.begin(), prompt.begin() + 9)};
+        prompt, {1, 450, 4996}, std::vector<int32_t>(prompt.begin(), prompt.begin() + 9), twice};
     std::vector<std::vector<float>> alone;
     {
       StageOptions opt;
-      opt.kv_sequences = 3;
+      opt.kv_sequences = 4;
       auto stage = Stage::Create(**src, opt);
       ASSERT_TRUE(stage.ok());
-      for (size_t s = 0; s < seqs.size(); ++s) alone.push_back(AllLogits(**stage, seqs[s], s));
+      for (size_t s = 0; s + 1 < seqs.size(); ++s) alone.push_back(AllLogits(**stage, seqs[s], s));
+      std::vector<float> step_by_step;
+      for (size_t i = 0; i < twice.size(); ++i) {
+        std::vector<float> out;
+        const Batch b = {{twice[i], 3, static_cast<int32_t>(i), true}};
+        ASSERT_TRUE((*stage)->Forward(b, {}, &out).ok());
+        step_by_step.insert(step_by_step.end(), out.begin(), out.end());
+      }
+      alone.push_back(std::move(step_by_step));
     }
     for (int threads : {1, 3}) {
       StageOptions opt;
-      opt.kv_sequences = 3;
+      opt.kv_sequences = 4;
       opt.threads = threads;
       auto stage = Stage::Create(**src, opt);
       ASSERT_TRUE(stage.ok());
