@@ -104,8 +104,7 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
       std::lock_guard<std::mutex> lock(mu_);
       sched = scheduler_;
     }
-    if (sched) sched->Stop();
-    if (first_stage_) first_stage_->Close();
+    if (sched) sched->Stop();  // also closes the link to the first stage
     if (server_)
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   }
@@ -371,8 +370,10 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     so.max_waiting = options_.max_waiting;
     so.context_length = c.context_length;
     so.vocab_size = c.vocab_size;
-    first_stage_ = std::make_shared<GrpcActivationSender>(specs[plan->stages[0].worker].address);
-    auto sched = std::make_shared<Scheduler>(so, *tokenizer_, first_stage_);
+    // The scheduler owns the link to stage 0 and closes it when it stops.
+    auto sched = std::make_shared<Scheduler>(
+        so, *tokenizer_,
+        std::make_shared<GrpcActivationSender>(specs[plan->stages[0].worker].address));
     sched->Start();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -427,7 +428,6 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
       SetHealth(false);
       if (sched) {
         sched->FailAll(absl::UnavailableError(absl::StrCat(problem, "; request aborted")));
-        first_stage_->Close();  // a send stuck reconnecting to a dead stage gives up now
         sched->Stop();
       }
       return;
@@ -460,7 +460,6 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
   std::vector<WorkerSpec> plan_workers_ ABSL_GUARDED_BY(mu_);
   uint64_t plan_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<GrpcActivationSender> first_stage_;
 };
 
 CoordinatorServer::CoordinatorServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

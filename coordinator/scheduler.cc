@@ -33,6 +33,9 @@ void Scheduler::Stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  // Nothing is sent after a stop; closing the link first also ends a send that is stuck
+  // (e.g. reconnecting to a dead first stage), so the join below does not wait for it.
+  out_->Close();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -233,7 +236,10 @@ void Scheduler::CheckCancellations() {
 
 void Scheduler::FailFlight(uint64_t batch_id, const absl::Status& status) {
   auto fit = flights_.find(batch_id);
-  if (fit == flights_.end()) return;
+  if (fit == flights_.end()) {
+    spdlog::warn("scheduler: failure of unknown batch {} ignored: {}", batch_id, status.message());
+    return;
+  }
   Flight flight = std::move(fit->second);
   flights_.erase(fit);
   for (const auto& [id, processed] : flight.seqs) {
@@ -245,13 +251,13 @@ void Scheduler::FailFlight(uint64_t batch_id, const absl::Status& status) {
 }
 
 void Scheduler::HandleResult(const StepResult& r) {
+  if (!r.error.empty()) {
+    FailFlight(r.batch_id, absl::InternalError(absl::StrCat("pipeline step failed: ", r.error)));
+    return;
+  }
   auto fit = flights_.find(r.batch_id);
   if (fit == flights_.end()) {
     spdlog::warn("scheduler: result for unknown batch {} ignored", r.batch_id);
-    return;
-  }
-  if (!r.error.empty()) {
-    FailFlight(r.batch_id, absl::InternalError(absl::StrCat("pipeline step failed: ", r.error)));
     return;
   }
   Flight flight = std::move(fit->second);
@@ -394,11 +400,13 @@ bool Scheduler::SendBatch() {
   }
   if (absl::Status st = out_->Send(std::move(frame)); !st.ok()) {
     spdlog::error("scheduler: cannot send batch {} to the first stage: {}", batch_id, st.message());
-    // If the pipeline was declared down meanwhile (FailAll), that is the reason to give.
+    // If the pipeline was declared down (FailAll) or the scheduler is stopping meanwhile,
+    // that is the reason to give.
     absl::Status why;
     {
       std::lock_guard<std::mutex> lock(mu_);
       why = fail_all_;
+      if (why.ok() && stop_) why = absl::UnavailableError("the server is shutting down");
     }
     if (why.ok()) {
       why = absl::UnavailableError(absl::StrCat("cannot reach the first stage: ", st.message()));

@@ -84,6 +84,8 @@ class Scheduler {
   ~Scheduler();
 
   void Start();
+  // Stops the scheduler thread and closes the link to the first stage (a send in progress
+  // gives up); requests still running or waiting end with UNAVAILABLE.
   void Stop();
 
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(SequenceRequest request);
