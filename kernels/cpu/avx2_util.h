@@ -124,6 +124,28 @@ inline int64_t EqualTokenBlock(int64_t n, size_t x_stride, int tile) {
   return std::min(most, ((n + blocks - 1) / blocks + tile - 1) / tile * tile);
 }
 
+// Calls tile.template operator()<T>(i) over tokens [i0, i1): tiles of kTile tokens, then
+// one tile of the remaining 1 .. kTile - 1 (tile is a lambda templated on its width).
+template <int kTile, typename F>
+inline void SweepTiles(int64_t i0, int64_t i1, F&& tile) {
+  static_assert(kTile >= 1 && kTile <= 4, "remainder tiles of 1 to 3 tokens");
+  int64_t i = i0;
+  for (; i + kTile <= i1; i += kTile) tile.template operator()<kTile>(i);
+  switch (i1 - i) {
+    case 3:
+      if constexpr (kTile > 3) tile.template operator()<3>(i);
+      break;
+    case 2:
+      if constexpr (kTile > 2) tile.template operator()<2>(i);
+      break;
+    case 1:
+      if constexpr (kTile > 1) tile.template operator()<1>(i);
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace cascade::cpu::avx2
 
 #endif  // CASCADE_KERNELS_CPU_AVX2_UTIL_H_

@@ -181,19 +181,30 @@ struct UnpackFor<BlockQ6K> {
   using Type = Q6KUnpack;
 };
 
-// The float step of one super-block for one output, in every tile (scalar here, one
-// lane per output in the panel tile, with the same operations): S is the exact integer
-// sum of the super-block's scaled code products, M the exact min term (Q6_K: its -32 code
-// offset, subtracted from S before the conversion). sm holds S in lane 0, M in lane 1.
+// The float step of one super-block, lane by lane (one output per lane): the order every
+// K-quant tile follows. S is the exact integer sum of the super-block's scaled code
+// products, M the exact min term (Q6_K: its -32 code offset, subtracted from S before
+// the conversion):
+//   Q4_K/Q5_K: acc = fma(S, d * dx, acc); acc = fma(-M, dmin * dx, acc)
+//   Q6_K:      acc = fma(S - M, d * dx, acc)
+// The same operations on 4 lanes (decode and row tiles; a single output uses lane 0) and
+// on 8 (the panel tile).
 template <bool kHasMin>
-inline float SuperBlockStep(__m128i sm, float d, float dmin, float dx, float acc) {
+inline __m128 SuperBlockStep(__m128i s, __m128i m, __m128 d, __m128 dmin, __m128 dx, __m128 acc) {
   if constexpr (kHasMin) {
-    const __m128 f = _mm_cvtepi32_ps(sm);
-    acc = std::fma(_mm_cvtss_f32(f), d * dx, acc);
-    return std::fma(-_mm_cvtss_f32(_mm_movehdup_ps(f)), dmin * dx, acc);
+    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(d, dx), acc);
+    return _mm_fnmadd_ps(_mm_cvtepi32_ps(m), _mm_mul_ps(dmin, dx), acc);
   } else {
-    const __m128i diff = _mm_sub_epi32(sm, _mm_shuffle_epi32(sm, _MM_SHUFFLE(1, 1, 1, 1)));
-    return std::fma(_mm_cvtss_f32(_mm_cvtepi32_ps(diff)), d * dx, acc);
+    return _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_sub_epi32(s, m)), _mm_mul_ps(d, dx), acc);
+  }
+}
+template <bool kHasMin>
+inline __m256 SuperBlockStep(__m256i s, __m256i m, __m256 d, __m256 dmin, __m256 dx, __m256 acc) {
+  if constexpr (kHasMin) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), acc);
+    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, dx), acc);
+  } else {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, m)), _mm256_mul_ps(d, dx), acc);
   }
 }
 
@@ -211,7 +222,8 @@ template <typename Block, int T>
 inline void KTile(const Block* w, const BlockQ8K* const* x, int64_t nb, float* y, int64_t ldy,
                   int64_t pf) {
   using U = typename UnpackFor<Block>::Type;
-  float acc[T] = {};
+  __m128 acc[T];  // lane 0: the output
+  for (int c = 0; c < T; ++c) acc[c] = _mm_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     if (pf != 0) PrefetchBytes(reinterpret_cast<const char*>(w + b) + pf, sizeof(Block));
     U u;
@@ -228,10 +240,12 @@ inline void KTile(const Block* w, const BlockQ8K* const* x, int64_t nb, float* y
     }
     for (int c = 0; c < T; ++c) {
       const __m128i sm = HsumI32x2(isum[c], _mm256_madd_epi16(Load256(x[c][b].bsums), u.mins));
-      acc[c] = SuperBlockStep<U::kHasMin>(sm, u.d, u.dmin, x[c][b].d, acc[c]);
+      acc[c] = SuperBlockStep<U::kHasMin>(sm, _mm_shuffle_epi32(sm, _MM_SHUFFLE(1, 1, 1, 1)),
+                                          _mm_set_ss(u.d), _mm_set_ss(u.dmin),
+                                          _mm_set_ss(x[c][b].d), acc[c]);
     }
   }
-  for (int c = 0; c < T; ++c) y[c * ldy] = acc[c];
+  for (int c = 0; c < T; ++c) y[c * ldy] = _mm_cvtss_f32(acc[c]);
 }
 
 // A panel of 8 Q4_K/Q5_K weight rows for the blocked (prefill) path, interleaved like the
@@ -354,10 +368,7 @@ inline void KTile8xT(const KPanel8& w, int64_t nb, const BlockQ8K* const* x, flo
         m = _mm256_add_epi32(m,
                              _mm256_madd_epi16(Bcast32(x[c][b].bsums + 2 * i), w.mins[8 * b + i]));
       }
-      const __m256 dx = _mm256_set1_ps(x[c][b].d);
-      // SuperBlockStep<true>, lane by lane.
-      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(wd, dx), acc[c]);
-      acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(wdmin, dx), acc[c]);
+      acc[c] = SuperBlockStep<true>(isum[c], m, wd, wdmin, _mm256_set1_ps(x[c][b].d), acc[c]);
     }
   }
   for (int c = 0; c < T; ++c) {
@@ -405,13 +416,12 @@ inline void HsumI32x4x2(const __m256i* a, const __m256i* b, __m128i* s, __m128i*
 }
 
 // KTile on an unpacked row, for T = 4 tokens (their float steps run as the 4 lanes of one
-// register, each lane doing SuperBlockStep's operations) or 1.
+// register) or 1 (lane 0).
 template <bool kHasMin, int T>
 inline void KTileUnpacked(const KUnpacked* w, const BlockQ8K* const* x, int64_t nb, float* y,
                           int64_t ldy) {
   static_assert(T == 1 || T == 4);
-  __m128 acc4 = _mm_setzero_ps();
-  float acc1 = 0;
+  __m128 acc = _mm_setzero_ps();  // lane c: token c's output
   for (int64_t b = 0; b < nb; ++b) {
     __m256i isum[T], msum[T];
     for (int c = 0; c < T; ++c) isum[c] = _mm256_setzero_si256();
@@ -424,29 +434,21 @@ inline void KTileUnpacked(const KUnpacked* w, const BlockQ8K* const* x, int64_t 
       }
     }
     for (int c = 0; c < T; ++c) msum[c] = _mm256_madd_epi16(Load256(x[c][b].bsums), w[b].mins);
+    __m128i s, m;
+    __m128 dx;
     if constexpr (T == 1) {
-      acc1 =
-          SuperBlockStep<kHasMin>(HsumI32x2(isum[0], msum[0]), w[b].d, w[b].dmin, x[0][b].d, acc1);
+      s = HsumI32x2(isum[0], msum[0]);
+      m = _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 1, 1, 1));
+      dx = _mm_set_ss(x[0][b].d);
     } else {
-      __m128i s, m;
       HsumI32x4x2(isum, msum, &s, &m);
-      const __m128 dx = _mm_setr_ps(x[0][b].d, x[1][b].d, x[2][b].d, x[3][b].d);
-      const __m128 d = _mm_mul_ps(_mm_set1_ps(w[b].d), dx);
-      if constexpr (kHasMin) {
-        acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(s), d, acc4);
-        acc4 = _mm_fnmadd_ps(_mm_cvtepi32_ps(m), _mm_mul_ps(_mm_set1_ps(w[b].dmin), dx), acc4);
-      } else {
-        acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_sub_epi32(s, m)), d, acc4);
-      }
+      dx = _mm_setr_ps(x[0][b].d, x[1][b].d, x[2][b].d, x[3][b].d);
     }
+    acc = SuperBlockStep<kHasMin>(s, m, _mm_set1_ps(w[b].d), _mm_set1_ps(w[b].dmin), dx, acc);
   }
-  if constexpr (T == 1) {
-    y[0] = acc1;
-  } else {
-    alignas(16) float out[4];
-    _mm_store_ps(out, acc4);
-    for (int c = 0; c < 4; ++c) y[c * ldy] = out[c];
-  }
+  alignas(16) float out[4];
+  _mm_store_ps(out, acc);
+  for (int c = 0; c < T; ++c) y[c * ldy] = out[c];
 }
 
 template <typename Block>
@@ -490,16 +492,11 @@ void PanelBlocked(const MatmulTask& t) {
     for (int64_t r = t.r0; r < t.r1; r += 8) {
       const int rows = static_cast<int>(std::min<int64_t>(8, t.r1 - r));
       ExpandKPanel8<Block>(t, r, rows, nb, panel);
-      int64_t i = i0;
-      auto tile = [&]<int N>() {
+      SweepTiles<kTile>(i0, i1, [&]<int N>(int64_t i) {
         const BlockQ8K* x[N];
         for (int c = 0; c < N; ++c) x[c] = xrow(i + c);
         KTile8xT<Block, N>(panel, nb, x, t.y + i * t.ldy + r, t.ldy, rows);
-        i += N;
-      };
-      while (i + kTile <= i1) tile.template operator()<kTile>();
-      if (i1 - i == 2) tile.template operator()<2>();
-      if (i1 - i == 1) tile.template operator()<1>();
+      });
     }
   }
 }

@@ -252,28 +252,12 @@ void Q8Blocked(const MatmulTask& t) {
     for (int64_t r = t.r0; r < t.r1; r += 8) {
       const int rows = static_cast<int>(std::min<int64_t>(8, t.r1 - r));
       ExpandPanel8<Block>(t, r, rows, nb, panel);
-      int64_t i = i0;
-      auto tile = [&]<int T>() {
+      SweepTiles<kTile>(i0, i1, [&]<int T>(int64_t i) {
         const BlockQ8_0* x[T];
         for (int j = 0; j < T; ++j) x[j] = xrow(i + j);
         const int64_t o = (i - i0) * nb;
         Tile8xT<kUnsigned, T>(panel, nb, x, xs + o, x8s + o, t.y + i * t.ldy + r, t.ldy, rows);
-        i += T;
-      };
-      while (i + kTile <= i1) tile.template operator()<kTile>();
-      switch (i1 - i) {
-        case 3:
-          tile.template operator()<3>();
-          break;
-        case 2:
-          tile.template operator()<2>();
-          break;
-        case 1:
-          tile.template operator()<1>();
-          break;
-        default:
-          break;
-      }
+      });
     }
   }
 }
