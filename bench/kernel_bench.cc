@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -28,45 +29,44 @@ struct Weight {
   TensorView view;
 };
 
-const Weight& GetWeight(TensorType type, int64_t rows) {
-  // Made once per (type, rows) and kept for the whole run.
-  static std::map<std::pair<TensorType, int64_t>, std::unique_ptr<Weight>> cache;
-  std::unique_ptr<Weight>& slot = cache[{type, rows}];
+const Weight& GetWeight(TensorType type, int64_t rows, int64_t cols = kCols) {
+  // Made once per (type, rows, cols) and kept for the whole run.
+  static std::map<std::tuple<TensorType, int64_t, int64_t>, std::unique_ptr<Weight>> cache;
+  std::unique_ptr<Weight>& slot = cache[{type, rows, cols}];
   if (slot) return *slot;
   slot = std::make_unique<Weight>();
   Weight* w = slot.get();
   uint64_t rb = 0;
-  if (!RowBytes(type, kCols, &rb)) std::abort();
+  if (!RowBytes(type, cols, &rb)) std::abort();
   w->bytes.resize(rb * rows);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 0.05f);
-  std::vector<float> row(kCols);
+  std::vector<float> row(cols);
   for (int64_t r = 0; r < rows; ++r) {
     for (auto& v : row) v = dist(rng);
-    QuantizeRow(type, row.data(), kCols, w->bytes.data() + r * rb);
+    QuantizeRow(type, row.data(), cols, w->bytes.data() + r * rb);
   }
   w->view.name = "bench";
   w->view.type = type;
   w->view.n_dims = 2;
-  w->view.ne[0] = kCols;
+  w->view.ne[0] = cols;
   w->view.ne[1] = rows;
   w->view.data = w->bytes.data();
   w->view.nbytes = w->bytes.size();
   return *w;
 }
 
-void BM_MatMul(benchmark::State& state, TensorType type, bool quantized_act) {
-  const int64_t n = state.range(0);
-  const int threads = static_cast<int>(state.range(1));
-  const int64_t rows = n == 1 ? 32000 : 5632;
-  const Weight& w = GetWeight(type, rows);
+// y = W x for n activation rows of W's width; reports GFLOP/s and weight bytes/s.
+void RunMatMul(benchmark::State& state, const Weight& w, int64_t n, int threads,
+               bool quantized_act) {
+  const int64_t rows = w.view.ne[1], cols = w.view.ne[0];
   CpuBackendOptions opt;
   opt.threads = threads;
   opt.quantized_activations = quantized_act;
   CpuBackend be(opt);
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n * kCols), y(n * rows);
+  std::vector<float> x(n * cols), y(n * rows);
   for (auto& v : x) v = dist(rng);
   for (auto _ : state) {
     be.MatMul(w.view, x.data(), n, y.data());
@@ -76,9 +76,32 @@ void BM_MatMul(benchmark::State& state, TensorType type, bool quantized_act) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(w.bytes.size()));
   state.counters["GFLOPS"] =
-      benchmark::Counter(2.0 * rows * kCols * n * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter(2.0 * rows * cols * n * static_cast<double>(state.iterations()) / 1e9,
                          benchmark::Counter::kIsRate);
   state.SetLabel(be.name());
+}
+
+void BM_MatMul(benchmark::State& state, TensorType type, bool quantized_act) {
+  const int64_t n = state.range(0);
+  const int64_t rows = n == 1 ? 32000 : 5632;
+  RunMatMul(state, GetWeight(type, rows), n, static_cast<int>(state.range(1)), quantized_act);
+}
+
+// The four matmul shapes of a TinyLlama-1.1B layer at prefill (128 tokens): attention
+// q/o (2048 x 2048), k/v (256 x 2048), FFN gate/up (5632 x 2048) and down (2048 x 5632).
+void BM_PrefillShape(benchmark::State& state, TensorType type) {
+  const Weight& w = GetWeight(type, state.range(0), state.range(1));
+  RunMatMul(state, w, 128, static_cast<int>(state.range(2)), true);
+}
+
+void ShapeArgs(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    for (auto [rows, cols] :
+         {std::pair<int, int>{2048, 2048}, {256, 2048}, {5632, 2048}, {2048, 5632}}) {
+      b->Args({rows, cols, threads});
+    }
+  }
+  b->ArgNames({"rows", "cols", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
 void Args(benchmark::internal::Benchmark* b) {
@@ -97,6 +120,8 @@ BENCHMARK_CAPTURE(BM_MatMul, Q4_K, TensorType::kQ4_K, true)->Apply(Args);
 BENCHMARK_CAPTURE(BM_MatMul, Q5_K, TensorType::kQ5_K, true)->Apply(Args);
 BENCHMARK_CAPTURE(BM_MatMul, Q6_K, TensorType::kQ6_K, true)->Apply(Args);
 BENCHMARK_CAPTURE(BM_MatMul, Q4_K_exact, TensorType::kQ4_K, false)->Apply(Args);
+BENCHMARK_CAPTURE(BM_PrefillShape, F16, TensorType::kF16)->Apply(ShapeArgs);
+BENCHMARK_CAPTURE(BM_PrefillShape, Q4_K, TensorType::kQ4_K)->Apply(ShapeArgs);
 
 }  // namespace
 }  // namespace cascade

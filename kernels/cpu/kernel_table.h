@@ -58,11 +58,12 @@ struct MatmulTask {
   int64_t r0 = 0, r1 = 0;    // weight rows to compute
   float* scratch = nullptr;  // per-thread, 64-byte aligned, >= ScratchFloats(k) floats
 };
-// Scratch floats a matmul kernel may use for rows of k elements: panels of converted or
-// packed weight rows (12 rows of k rounded up to 8) plus packed activations and partial
-// sums (264 Ki floats).
+// Scratch floats a matmul kernel may use for rows of k elements (k rounded up to 8): 164
+// per element for panels of converted or packed weight rows and packed activations (the
+// float GEMM: 2 x 16 weight rows and 132 tokens), plus 264 Ki floats of partial sums.
+inline constexpr int64_t kScratchRowsPerElement = 164;
 inline size_t ScratchFloats(int64_t k) {
-  return static_cast<size_t>(12 * ((k + 7) / 8 * 8) + 264 * 1024);
+  return static_cast<size_t>(kScratchRowsPerElement * ((k + 7) / 8 * 8) + 264 * 1024);
 }
 
 using MatmulFn = void (*)(const MatmulTask&);

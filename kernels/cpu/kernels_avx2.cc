@@ -5,8 +5,8 @@
 // accumulator over k in element order, reduced by Hsum8, whatever the tile shape.
 //
 // Decode (few tokens) streams the weights once, converting them in registers; prefill
-// blocks the tokens so that their activations stay in L2, converts a panel of 4 weight
-// rows to F32 once per token block (thread-local scratch), and runs 4 x 3 register tiles.
+// (F32Gemm) packs a block of tokens and panels of 16 weight rows (converted to F32 once
+// per token block, thread-local scratch) lane by lane and runs 16 x 6 outer-product tiles.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -109,57 +109,6 @@ inline void F32Tile(const uint8_t* const* w, const float* const* x, int64_t k, f
   }
 }
 
-// One R x T tile over packed panels: wp holds [kp / 8][R][8] weights, xp [kp / 8][T][8]
-// activations (k zero-padded to kp, which adds the same fma(0, 0, acc) as F32Tile's masked
-// tail). Steps [s0, s1) of 8 elements continue the accumulators saved in
-// part[(c * R + r) * 8] (zero when s0 == 0) and save them again, or, when s1 is the last
-// step, reduce them into y (rows [0, rows) only). Each accumulator sees exactly the FMAs
-// of F32Tile, in the same order.
-template <int R, int T>
-inline void PackedTile(const float* wp, const float* xp, int64_t s0, int64_t s1, bool last,
-                       float* part, float* y, int64_t ldy, int rows) {
-  __m256 acc[R][T];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < T; ++c) {
-      acc[r][c] = s0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(part + (c * R + r) * 8);
-    }
-  }
-  const float* wq = wp + s0 * R * 8;
-  const float* xq = xp + s0 * T * 8;
-  for (int64_t s = s0; s < s1; ++s, wq += R * 8, xq += T * 8) {
-    __m256 xv[T];
-    for (int c = 0; c < T; ++c) xv[c] = _mm256_load_ps(xq + c * 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 wv = _mm256_load_ps(wq + r * 8);
-      for (int c = 0; c < T; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
-    }
-  }
-  if (!last) {
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < T; ++c) _mm256_store_ps(part + (c * R + r) * 8, acc[r][c]);
-    }
-    return;
-  }
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < T; ++c) y[c * ldy + r] = Hsum8(acc[r][c]);
-  }
-}
-
-// Packs `count` rows (count <= N; missing rows are zeros) as [kp / 8][N][8], converting
-// through L.
-template <typename L, int N>
-void PackRows(const uint8_t* const* rows, int count, int64_t k, float* out) {
-  const int64_t steps = (k + 7) / 8;
-  for (int64_t s = 0; s < steps; ++s) {
-    const int64_t e = 8 * s;
-    for (int j = 0; j < N; ++j) {
-      __m256 v = _mm256_setzero_ps();
-      if (j < count) v = e + 8 <= k ? L::Load8(rows[j], e) : L::LoadPartial(rows[j], e, k - e);
-      _mm256_store_ps(out + (s * N + j) * 8, v);
-    }
-  }
-}
-
 // Rows [*r, t.r1) in steps of R against all T == t.n activation rows at once, so every
 // weight row is read and converted exactly once; leaves *r at the first row not done.
 template <typename L, int R, int T>
@@ -205,70 +154,149 @@ void F32Direct(const MatmulTask& t) {
   }
 }
 
-// Many tokens (GEMM): token blocks of packed activations (up to 1 MiB); per block, panels
-// of R weight rows converted to F32 and packed once (thread-local scratch), then swept in
-// chunks of kChunk elements (8 KiB of panel, resident in L1) by every R x T tile, while
-// the next panel's weights are prefetched.
-// Scratch: [R * kp panel][R * kp dequantized rows][packed tokens][partial accumulators].
-template <typename L, bool kDequant = false, TensorType kType = TensorType::kF32>
-void F32Gemm(const MatmulTask& t) {
-  constexpr int R = 4, T = 3;
-  constexpr int64_t kChunk = 512;
-  const int64_t kp = (t.k + 7) / 8 * 8, steps = kp / 8, chunk_steps = kChunk / 8;
-  // Token blocks of up to 1 MiB of packed activations (L3; each tile's chunk streams
-  // sequentially): fewer blocks mean fewer re-packs of each weight panel.
-  const int64_t nb_max =
-      std::min<int64_t>(255 / T * T, std::max<int64_t>(T, (int64_t{1} << 18) / kp / T * T));
-  const int64_t blocks = (t.n + nb_max - 1) / nb_max;  // equal blocks, multiples of T
-  const int64_t nb = std::min(nb_max, ((t.n + blocks - 1) / blocks + T - 1) / T * T);
-  float* wp = t.scratch;
-  float* deq = wp + R * kp;
-  float* xp = deq + R * kp;
-  float* part = xp + std::max<int64_t>(nb, T) * kp;  // (nb, R, 8)
-  auto xrow = [&](int64_t j) { return t.x + j * t.x_stride; };
-  for (int64_t i0 = 0; i0 < t.n; i0 += nb) {
-    const int64_t i1 = std::min(t.n, i0 + nb);
-    const int64_t full = (i1 - i0) / T * T;  // tokens in T-tiles; the rest in 1-token tiles
-    for (int64_t i = 0; i < i1 - i0; i += (i < full ? T : 1)) {
-      const uint8_t* rows[T];
-      const int count = i < full ? T : 1;
-      for (int c = 0; c < count; ++c) rows[c] = xrow(i0 + i + c);
-      if (count == T) {
-        PackRows<LoadF32, T>(rows, T, t.k, xp + i * kp);
+// Many tokens (GEMM). The lane order above makes each output's eight lane sums
+// independent chains of FMAs over the steps s (element 8 * s + lane), so the GEMM runs as
+// eight matrix products of depth kp / 8, one per lane, each with the classic outer-product
+// register tile (16 weight rows in two vectors x 6 tokens broadcast one at a time: 2 loads
+// and 6 broadcasts per 12 FMAs), then adds each output's eight lane sums in the
+// ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) tree of Hsum8. Same FMAs in the same order as
+// F32Tile, so the same bits; only the data layout changes.
+// Scratch, per token block of up to kGemmBlockTokens (packed once) and per block of 16
+// weight rows (converted to F32 and packed once per token block):
+//   weights [lane][step][16 rows] | dequantized rows (16 x kp) | activations
+//   [tile][lane][step][6 tokens] | lane sums [tile][lane][6 tokens][16 rows].
+// Each lane's weights are swept in sub-panels of kGemmChunkSteps steps (8 KiB, kept in
+// L1) by every token tile, whose activations (3 KiB) stream from L2. Measured on Zen 3:
+// 16 x 6 tiles beat 24 x 4, and 128-step sub-panels beat 256 and 512.
+constexpr int kGemmVecs = 2;  // weight vectors (8 rows each) per tile
+constexpr int kGemmRows = 8 * kGemmVecs;
+constexpr int kGemmTokens = 6;
+constexpr int64_t kGemmBlockTokens = 132;
+constexpr int64_t kGemmChunkSteps = 128;
+static_assert(kGemmBlockTokens % kGemmTokens == 0, "token blocks hold whole tiles");
+static_assert(2 * kGemmRows + kGemmBlockTokens <= kScratchRowsPerElement &&
+                  kGemmBlockTokens / kGemmTokens * 8 * kGemmTokens * kGemmRows <= 264 * 1024,
+              "the GEMM's panels and lane sums fit in ScratchFloats(k)");
+
+// Lane sums of one 16 x 6 tile over steps [s0, s1): wl holds [step][16] weights, xl
+// [step][6] activations, sums [6 tokens][16 rows]; continues `sums` unless s0 == 0.
+inline void LaneTile(const float* wl, const float* xl, int64_t s0, int64_t s1, float* sums) {
+  constexpr int V = kGemmVecs;
+  __m256 acc[kGemmTokens][V];
+  for (int c = 0; c < kGemmTokens; ++c) {
+    for (int h = 0; h < V; ++h) {
+      acc[c][h] = s0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(sums + (V * c + h) * 8);
+    }
+  }
+  const float* wq = wl + s0 * kGemmRows;
+  const float* xq = xl + s0 * kGemmTokens;
+  for (int64_t s = s0; s < s1; ++s, wq += kGemmRows, xq += kGemmTokens) {
+    __m256 w[V];
+    for (int h = 0; h < V; ++h) w[h] = _mm256_load_ps(wq + 8 * h);
+    for (int c = 0; c < kGemmTokens; ++c) {
+      const __m256 b = _mm256_broadcast_ss(xq + c);
+      for (int h = 0; h < V; ++h) acc[c][h] = _mm256_fmadd_ps(w[h], b, acc[c][h]);
+    }
+  }
+  for (int c = 0; c < kGemmTokens; ++c) {
+    for (int h = 0; h < V; ++h) _mm256_store_ps(sums + (V * c + h) * 8, acc[c][h]);
+  }
+}
+
+// Loads elements [8 * s, 8 * s + 8) of a row through L (zeros past k, or for no row).
+template <typename L>
+inline __m256 LoadStep(const uint8_t* row, int64_t s, int64_t k) {
+  if (row == nullptr) return _mm256_setzero_ps();
+  const int64_t e = 8 * s;
+  return e + 8 <= k ? L::Load8(row, e) : L::LoadPartial(row, e, k - e);
+}
+
+// Packs 8 rows (null: zeros) lane-major: out[(lane * steps + s) * ld + q] = row q's
+// element 8 * s + lane, writing `width` (6 or 8) of the 8 row slots.
+template <typename L>
+void PackLaneMajor(const uint8_t* const* rows, int64_t k, int64_t steps, float* out, int64_t ld,
+                   int width) {
+  const __m256i keep = TailMask(width);
+  for (int64_t s = 0; s < steps; ++s) {
+    __m256i v[8], o[8];
+    for (int q = 0; q < 8; ++q) v[q] = _mm256_castps_si256(LoadStep<L>(rows[q], s, k));
+    avx2::Transpose8x8(v, o);
+    for (int j = 0; j < 8; ++j) {
+      float* dst = out + (j * steps + s) * ld;
+      if (width == 8) {
+        _mm256_storeu_ps(dst, _mm256_castsi256_ps(o[j]));
       } else {
-        PackRows<LoadF32, 1>(rows, 1, t.k, xp + i * kp);
+        _mm256_maskstore_ps(dst, keep, _mm256_castsi256_ps(o[j]));
       }
     }
-    for (int64_t r = t.r0; r < t.r1; r += R) {
-      const int count = static_cast<int>(std::min<int64_t>(R, t.r1 - r));
-      const uint8_t* src[R];
-      for (int j = 0; j < count; ++j) {
-        src[j] = t.w + (r + j) * t.w_stride;
-        if constexpr (kDequant) {
-          DequantizeRow(kType, src[j], t.k, deq + j * kp);
-          src[j] = reinterpret_cast<const uint8_t*>(deq + j * kp);
+  }
+}
+
+template <typename L, bool kDequant = false, TensorType kType = TensorType::kF32>
+void F32Gemm(const MatmulTask& t) {
+  const int64_t kp = (t.k + 7) / 8 * 8, steps = kp / 8;
+  const int64_t nb_max = kGemmBlockTokens;
+  const int64_t blocks = (t.n + nb_max - 1) / nb_max;  // equal blocks of whole tiles
+  const int64_t nb =
+      std::min(nb_max, ((t.n + blocks - 1) / blocks + kGemmTokens - 1) / kGemmTokens * kGemmTokens);
+  float* wp = t.scratch;             // (lane, step, 16 rows)
+  float* deq = wp + kGemmRows * kp;  // (16, kp)
+  float* xp = deq + kGemmRows * kp;  // (tile, lane, step, 6)
+  float* sums = xp + nb * kp;        // (tile, lane, 6, 16)
+  constexpr int64_t kTileSums = kGemmTokens * kGemmRows;
+  for (int64_t i0 = 0; i0 < t.n; i0 += nb) {
+    const int64_t count = std::min(nb, t.n - i0);
+    const int64_t tiles = (count + kGemmTokens - 1) / kGemmTokens;
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const uint8_t* rows[8] = {};
+      for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < count; ++c) {
+        rows[c] = t.x + (i0 + tile * kGemmTokens + c) * t.x_stride;
+      }
+      PackLaneMajor<LoadF32>(rows, t.k, steps, xp + tile * 8 * steps * kGemmTokens, kGemmTokens,
+                             kGemmTokens);
+    }
+    for (int64_t r = t.r0; r < t.r1; r += kGemmRows) {
+      const int valid = static_cast<int>(std::min<int64_t>(kGemmRows, t.r1 - r));
+      for (int g = 0; g < kGemmRows / 8; ++g) {
+        const uint8_t* src[8] = {};
+        for (int q = 0; q < 8 && 8 * g + q < valid; ++q) {
+          src[q] = t.w + (r + 8 * g + q) * t.w_stride;
+          if constexpr (kDequant) {
+            float* d = deq + (8 * g + q) * kp;
+            DequantizeRow(kType, src[q], t.k, d);
+            src[q] = reinterpret_cast<const uint8_t*>(d);
+          }
+        }
+        PackLaneMajor<L>(src, t.k, steps, wp + 8 * g, kGemmRows, 8);
+      }
+      for (int j = 0; j < 8; ++j) {
+        const float* wl = wp + j * steps * kGemmRows;
+        for (int64_t s0 = 0; s0 < steps; s0 += kGemmChunkSteps) {
+          const int64_t s1 = std::min(steps, s0 + kGemmChunkSteps);
+          for (int64_t tile = 0; tile < tiles; ++tile) {
+            LaneTile(wl, xp + (tile * 8 + j) * steps * kGemmTokens, s0, s1,
+                     sums + (tile * 8 + j) * kTileSums);
+          }
         }
       }
-      PackRows<L, R>(src, count, t.k, wp);
-      // Meanwhile bring the next panel's weights in, a few lines per tile.
-      const char* next = reinterpret_cast<const char*>(t.w + (r + R) * t.w_stride);
-      const int64_t next_lines =
-          r + R < t.r1 ? (R * static_cast<int64_t>(t.w_stride) + 63) / 64 : 0;
-      const int64_t tiles = full / T + (i1 - i0 - full);
-      const int64_t per_tile = (next_lines + tiles - 1) / tiles;
-      int64_t prefetched = 0;
-      for (int64_t s0 = 0; s0 < steps; s0 += chunk_steps) {
-        const int64_t s1 = std::min(steps, s0 + chunk_steps);
-        const bool last = s1 == steps;
-        for (int64_t i = 0; i < i1 - i0; i += (i < full ? T : 1)) {
-          for (int64_t q = 0; q < per_tile && prefetched < next_lines; ++q, ++prefetched) {
-            _mm_prefetch(next + 64 * prefetched, _MM_HINT_T1);
-          }
-          float* y = t.y + (i0 + i) * t.ldy + r;
-          if (i < full) {
-            PackedTile<R, T>(wp, xp + i * kp, s0, s1, last, part + i * R * 8, y, t.ldy, count);
-          } else {
-            PackedTile<R, 1>(wp, xp + i * kp, s0, s1, last, part + i * R * 8, y, t.ldy, count);
+      // y = ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) per output, 8 rows at a time.
+      for (int64_t tile = 0; tile < tiles; ++tile) {
+        const float* ts = sums + tile * 8 * kTileSums;
+        for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < count; ++c) {
+          float* y = t.y + (i0 + tile * kGemmTokens + c) * t.ldy + r;
+          for (int h = 0; h < kGemmVecs && 8 * h < valid; ++h) {
+            __m256 l[8];
+            for (int j = 0; j < 8; ++j)
+              l[j] = _mm256_load_ps(ts + j * kTileSums + (kGemmVecs * c + h) * 8);
+            const __m256 sum =
+                _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
+                              _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
+            const int n_out = std::min(8, valid - 8 * h);
+            if (n_out == 8) {
+              _mm256_storeu_ps(y + 8 * h, sum);
+            } else {
+              _mm256_maskstore_ps(y + 8 * h, TailMask(n_out), sum);
+            }
           }
         }
       }

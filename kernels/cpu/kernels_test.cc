@@ -87,11 +87,11 @@ std::string CaseName(const ::testing::TestParamInfo<MatmulCase>& info) {
 class MatmulPaths : public ::testing::TestWithParam<MatmulCase> {};
 
 // n = 1, 2, 3 (decode tiles), 4, 5, 6, 7 (micro-batch tiles), 35, 64, 129 (prefill panels,
-// every remainder); rows = 37 (partial row panels, uneven thread ranges); k with tails and
-// several cache chunks.
+// every remainder), 141 (two token blocks of the float GEMM); rows = 37 (partial row panels, uneven
+// thread ranges); k with tails and several cache chunks.
 TEST_P(MatmulPaths, MatchesReferenceAndIsBatchInvariant) {
   const MatmulCase c = GetParam();
-  const int64_t rows = 37, k = c.cols, max_n = 129;
+  const int64_t rows = 37, k = c.cols, max_n = 141;
   const TestWeight w = MakeWeight(c.type, rows, k, 11);
   const auto x = Random(max_n * k, 5);
   const cpu::ActFormat fmt = cpu::ActFormatFor(c.type, c.quantized_act);
@@ -119,7 +119,7 @@ TEST_P(MatmulPaths, MatchesReferenceAndIsBatchInvariant) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "%.3g", err);
     RecordProperty(std::string("normalized_error_") + CpuIsaName(isa), buf);
-    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 35, 64, 129}) {
+    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 35, 64, 129, 141}) {
       for (CpuBackend* be : {one.get(), two.get(), three.get()}) {
         std::vector<float> y(n * rows, -1.0f);
         be->MatMul(w.view, x.data(), n, y.data());
