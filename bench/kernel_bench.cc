@@ -15,6 +15,10 @@
 #include <tuple>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/quant.h"
@@ -103,6 +107,40 @@ void ShapeArgs(benchmark::internal::Benchmark* b) {
   }
   b->ArgNames({"rows", "cols", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
+
+// The core's float FMA peak: 12 independent 8-wide FMA chains (enough to cover the FMA
+// latency on two pipes), so GEMM figures can be read as a fraction of the machine's peak
+// measured in the same run (virtual machines drift by 10-20% between runs).
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void BM_FmaPeak(benchmark::State& state) {
+  __m256 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(0.01f * static_cast<float>(i));
+  const __m256 m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
+  constexpr int64_t kIters = 1 << 20;
+  for (auto _ : state) {
+    for (int64_t i = 0; i < kIters; ++i) {
+      // Written out so the 12 chains stay in registers.
+      a[0] = _mm256_fmadd_ps(a[0], m, c);
+      a[1] = _mm256_fmadd_ps(a[1], m, c);
+      a[2] = _mm256_fmadd_ps(a[2], m, c);
+      a[3] = _mm256_fmadd_ps(a[3], m, c);
+      a[4] = _mm256_fmadd_ps(a[4], m, c);
+      a[5] = _mm256_fmadd_ps(a[5], m, c);
+      a[6] = _mm256_fmadd_ps(a[6], m, c);
+      a[7] = _mm256_fmadd_ps(a[7], m, c);
+      a[8] = _mm256_fmadd_ps(a[8], m, c);
+      a[9] = _mm256_fmadd_ps(a[9], m, c);
+      a[10] = _mm256_fmadd_ps(a[10], m, c);
+      a[11] = _mm256_fmadd_ps(a[11], m, c);
+    }
+    for (int i = 0; i < 12; ++i) benchmark::DoNotOptimize(a[i]);
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(
+      16.0 * 12 * kIters * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {

@@ -174,23 +174,29 @@ constexpr int kGemmTokens = 6;
 constexpr int64_t kGemmBlockTokens = 132;
 constexpr int64_t kGemmChunkSteps = 128;
 static_assert(kGemmBlockTokens % kGemmTokens == 0, "token blocks hold whole tiles");
+// Scratch: 2 x 16 weight rows per element, and the activations (kGemmBlockTokens rows of
+// k rounded up to whole chunks: at most 8 * kGemmChunkSteps floats each over kp) plus the
+// lane sums out of the 264 Ki spare floats.
 static_assert(2 * kGemmRows + kGemmBlockTokens <= kScratchRowsPerElement &&
-                  kGemmBlockTokens / kGemmTokens * 8 * kGemmTokens * kGemmRows <= 264 * 1024,
+                  kGemmBlockTokens * 8 * kGemmChunkSteps +
+                          kGemmBlockTokens / kGemmTokens * 8 * kGemmTokens * kGemmRows <=
+                      264 * 1024,
               "the GEMM's panels and lane sums fit in ScratchFloats(k)");
 
-// Lane sums of one 16 x 6 tile over steps [s0, s1): wl holds [step][16] weights, xl
-// [step][6] activations, sums [6 tokens][16 rows]; continues `sums` unless s0 == 0.
-inline void LaneTile(const float* wl, const float* xl, int64_t s0, int64_t s1, float* sums) {
+// Lane sums of one 16 x 6 tile over `steps` steps: wl holds [step][16] weights, xl
+// [step][6] activations, sums [6 tokens][16 rows]; starts from zero when `first`, else
+// continues `sums`.
+inline void LaneTile(const float* wl, const float* xl, int64_t steps, bool first, float* sums) {
   constexpr int V = kGemmVecs;
   __m256 acc[kGemmTokens][V];
   for (int c = 0; c < kGemmTokens; ++c) {
     for (int h = 0; h < V; ++h) {
-      acc[c][h] = s0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(sums + (V * c + h) * 8);
+      acc[c][h] = first ? _mm256_setzero_ps() : _mm256_load_ps(sums + (V * c + h) * 8);
     }
   }
-  const float* wq = wl + s0 * kGemmRows;
-  const float* xq = xl + s0 * kGemmTokens;
-  for (int64_t s = s0; s < s1; ++s, wq += kGemmRows, xq += kGemmTokens) {
+  const float* wq = wl;
+  const float* xq = xl;
+  for (int64_t s = 0; s < steps; ++s, wq += kGemmRows, xq += kGemmTokens) {
     __m256 w[V];
     for (int h = 0; h < V; ++h) w[h] = _mm256_load_ps(wq + 8 * h);
     for (int c = 0; c < kGemmTokens; ++c) {
@@ -211,18 +217,27 @@ inline __m256 LoadStep(const uint8_t* row, int64_t s, int64_t k) {
   return e + 8 <= k ? L::Load8(row, e) : L::LoadPartial(row, e, k - e);
 }
 
-// Packs 8 rows (null: zeros) lane-major: out[(lane * steps + s) * ld + q] = row q's
-// element 8 * s + lane, writing `width` (6 or 8) of the 8 row slots.
+// Where PackLaneMajor puts (lane, step): lane * lane + (step / kGemmChunkSteps) * chunk +
+// (step % kGemmChunkSteps) * slot floats into its output.
+struct LaneLayout {
+  int64_t lane, chunk, slot;
+  int64_t At(int j, int64_t s) const {
+    return j * lane + s / kGemmChunkSteps * chunk + s % kGemmChunkSteps * slot;
+  }
+};
+
+// Packs 8 rows (null: zeros) lane-major: out[at.At(lane, s) + q] = row q's element
+// 8 * s + lane, writing `width` (6 or 8) of the 8 row slots.
 template <typename L>
-void PackLaneMajor(const uint8_t* const* rows, int64_t k, int64_t steps, float* out, int64_t ld,
-                   int width) {
+void PackLaneMajor(const uint8_t* const* rows, int64_t k, int64_t steps, float* out,
+                   const LaneLayout& at, int width) {
   const __m256i keep = TailMask(width);
   for (int64_t s = 0; s < steps; ++s) {
     __m256i v[8], o[8];
     for (int q = 0; q < 8; ++q) v[q] = _mm256_castps_si256(LoadStep<L>(rows[q], s, k));
     avx2::Transpose8x8(v, o);
     for (int j = 0; j < 8; ++j) {
-      float* dst = out + (j * steps + s) * ld;
+      float* dst = out + at.At(j, s);
       if (width == 8) {
         _mm256_storeu_ps(dst, _mm256_castsi256_ps(o[j]));
       } else {
@@ -241,19 +256,23 @@ void F32Gemm(const MatmulTask& t) {
       std::min(nb_max, ((t.n + blocks - 1) / blocks + kGemmTokens - 1) / kGemmTokens * kGemmTokens);
   float* wp = t.scratch;             // (lane, step, 16 rows)
   float* deq = wp + kGemmRows * kp;  // (16, kp)
-  float* xp = deq + kGemmRows * kp;  // (tile, lane, step, 6)
-  float* sums = xp + nb * kp;        // (tile, lane, 6, 16)
+  float* xp = deq + kGemmRows * kp;  // (lane, chunk, tile, step in chunk, 6)
+  const int64_t chunks = (steps + kGemmChunkSteps - 1) / kGemmChunkSteps;
+  float* sums = xp + 8 * chunks * nb * kGemmChunkSteps;  // (tile, lane, 6, 16)
   constexpr int64_t kTileSums = kGemmTokens * kGemmRows;
+  constexpr int64_t kTileChunk = kGemmChunkSteps * kGemmTokens;
+  const LaneLayout w_at{steps * kGemmRows, kGemmChunkSteps * kGemmRows, kGemmRows};
   for (int64_t i0 = 0; i0 < t.n; i0 += nb) {
     const int64_t count = std::min(nb, t.n - i0);
     const int64_t tiles = (count + kGemmTokens - 1) / kGemmTokens;
+    // Each lane's chunk holds every tile's activations back to back: one stream per sweep.
+    const LaneLayout x_at{chunks * tiles * kTileChunk, tiles * kTileChunk, kGemmTokens};
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const uint8_t* rows[8] = {};
       for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < count; ++c) {
         rows[c] = t.x + (i0 + tile * kGemmTokens + c) * t.x_stride;
       }
-      PackLaneMajor<LoadF32>(rows, t.k, steps, xp + tile * 8 * steps * kGemmTokens, kGemmTokens,
-                             kGemmTokens);
+      PackLaneMajor<LoadF32>(rows, t.k, steps, xp + tile * kTileChunk, x_at, kGemmTokens);
     }
     for (int64_t r = t.r0; r < t.r1; r += kGemmRows) {
       const int valid = static_cast<int>(std::min<int64_t>(kGemmRows, t.r1 - r));
@@ -267,14 +286,14 @@ void F32Gemm(const MatmulTask& t) {
             src[q] = reinterpret_cast<const uint8_t*>(d);
           }
         }
-        PackLaneMajor<L>(src, t.k, steps, wp + 8 * g, kGemmRows, 8);
+        PackLaneMajor<L>(src, t.k, steps, wp + 8 * g, w_at, 8);
       }
       for (int j = 0; j < 8; ++j) {
         const float* wl = wp + j * steps * kGemmRows;
         for (int64_t s0 = 0; s0 < steps; s0 += kGemmChunkSteps) {
           const int64_t s1 = std::min(steps, s0 + kGemmChunkSteps);
           for (int64_t tile = 0; tile < tiles; ++tile) {
-            LaneTile(wl, xp + (tile * 8 + j) * steps * kGemmTokens, s0, s1,
+            LaneTile(wl + s0 * kGemmRows, xp + x_at.At(j, s0) + tile * kTileChunk, s1 - s0, s0 == 0,
                      sums + (tile * 8 + j) * kTileSums);
           }
         }
