@@ -90,6 +90,7 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
   }
   // Per-thread scratch: weight panels converted or dequantized, packed activations.
   EnsureThreadScratch(cpu::ScratchFloats(k));
+  const float* packed_x = nullptr;
   auto run = [&](int64_t r0, int64_t r1, int thread) {
     cpu::MatmulTask t;
     t.w = w.data;
@@ -103,6 +104,7 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     t.r0 = r0;
     t.r1 = r1;
     t.scratch = thread_scratch_[thread].data.get();
+    t.packed_x = packed_x;
     fn(t);
   };
   if (rows * k * n < kMinParallelWork || pool_.num_threads() == 1) {
@@ -116,12 +118,27 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     pool_.ParallelForDynamic(rows, std::max<int64_t>(8, (per + 7) / 8 * 8), run);
     return;
   }
-  // Prefill: one even contiguous range per thread (each packs its activations once).
-  pool_.Run([&](int thread, int nthreads) {
-    int64_t b, e;
-    ThreadPool::SplitRange(rows, 8, thread, nthreads, &b, &e);
-    if (b < e) run(b, e, thread);
-  });
+  // Prefill: chunks of 16-row panels (about 8 per thread, at most 128 rows) claimed
+  // dynamically, so a vCPU slowed by its neighbours takes fewer chunks instead of holding
+  // up the others. Float activations are first packed once, by all threads together.
+  const size_t packed = fmt == cpu::ActFormat::kF32 && kt.packed_f32_floats != nullptr
+                            ? kt.packed_f32_floats(n, k)
+                            : 0;
+  if (packed > 0) {
+    GrowScratch(&packed_act_, packed);
+    cpu::MatmulTask t;
+    t.x = xp;
+    t.x_stride = x_stride;
+    t.n = n;
+    t.k = k;
+    pool_.Run([&](int thread, int nthreads) {
+      kt.pack_f32(t, thread, nthreads, packed_act_.data.get());
+    });
+    packed_x = packed_act_.data.get();
+  }
+  const int64_t grain =
+      std::clamp<int64_t>((rows / (8 * pool_.num_threads()) + 15) / 16 * 16, 16, 128);
+  pool_.ParallelForDynamic(rows, grain, run);
 }
 
 void CpuBackend::GetRows(const TensorView& w, const int32_t* ids, int64_t n, float* out) {
@@ -238,14 +255,16 @@ void CpuBackend::Softmax(float* x, int64_t n, int64_t dim) {
   }
 }
 
+void CpuBackend::GrowScratch(Scratch* s, size_t floats) {
+  if (s->floats >= floats) return;
+  const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+  s->data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  if (s->data == nullptr) std::abort();  // a few MiB; nothing sensible to do
+  s->floats = floats;
+}
+
 void CpuBackend::EnsureThreadScratch(size_t floats) {
-  for (auto& s : thread_scratch_) {
-    if (s.floats >= floats) continue;
-    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-    s.data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    if (s.data == nullptr) std::abort();  // a few hundred KiB; nothing sensible to do
-    s.floats = floats;
-  }
+  for (auto& s : thread_scratch_) GrowScratch(&s, floats);
 }
 
 }  // namespace cascade

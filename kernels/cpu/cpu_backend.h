@@ -4,9 +4,10 @@
 // Contract: see kernels/backend.h. Owns a ThreadPool of `threads` threads (the caller's
 // thread included) and grow-only scratch buffers, so one CpuBackend serves one stage
 // executor thread at a time. Work is split by output rows (matmul: chunks claimed
-// dynamically for decode, one even range per thread for prefill) or by rows / (query, KV
-// head) (other ops), never inside a dot product, which keeps results independent of the
-// thread count.
+// dynamically for decode and for float prefill, whose activations the threads pack once
+// together; one even range per thread for quantized prefill) or by rows / (query, KV head)
+// (other ops), never inside a dot product, which keeps results independent of the thread
+// count.
 #ifndef CASCADE_KERNELS_CPU_CPU_BACKEND_H_
 #define CASCADE_KERNELS_CPU_CPU_BACKEND_H_
 
@@ -73,6 +74,9 @@ class CpuBackend final : public Backend {
     size_t floats = 0;
   };
   std::vector<Scratch> thread_scratch_;  // per thread, grow-only
+  Scratch packed_act_;                   // float prefill activations, packed; grow-only
+  // Grows *s to at least `floats` floats (contents not kept).
+  static void GrowScratch(Scratch* s, size_t floats);
   // Grows every thread's scratch to at least `floats` floats.
   void EnsureThreadScratch(size_t floats);
 };

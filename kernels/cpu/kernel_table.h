@@ -57,6 +57,9 @@ struct MatmulTask {
   int64_t ldy = 0;
   int64_t r0 = 0, r1 = 0;    // weight rows to compute
   float* scratch = nullptr;  // per-thread, 64-byte aligned, >= ScratchFloats(k) floats
+  // ActFormat::kF32 only, when packed_f32_floats(n, k) > 0: the activations as pack_f32
+  // laid them out (shared by every thread of the matmul); null: the kernel packs its own.
+  const float* packed_x = nullptr;
 };
 // Scratch floats a matmul kernel may use for rows of k elements (k rounded up to 8): 164
 // per element for panels of converted or packed weight rows and packed activations (the
@@ -90,6 +93,13 @@ struct KernelTable {
   // (n_heads / n_kv_heads) * block_size floats.
   void (*attention_group)(const AttentionParams& p, const AttentionQuery& q, int kv_head,
                           float* scratch);
+  // Float activations packed once per matmul and shared by its threads (null where the
+  // ISA's float matmul packs none). packed_f32_floats(n, k): the floats n activation rows
+  // of k elements take packed, 0 when a matmul of n rows reads no packed activations.
+  // pack_f32(t, part, parts, out): packs share `part` of `parts` of t's activations (t.x,
+  // t.x_stride, t.n, t.k) into out (64-byte aligned); the parts may run concurrently.
+  size_t (*packed_f32_floats)(int64_t n, int64_t k);
+  void (*pack_f32)(const MatmulTask& t, int part, int parts, float* out);
 };
 
 const KernelTable& ScalarKernels();

@@ -247,32 +247,57 @@ void PackLaneMajor(const uint8_t* const* rows, int64_t k, int64_t steps, float* 
   }
 }
 
+constexpr int64_t kTileChunk = kGemmChunkSteps * kGemmTokens;  // one tile's chunk of a lane
+
+// The token blocks of the float GEMM for n activation rows of k elements: equal blocks of
+// whole tiles, none over kGemmBlockTokens (every block re-packs the weight panels).
+struct GemmBlocks {
+  int64_t n, k, kp, steps, chunks, nb, blocks;
+  GemmBlocks(int64_t n_, int64_t k_) : n(n_), k(k_) {
+    kp = (k + 7) / 8 * 8;
+    steps = kp / 8;
+    chunks = (steps + kGemmChunkSteps - 1) / kGemmChunkSteps;
+    const int64_t even = (n + kGemmBlockTokens - 1) / kGemmBlockTokens;
+    nb = std::min(kGemmBlockTokens,
+                  ((n + even - 1) / even + kGemmTokens - 1) / kGemmTokens * kGemmTokens);
+    blocks = (n + nb - 1) / nb;
+  }
+  int64_t Count(int64_t b) const { return std::min(nb, n - b * nb); }
+  int64_t Tiles(int64_t b) const { return (Count(b) + kGemmTokens - 1) / kGemmTokens; }
+  // Floats of one packed block: (lane, chunk, tile, step in chunk, token). Each lane's
+  // chunk holds every tile's activations back to back: one stream per sweep.
+  int64_t BlockFloats() const { return 8 * chunks * nb * kGemmChunkSteps; }
+  LaneLayout XLayout(int64_t b) const {
+    return {chunks * Tiles(b) * kTileChunk, Tiles(b) * kTileChunk, kGemmTokens};
+  }
+  // Packs tile `tile` of block b into the block's packed activations `out`.
+  void PackTile(const MatmulTask& t, int64_t b, int64_t tile, float* out) const {
+    const uint8_t* rows[8] = {};
+    for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < Count(b); ++c) {
+      rows[c] = t.x + (b * nb + tile * kGemmTokens + c) * t.x_stride;
+    }
+    PackLaneMajor<LoadF32>(rows, k, steps, out + tile * kTileChunk, XLayout(b), kGemmTokens);
+  }
+};
+
 template <typename L, bool kDequant = false, TensorType kType = TensorType::kF32>
 void F32Gemm(const MatmulTask& t) {
-  const int64_t kp = (t.k + 7) / 8 * 8, steps = kp / 8;
-  const int64_t nb_max = kGemmBlockTokens;
-  const int64_t blocks = (t.n + nb_max - 1) / nb_max;  // equal blocks of whole tiles
-  const int64_t nb =
-      std::min(nb_max, ((t.n + blocks - 1) / blocks + kGemmTokens - 1) / kGemmTokens * kGemmTokens);
-  float* wp = t.scratch;             // (lane, step, 16 rows)
-  float* deq = wp + kGemmRows * kp;  // (16, kp)
-  float* xp = deq + kGemmRows * kp;  // (lane, chunk, tile, step in chunk, 6)
-  const int64_t chunks = (steps + kGemmChunkSteps - 1) / kGemmChunkSteps;
-  float* sums = xp + 8 * chunks * nb * kGemmChunkSteps;  // (tile, lane, 6, 16)
+  const GemmBlocks g(t.n, t.k);
+  const int64_t kp = g.kp, steps = g.steps;
+  float* wp = t.scratch;                  // (lane, step, 16 rows)
+  float* deq = wp + kGemmRows * kp;       // (16, kp)
+  float* own_x = deq + kGemmRows * kp;    // one block, when t.packed_x is null
+  float* sums = own_x + g.BlockFloats();  // (tile, lane, 6, 16)
   constexpr int64_t kTileSums = kGemmTokens * kGemmRows;
-  constexpr int64_t kTileChunk = kGemmChunkSteps * kGemmTokens;
   const LaneLayout w_at{steps * kGemmRows, kGemmChunkSteps * kGemmRows, kGemmRows};
-  for (int64_t i0 = 0; i0 < t.n; i0 += nb) {
-    const int64_t count = std::min(nb, t.n - i0);
-    const int64_t tiles = (count + kGemmTokens - 1) / kGemmTokens;
-    // Each lane's chunk holds every tile's activations back to back: one stream per sweep.
-    const LaneLayout x_at{chunks * tiles * kTileChunk, tiles * kTileChunk, kGemmTokens};
-    for (int64_t tile = 0; tile < tiles; ++tile) {
-      const uint8_t* rows[8] = {};
-      for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < count; ++c) {
-        rows[c] = t.x + (i0 + tile * kGemmTokens + c) * t.x_stride;
-      }
-      PackLaneMajor<LoadF32>(rows, t.k, steps, xp + tile * kTileChunk, x_at, kGemmTokens);
+  for (int64_t b = 0; b < g.blocks; ++b) {
+    const int64_t i0 = b * g.nb, count = g.Count(b), tiles = g.Tiles(b);
+    const LaneLayout x_at = g.XLayout(b);
+    const float* xp = own_x;
+    if (t.packed_x != nullptr) {
+      xp = t.packed_x + b * g.BlockFloats();
+    } else {
+      for (int64_t tile = 0; tile < tiles; ++tile) g.PackTile(t, b, tile, own_x);
     }
     for (int64_t r = t.r0; r < t.r1; r += kGemmRows) {
       const int valid = static_cast<int>(std::min<int64_t>(kGemmRows, t.r1 - r));
@@ -337,6 +362,22 @@ void MatmulDequantF32(const MatmulTask& t) {
   F32Gemm<LoadF32, true, kType>(t);
 }
 
+size_t PackedF32Floats(int64_t n, int64_t k) {
+  if (n < kPanelMinTokens) return 0;  // F32Direct packs no activations
+  const GemmBlocks g(n, k);
+  return static_cast<size_t>(g.blocks * g.BlockFloats());
+}
+
+void PackF32(const MatmulTask& t, int part, int parts, float* out) {
+  const GemmBlocks g(t.n, t.k);
+  const int64_t per_block = g.nb / kGemmTokens, slots = g.blocks * per_block;
+  const int64_t begin = slots * part / parts, end = slots * (part + 1) / parts;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t b = i / per_block, tile = i % per_block;
+    if (tile < g.Tiles(b)) g.PackTile(t, b, tile, out + b * g.BlockFloats());
+  }
+}
+
 MatmulFn Avx2Matmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kF32) {
     switch (type) {
@@ -378,9 +419,10 @@ float SumSquares(const float* x, int64_t n) { return avx2::Dot(x, x, n); }
 }  // namespace
 
 const KernelTable& Avx2Kernels() {
-  static const KernelTable table{
-      CpuIsa::kAvx2, &Avx2Matmul, &avx2::QuantizeQ8_0Row, &avx2::QuantizeQ8KRow, &avx2::Dot, &Axpy,
-      &avx2::Scale,  &SumSquares, &avx2::SiluMul,         &avx2::AttentionGroup};
+  static const KernelTable table{CpuIsa::kAvx2,         &Avx2Matmul,      &avx2::QuantizeQ8_0Row,
+                                 &avx2::QuantizeQ8KRow, &avx2::Dot,       &Axpy,
+                                 &avx2::Scale,          &SumSquares,      &avx2::SiluMul,
+                                 &avx2::AttentionGroup, &PackedF32Floats, &PackF32};
   return table;
 }
 

@@ -295,9 +295,9 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
 }  // namespace
 
 const KernelTable& ScalarKernels() {
-  static const KernelTable table{CpuIsa::kScalar, &ScalarMatmul,  &QuantizeQ8_0Row, &QuantizeQ8KRow,
-                                 &DotF32,         &Axpy,          &Scale,           &SumSquares,
-                                 &SiluMul,        &AttentionGroup};
+  static const KernelTable table{
+      CpuIsa::kScalar, &ScalarMatmul, &QuantizeQ8_0Row, &QuantizeQ8KRow, &DotF32, &Axpy,
+      &Scale,          &SumSquares,   &SiluMul,         &AttentionGroup, nullptr, nullptr};
   return table;
 }
 
