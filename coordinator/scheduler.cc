@@ -167,11 +167,14 @@ void Scheduler::Loop() {
         return stop_ || !results_.empty() || !fail_all_.ok() ||
                (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running);
       };
-      if (running_.empty() && flights_.empty()) {
-        cv_.wait(lock, ready);
-      } else {
-        // Wake at least every few ms to notice cancelled requests.
+      if (!running_.empty() && flights_.empty()) {
+        // Sequences none of which could be sent: look again every few ms (cancellations).
         cv_.wait_for(lock, std::chrono::milliseconds(5), ready);
+      } else {
+        // Idle, or batches in flight: each ends in a result or a failure, which wakes this
+        // loop, and cancellations are handled at every result. No timed wake-ups: at batch
+        // 1 a 5 ms tick cost ~50 us of CPU each, taken from the stage computing beside it.
+        cv_.wait(lock, ready);
       }
       if (stop_) break;
       results.swap(results_);
