@@ -135,16 +135,16 @@ __attribute__((target("avx2,fma"))) void BM_FmaPeak(benchmark::State& state) {
     }
     for (int i = 0; i < 12; ++i) benchmark::DoNotOptimize(a[i]);
   }
-  state.counters["GFLOPS"] = benchmark::Counter(
-      16.0 * 12 * kIters * static_cast<double>(state.iterations()) / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(16.0 * 12 * kIters * static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
-    for (int n : {1, 2, 4, 128}) b->Args({n, threads});
+    for (int n : {1, 2, 4, 8, 128}) b->Args({n, threads});
   }
   b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }

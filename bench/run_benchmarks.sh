@@ -89,9 +89,9 @@ if [[ $WHAT == kernels || $WHAT == all ]]; then
     out=$("$BIN/kernel_bench" --benchmark_filter='threads:1|FmaPeak' --benchmark_min_time=0.1 2>/dev/null | grep BM_)
     awk '{printf "%-44s %9s %s  %s  %s\n", $1, $2, $3, $7, $8}' <<< "$out"
     # Prefill GEMMs as a fraction of the FMA peak measured in the same run.
-    echo "prefill matmuls (128 tokens, 1 thread) as a fraction of the measured FMA peak:"
+    echo "float prefill matmuls (128 tokens, 1 thread) as a fraction of the measured FMA peak:"
     awk '/^BM_FmaPeak/ { for (i = 1; i <= NF; i++) if ($i ~ /^GFLOPS=/) { sub("GFLOPS=", "", $i); peak = $i + 0 } }
-         /^BM_(MatMul|PrefillShape)\/[A-Z0-9_]+\/(n:128|rows)/ { for (i = 1; i <= NF; i++) if ($i ~ /^GFLOPS=/) { g = $i; sub("GFLOPS=", "", g); rate[$1] = g + 0 } }
+         /^BM_(MatMul|PrefillShape)\/(F32|F16|BF16)\/(n:128|rows)/ { for (i = 1; i <= NF; i++) if ($i ~ /^GFLOPS=/) { g = $i; sub("GFLOPS=", "", g); rate[$1] = g + 0 } }
          END { for (k in rate) printf "  %-62s %6.1f GFLOP/s  %5.1f%% of %.1f\n", k, rate[k], 100 * rate[k] / peak, peak }' <<< "$out" | sort
   fi
 fi

@@ -86,8 +86,9 @@ std::string CaseName(const ::testing::TestParamInfo<MatmulCase>& info) {
 
 class MatmulPaths : public ::testing::TestWithParam<MatmulCase> {};
 
-// n = 1, 2, 3 (decode tiles), 4, 5, 6, 7 (micro-batch tiles), 35, 64, 129 (prefill panels,
-// every remainder), 141 (two token blocks of the float GEMM); rows = 37 (partial row panels, uneven
+// n = 1, 2, 3 (decode tiles), 4, 5, 6, 7, 12 (micro-batch tiles; float: 2 and 3 passes),
+// 16, 35, 64, 129 (prefill panels, every remainder), 141 (two token blocks of the float
+// GEMM); rows = 37 (partial row panels, uneven
 // thread ranges); k with tails and several cache chunks.
 TEST_P(MatmulPaths, MatchesReferenceAndIsBatchInvariant) {
   const MatmulCase c = GetParam();
@@ -119,7 +120,7 @@ TEST_P(MatmulPaths, MatchesReferenceAndIsBatchInvariant) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "%.3g", err);
     RecordProperty(std::string("normalized_error_") + CpuIsaName(isa), buf);
-    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 35, 64, 129, 141}) {
+    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 12, 16, 35, 64, 129, 141}) {
       for (CpuBackend* be : {one.get(), two.get(), three.get()}) {
         std::vector<float> y(n * rows, -1.0f);
         be->MatMul(w.view, x.data(), n, y.data());
