@@ -156,7 +156,7 @@ void F32Direct(const MatmulTask& t) {
     case 5:
       F32AllTokens<L, 2, 5>(t, &r, kFewPrefetchTiles * 2 * t.w_stride);
       return;
-    default:  // more tokens go to F32Passes or F32Gemm (MatmulF32Act)
+    default:  // more tokens: passes of these tiles, or F32Gemm (see MatmulF32Act)
       return;
   }
 }
@@ -171,7 +171,8 @@ void F32Direct(const MatmulTask& t) {
 // Scratch, per token block of up to kGemmBlockTokens (packed once) and per block of 16
 // weight rows (converted to F32 and packed once per token block):
 //   weights [lane][step][16 rows] | dequantized rows (16 x kp) | activations
-//   [tile][lane][step][6 tokens] | lane sums [tile][lane][6 tokens][16 rows].
+//   [lane][chunk][tile][step in chunk][6 tokens] (unless shared ones are given in
+//   MatmulTask::packed_x) | lane sums [tile][lane][6 tokens][16 rows].
 // Each lane's weights are swept in sub-panels of kGemmChunkSteps steps (8 KiB, kept in
 // L1) by every token tile, whose activations (3 KiB) stream from L2. Measured on Zen 3:
 // 16 x 6 tiles beat 24 x 4, and 128-step sub-panels beat 256 and 512.
@@ -308,17 +309,17 @@ void F32Gemm(const MatmulTask& t) {
     }
     for (int64_t r = t.r0; r < t.r1; r += kGemmRows) {
       const int valid = static_cast<int>(std::min<int64_t>(kGemmRows, t.r1 - r));
-      for (int g = 0; g < kGemmRows / 8; ++g) {
+      for (int v = 0; v < kGemmVecs; ++v) {  // 8 rows per weight vector of the tile
         const uint8_t* src[8] = {};
-        for (int q = 0; q < 8 && 8 * g + q < valid; ++q) {
-          src[q] = t.w + (r + 8 * g + q) * t.w_stride;
+        for (int q = 0; q < 8 && 8 * v + q < valid; ++q) {
+          src[q] = t.w + (r + 8 * v + q) * t.w_stride;
           if constexpr (kDequant) {
-            float* d = deq + (8 * g + q) * kp;
+            float* d = deq + (8 * v + q) * kp;
             DequantizeRow(kType, src[q], t.k, d);
             src[q] = reinterpret_cast<const uint8_t*>(d);
           }
         }
-        PackLaneMajor<L>(src, t.k, steps, wp + 8 * g, w_at, 8);
+        PackLaneMajor<L>(src, t.k, steps, wp + 8 * v, w_at, 8);
       }
       for (int j = 0; j < 8; ++j) {
         const float* wl = wp + j * steps * kGemmRows;
