@@ -156,7 +156,7 @@ void F32Direct(const MatmulTask& t) {
     case 5:
       F32AllTokens<L, 2, 5>(t, &r, kFewPrefetchTiles * 2 * t.w_stride);
       return;
-    default:  // more tokens: passes of these tiles, or F32Gemm (see MatmulF32Act)
+    default:  // more tokens: F32FewTokens's passes of these tiles, or F32Gemm
       return;
   }
 }
@@ -356,38 +356,69 @@ void F32Gemm(const MatmulTask& t) {
   }
 }
 
+// Fewer than kGemmMinTokens tokens: F32Direct, or its tiles in passes of equal token
+// groups (2 or 3), all of them over one chunk of kPassRows rows before the next.
 template <typename L>
-void MatmulF32Act(const MatmulTask& t) {
+void F32FewTokens(const MatmulTask& t) {
   if (t.n <= kDirectMaxTokens) {
     F32Direct<L>(t);
-  } else if (t.n < kGemmMinTokens) {
-    // Passes of equal token groups (2 or 3), all of them over one row chunk before the next.
-    const int64_t passes = (t.n + kDirectMaxTokens - 1) / kDirectMaxTokens;
-    for (int64_t r = t.r0; r < t.r1; r += kPassRows) {
-      int64_t i = 0;
-      for (int64_t p = 0; p < passes; ++p) {
-        MatmulTask s = t;
-        s.n = (t.n - i) / (passes - p);
-        s.x = t.x + i * t.x_stride;
-        s.y = t.y + i * t.ldy;
-        s.r0 = r;
-        s.r1 = std::min(t.r1, r + kPassRows);
-        F32Direct<L>(s);
-        i += s.n;
-      }
+    return;
+  }
+  const int64_t passes = (t.n + kDirectMaxTokens - 1) / kDirectMaxTokens;
+  for (int64_t r = t.r0; r < t.r1; r += kPassRows) {
+    int64_t i = 0;
+    for (int64_t p = 0; p < passes; ++p) {
+      MatmulTask s = t;
+      s.n = (t.n - i) / (passes - p);
+      s.x = t.x + i * t.x_stride;
+      s.y = t.y + i * t.ldy;
+      s.r0 = r;
+      s.r1 = std::min(t.r1, r + kPassRows);
+      F32Direct<L>(s);
+      i += s.n;
     }
+  }
+}
+
+template <typename L>
+void MatmulF32Act(const MatmulTask& t) {
+  if (t.n < kGemmMinTokens) {
+    F32FewTokens<L>(t);
   } else {
     F32Gemm<L>(t);
   }
 }
 
+// Quantized weights, float activations (exact mode): few tokens dequantize chunks of
+// kDequantRows rows into scratch and run the float tiles over them (a 1-token matmul would
+// otherwise fill a 6-token GEMM tile); more go to the GEMM, which dequantizes its panels.
+constexpr int64_t kDequantRows = 32;
+static_assert(kDequantRows <= kScratchRowsPerElement, "dequantized rows fit in scratch");
+
 template <TensorType kType>
 void MatmulDequantF32(const MatmulTask& t) {
-  F32Gemm<LoadF32, true, kType>(t);
+  if (t.n >= kGemmMinTokens) {
+    F32Gemm<LoadF32, true, kType>(t);
+    return;
+  }
+  const int64_t kp = (t.k + 7) / 8 * 8;
+  for (int64_t r = t.r0; r < t.r1; r += kDequantRows) {
+    const int64_t rows = std::min(kDequantRows, t.r1 - r);
+    for (int64_t q = 0; q < rows; ++q) {
+      DequantizeRow(kType, t.w + (r + q) * t.w_stride, t.k, t.scratch + q * kp);
+    }
+    MatmulTask s = t;
+    s.w = reinterpret_cast<const uint8_t*>(t.scratch);
+    s.w_stride = static_cast<size_t>(kp) * sizeof(float);
+    s.y = t.y + r;
+    s.r0 = 0;
+    s.r1 = rows;
+    F32FewTokens<LoadF32>(s);
+  }
 }
 
 size_t PackedF32Floats(int64_t n, int64_t k) {
-  if (n < kGemmMinTokens) return 0;  // F32Direct and its passes pack no activations
+  if (n < kGemmMinTokens) return 0;  // F32FewTokens packs no activations
   const GemmBlocks g(n, k);
   return static_cast<size_t>(g.blocks * g.BlockFloats());
 }

@@ -483,8 +483,8 @@ void PanelBlocked(const MatmulTask& t) {
   constexpr int kTile = 3;  // tokens per tile (3 measured faster than 4, which spills)
   const int64_t nb = t.k / kQKK;
   auto xrow = [&](int64_t j) { return reinterpret_cast<const BlockQ8K*>(t.x + j * t.x_stride); };
-  static_assert(KPanel8::kBytesPerBlock <= 12 * sizeof(float) * kQKK,
-                "a panel fits in ScratchFloats(k)'s 12 floats per element");
+  static_assert(KPanel8::kBytesPerBlock <= kScratchRowsPerElement * sizeof(float) * kQKK,
+                "a panel fits in ScratchFloats(k)");
   const KPanel8 panel(t.scratch, nb);
   const int64_t tb = EqualTokenBlock(t.n, t.x_stride, kTile);
   for (int64_t i0 = 0; i0 < t.n; i0 += tb) {
