@@ -43,11 +43,14 @@ class ActivationReceiver {
   virtual void Close() = 0;
 };
 
-// Where the last stage reports sampled tokens (the coordinator).
+// Where the last stage reports sampled tokens (the coordinator). After Close, Send fails
+// at once (and a Send blocked connecting gives up), so a stage can stop without waiting
+// for an unreachable coordinator.
 class ResultSender {
  public:
   virtual ~ResultSender() = default;
   virtual absl::Status Send(StepResult result) = 0;
+  virtual void Close() {}
 };
 
 // A bounded FIFO shared by an in-process sender and receiver.

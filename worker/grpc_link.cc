@@ -32,20 +32,33 @@ GrpcActivationSender::GrpcActivationSender(std::string address,
 
 GrpcActivationSender::~GrpcActivationSender() { Close(); }
 
+namespace {
+
+// Waits up to `timeout` for the channel to connect, in slices of 100 ms so that `closing`
+// stops the wait early. `peer` names the other end in the error.
+absl::Status WaitConnected(grpc::Channel& channel, std::chrono::milliseconds timeout,
+                           const std::atomic<bool>& closing, const std::string& peer) {
+  const auto deadline = std::chrono::system_clock::now() + timeout;
+  for (;;) {
+    if (closing.load()) return absl::UnavailableError("link is closed");
+    const auto slice =
+        std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    if (channel.WaitForConnected(slice)) return absl::OkStatus();
+    if (slice == deadline) return absl::UnavailableError(absl::StrCat(peer, " is unreachable"));
+  }
+}
+
+}  // namespace
+
 absl::Status GrpcActivationSender::Connect() {
   if (!channel_) {
     channel_ = MakeChannel(address_);
     stub_ = v1::StagePipe::NewStub(channel_);
   }
-  const auto deadline = std::chrono::system_clock::now() + connect_timeout_;
-  for (;;) {
-    if (closing_.load()) return absl::UnavailableError("link is closed");
-    const auto slice = std::min(deadline, std::chrono::system_clock::now() +
-                                              std::chrono::milliseconds(100));
-    if (channel_->WaitForConnected(slice)) break;
-    if (slice == deadline) {
-      return absl::UnavailableError(absl::StrCat("next stage at ", address_, " is unreachable"));
-    }
+  if (absl::Status st =
+          WaitConnected(*channel_, connect_timeout_, closing_, "next stage at " + address_);
+      !st.ok()) {
+    return st;
   }
   ctx_ = std::make_unique<grpc::ClientContext>();
   stream_ = stub_->Forward(ctx_.get());
@@ -113,11 +126,17 @@ void GrpcActivationSender::Close() {
 GrpcResultSender::GrpcResultSender(std::string address, std::chrono::milliseconds connect_timeout)
     : address_(std::move(address)), connect_timeout_(connect_timeout) {}
 
-GrpcResultSender::~GrpcResultSender() {
+GrpcResultSender::~GrpcResultSender() { Close(); }
+
+void GrpcResultSender::Close() {
+  closing_.store(true);
   std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  closed_ = true;
   if (stream_) {
     stream_->WritesDone();
     stream_->Finish().IgnoreError();
+    stream_.reset();
   }
 }
 
@@ -126,8 +145,10 @@ absl::Status GrpcResultSender::Connect() {
     channel_ = MakeChannel(address_);
     stub_ = v1::Coordinator::NewStub(channel_);
   }
-  if (!channel_->WaitForConnected(std::chrono::system_clock::now() + connect_timeout_)) {
-    return absl::UnavailableError(absl::StrCat("coordinator at ", address_, " is unreachable"));
+  if (absl::Status st =
+          WaitConnected(*channel_, connect_timeout_, closing_, "coordinator at " + address_);
+      !st.ok()) {
+    return st;
   }
   ctx_ = std::make_unique<grpc::ClientContext>();
   stream_ = stub_->Results(ctx_.get(), &ack_);
@@ -145,6 +166,7 @@ void GrpcResultSender::Disconnect() {
 
 absl::Status GrpcResultSender::Send(StepResult result) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return absl::UnavailableError("link is closed");
   EncodeResult(result, &wire_);
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (!stream_) {

@@ -6,7 +6,9 @@
 // - GrpcActivationSender / GrpcResultSender connect lazily and reconnect when the stream
 //   breaks: a Send on a broken link first tries one reconnection (waiting up to
 //   `connect_timeout`) and fails with Unavailable naming the peer if that fails. They are
-//   safe to call from several threads (Send is serialized).
+//   safe to call from several threads (Send is serialized). Close() ends the stream
+//   cleanly; a Send waiting to connect gives up within 100 ms of it, and later Sends fail
+//   with Unavailable.
 // - FrameInbox is the receiving end: the StagePipe service decodes and validates each
 //   frame against the inbox's expectations (DecodeFrame) before queueing it. A frame that
 //   fails validation is answered with a FrameAck carrying the reason, logged, and turned
@@ -65,6 +67,7 @@ class GrpcResultSender : public ResultSender {
                             std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
   ~GrpcResultSender() override;
   absl::Status Send(StepResult result) override;
+  void Close() override;
 
  private:
   absl::Status Connect() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -72,7 +75,10 @@ class GrpcResultSender : public ResultSender {
 
   const std::string address_;
   const std::chrono::milliseconds connect_timeout_;
+  // As in GrpcActivationSender: set by Close() before it takes mu_.
+  std::atomic<bool> closing_{false};
   std::mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<v1::Coordinator::Stub> stub_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<grpc::ClientContext> ctx_ ABSL_GUARDED_BY(mu_);

@@ -39,6 +39,8 @@ void StageExecutor::Start() {
 
 void StageExecutor::Stop() {
   if (in_) in_->Close();
+  // A last stage blocked reporting to an unreachable coordinator gives up at once.
+  if (results_) results_->Close();
   if (thread_.joinable()) thread_.join();
   if (out_) out_->Close();
 }

@@ -43,7 +43,9 @@ class StageExecutor {
   ~StageExecutor();
 
   void Start();
-  // Closes the links and joins the thread.
+  // Closes the links and joins the thread: the inbound link and the result link first
+  // (batches still queued are dropped, a result send waiting on an unreachable
+  // coordinator gives up), the outbound link once the thread has ended.
   void Stop();
   ExecutorStats Stats() const;
   Stage& stage() { return *stage_; }
