@@ -1,8 +1,8 @@
 // kernel_bench: Google Benchmark micro-benchmarks of the CPU matmul kernels, per weight
 // type, at n = 1 (decode: bound by weight bandwidth) and n = 128 (prefill: bound by
 // arithmetic), with 1 and 2 threads: n = 1 on a TinyLlama output-head-shaped weight (32000
-// rows of 2048, larger than L3, so it streams from memory), n = 2, 4 and 128 on an
-// FFN-shaped one (5632 rows of 2048).
+// rows of 2048, larger than L3, so it streams from memory), n = 2 to 16 (the micro-batches
+// of a pipeline stage or a batched decode) and 128 on an FFN-shaped one (5632 rows of 2048).
 //
 //   kernel_bench [--benchmark_filter=Q4_K] [--benchmark_min_time=0.2]
 //
@@ -144,7 +144,7 @@ BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
-    for (int n : {1, 2, 4, 8, 128}) b->Args({n, threads});
+    for (int n : {1, 2, 4, 8, 12, 16, 128}) b->Args({n, threads});
   }
   b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
