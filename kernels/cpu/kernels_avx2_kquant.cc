@@ -26,9 +26,11 @@ namespace {
 // Below this many tokens, matmuls unpack each weight row in registers and run it against
 // up to kDirectTile tokens at a time (KTile); from it on, rows or panels are unpacked into
 // scratch once per token block. Measured on Zen 3, one thread, 5632 x 2048 (GFLOP/s,
-// medians of 4 alternating runs), in registers / row-blocked: 4 tokens Q4_K 55.0 / 45.8,
-// Q5_K 55.9 / 40.9, Q6_K 53.1 / 41.2; 8 tokens Q4_K 59.1 / 53.4, Q5_K 50.2 / 51.1.
-constexpr int64_t kBlockedMinTokens = 8;
+// medians of 3-4 alternating runs), in registers / row-blocked: 4 tokens Q4_K 55.0 / 45.8,
+// Q5_K 55.9 / 40.9, Q6_K 53.1 / 41.2; 8 tokens Q4_K 59.1 / 53.4, Q5_K 50.2 / 51.1, Q6_K
+// 53.1 / 45.8; 12 tokens Q4_K 62.9 / 55.6, Q5_K 50.2 / 52.6, Q6_K 52.8 / 50.7; 16 tokens
+// Q4_K 55.2 / 58.9, Q5_K 49.2 / 56.0 (Q6_K 59.5 / 54.8).
+constexpr int64_t kBlockedMinTokens = 16;
 constexpr int kDirectTile = 4;
 // From this many tokens on, Q4_K/Q5_K use 8-row panels: expanding a panel costs about
 // as much as a dozen tokens' products, so small micro-batches keep the row tile.
