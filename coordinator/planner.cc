@@ -114,6 +114,9 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
   uint64_t layer_sum = 0;
   for (uint64_t b : m.layer_bytes) layer_sum += b;
   const double avg_layer = static_cast<double>(layer_sum) / L + static_cast<double>(kv_per_layer);
+  // The output head's work in layers (by weight bytes, which set decode's time per token).
+  const double head_layers =
+      layer_sum > 0 ? static_cast<double>(m.head_bytes) * L / static_cast<double>(layer_sum) : 0;
 
   const int max_k = std::min<int>(static_cast<int>(workers.size()), L);
   if (lim.min_stages > max_k) {
@@ -126,8 +129,6 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
     std::sort(chosen.begin(), chosen.end());  // pipeline order = listed order
     // Fixed cost of each position and how many layers fit.
     std::vector<int> max_fit(k), alloc(k);
-    double speed_sum = 0;
-    for (int i = 0; i < k; ++i) speed_sum += std::max(1e-9, workers[chosen[i]].gflops);
     int64_t fit_sum = 0;
     // Activation workspace of a middle stage and of the last one (which adds logits).
     const uint64_t act_mid =
@@ -147,41 +148,31 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
       fit_sum += max_fit[i];
     }
     if (fit_sum < L || *std::min_element(max_fit.begin(), max_fit.end()) < 1) continue;
-    // Targets by speed, within what fits; then settle the remainder.
-    int total = 0;
-    for (int i = 0; i < k; ++i) {
-      const double share = L * std::max(1e-9, workers[chosen[i]].gflops) / speed_sum;
-      alloc[i] = std::clamp(static_cast<int>(std::lround(share)), 1, max_fit[i]);
-      total += alloc[i];
-    }
-    while (total < L) {  // give a layer where it costs the least time per layer
+    // Every stage gets one layer, then each further layer goes where it finishes soonest:
+    // a stage's time is its layers plus, on the last stage, the output head (in layers of
+    // the same byte size: decode runs it for every token), over the worker's speed. Giving
+    // unit jobs one at a time to the least-finished machine is optimal for the slowest
+    // stage, which sets the pipeline's pace.
+    auto stage_time = [&](int i, int layers) {
+      const double extra = i == k - 1 ? head_layers : 0.0;
+      return (layers + extra) / std::max(1e-9, workers[chosen[i]].gflops);
+    };
+    std::fill(alloc.begin(), alloc.end(), 1);
+    int total = k;
+    while (total < L) {
       int best = -1;
-      double best_load = 0;
+      double best_time = 0;
       for (int i = 0; i < k; ++i) {
         if (alloc[i] >= max_fit[i]) continue;
-        const double load = (alloc[i] + 1) / std::max(1e-9, workers[chosen[i]].gflops);
-        if (best < 0 || load < best_load) {
+        const double t = stage_time(i, alloc[i] + 1);
+        if (best < 0 || t < best_time) {
           best = i;
-          best_load = load;
+          best_time = t;
         }
       }
       if (best < 0) break;
       ++alloc[best];
       ++total;
-    }
-    while (total > L) {  // take from the most loaded stage
-      int worst = -1;
-      double worst_load = 0;
-      for (int i = 0; i < k; ++i) {
-        if (alloc[i] <= 1) continue;
-        const double load = alloc[i] / std::max(1e-9, workers[chosen[i]].gflops);
-        if (worst < 0 || load > worst_load) {
-          worst = i;
-          worst_load = load;
-        }
-      }
-      --alloc[worst];
-      --total;
     }
     if (total != L) continue;
     Plan plan;
@@ -224,9 +215,8 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
 
 std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& workers) const {
   // Columns sized to their widest cell.
-  std::vector<std::vector<std::string>> rows = {
-      {"stage", "worker", "node", "layers", "weights", "kv cache", "activations", "total",
-       "memory"}};
+  std::vector<std::vector<std::string>> rows = {{"stage", "worker", "node", "layers", "weights",
+                                                 "kv cache", "activations", "total", "memory"}};
   for (size_t i = 0; i < stages.size(); ++i) {
     const StagePlan& s = stages[i];
     const WorkerSpec& w = workers[s.worker];
@@ -249,10 +239,9 @@ std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& wo
     }
     out += "\n";
   }
-  absl::StrAppend(&out, m.name, ": ", m.config.n_layers, " layers, ",
-                  HumanBytes(m.total_bytes()), " of weights; ", stages.size(),
-                  stages.size() == 1 ? " stage" : " stages", ", ", kv_blocks,
-                  " KV blocks per stage\n");
+  absl::StrAppend(&out, m.name, ": ", m.config.n_layers, " layers, ", HumanBytes(m.total_bytes()),
+                  " of weights; ", stages.size(), stages.size() == 1 ? " stage" : " stages", ", ",
+                  kv_blocks, " KV blocks per stage\n");
   return out;
 }
 

@@ -6,8 +6,10 @@
 // - Use the fewest stages that fit (but at least min_stages): one worker when the model
 //   fits on one (the one with the most memory, then the fastest); otherwise try 2, 3, ...
 //   workers, preferring those with the most memory.
-// - Balance layers by each worker's speed (gflops) within what its memory holds: faster
-//   and larger workers get more layers; stage order follows the workers' listed order.
+// - Balance layers by each worker's speed (gflops) within what its memory holds, so that
+//   the slowest stage is as fast as it can be: faster and larger workers get more layers,
+//   and the last stage, which also runs the output head (counted as layers of the same
+//   weight bytes), gets fewer; stage order follows the workers' listed order.
 // - A plan that does not fit is refused with the shortfall named (which resource, how
 //   much is needed, how much the workers offer).
 // Pure and thread-safe.

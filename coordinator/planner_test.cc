@@ -63,10 +63,26 @@ TEST(Planner, FasterWorkersGetMoreLayers) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->stages.size(), 2u);
   EXPECT_GT(plan->stages[0].layers.size(), plan->stages[1].layers.size());
+}
+
+TEST(Planner, LastStageCarriesTheHeadAndGetsFewerLayers) {
+  // TinyLlama's output head (32000 x 2048) weighs ~1.5 layers: on equal workers 12 + 10
+  // layers (12 and 11.5 layer-times) beat 11 + 11 (11 and 12.5).
   auto even = MakePlan(TinyLlamaF16(), Workers("x=1.6GiB,y=1.6GiB"), Limits());
-  ASSERT_TRUE(even.ok());
-  EXPECT_EQ(even->stages[0].layers.size(), 11);
-  EXPECT_EQ(even->stages[1].layers.size(), 11);
+  ASSERT_TRUE(even.ok()) << even.status();
+  ASSERT_EQ(even->stages.size(), 2u);
+  EXPECT_EQ(even->stages[0].layers.size(), 12);
+  EXPECT_EQ(even->stages[1].layers.size(), 10);
+  // Three equal workers with room to spare: 8 + 8 + 6 (8, 8 and 7.5 layer-times) rather
+  // than 8 + 7 + 7 (8, 7, 8.5).
+  PlanLimits lim = Limits();
+  lim.min_stages = 3;
+  auto three = MakePlan(TinyLlamaF16(), Workers("a=4GiB,b=4GiB,c=4GiB"), lim);
+  ASSERT_TRUE(three.ok()) << three.status();
+  ASSERT_EQ(three->stages.size(), 3u);
+  EXPECT_EQ(three->stages[0].layers.size(), 8);
+  EXPECT_EQ(three->stages[1].layers.size(), 8);
+  EXPECT_EQ(three->stages[2].layers.size(), 6);
 }
 
 TEST(Planner, RefusesAndNamesTheShortfall) {
