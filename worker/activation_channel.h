@@ -34,6 +34,10 @@ class ActivationSender {
   virtual ~ActivationSender() = default;
   virtual absl::Status Send(StageFrame frame) = 0;
   virtual void Close() = 0;
+  // From now on a Send that would have to (re)connect fails at once, and one waiting to
+  // connect gives up; a link that is up keeps working until Close. Lets a stopping stage
+  // drain its queue to a live neighbour without waiting on a dead one.
+  virtual void StopReconnecting() {}
 };
 
 class ActivationReceiver {
@@ -43,14 +47,14 @@ class ActivationReceiver {
   virtual void Close() = 0;
 };
 
-// Where the last stage reports sampled tokens (the coordinator). After Close, Send fails
-// at once (and a Send blocked connecting gives up), so a stage can stop without waiting
-// for an unreachable coordinator.
+// Where the last stage reports sampled tokens (the coordinator). StopReconnecting and
+// Close as for ActivationSender: after Close every Send fails at once.
 class ResultSender {
  public:
   virtual ~ResultSender() = default;
   virtual absl::Status Send(StepResult result) = 0;
   virtual void Close() {}
+  virtual void StopReconnecting() {}
 };
 
 // A bounded FIFO shared by an in-process sender and receiver.

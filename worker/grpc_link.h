@@ -7,8 +7,9 @@
 //   breaks: a Send on a broken link first tries one reconnection (waiting up to
 //   `connect_timeout`) and fails with Unavailable naming the peer if that fails. They are
 //   safe to call from several threads (Send is serialized). Close() ends the stream
-//   cleanly; a Send waiting to connect gives up within 100 ms of it, and later Sends fail
-//   with Unavailable.
+//   cleanly; a Send waiting to connect gives up within 100 ms of it or of
+//   StopReconnecting(), and later Sends fail with Unavailable (after StopReconnecting,
+//   only those that would have to connect).
 // - FrameInbox is the receiving end: the StagePipe service decodes and validates each
 //   frame against the inbox's expectations (DecodeFrame) before queueing it. A frame that
 //   fails validation is answered with a FrameAck carrying the reason, logged, and turned
@@ -37,6 +38,7 @@ class GrpcActivationSender : public ActivationSender {
   ~GrpcActivationSender() override;
   absl::Status Send(StageFrame frame) override;
   void Close() override;
+  void StopReconnecting() override { closing_.store(true); }
   uint64_t rejected() const { return rejected_.load(); }
 
  private:
@@ -54,8 +56,8 @@ class GrpcActivationSender : public ActivationSender {
   std::thread ack_reader_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<std::atomic<bool>> broken_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  // Set by Close() before it takes mu_, so that a Send waiting to (re)connect gives up
-  // within a poll interval instead of holding mu_ for the whole connect timeout.
+  // Set by Close() (before it takes mu_) or StopReconnecting(), so that a Send waiting to
+  // (re)connect gives up within a poll interval instead of the whole connect timeout.
   std::atomic<bool> closing_{false};
   v1::ActivationFrame wire_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> rejected_{0};
@@ -68,6 +70,7 @@ class GrpcResultSender : public ResultSender {
   ~GrpcResultSender() override;
   absl::Status Send(StepResult result) override;
   void Close() override;
+  void StopReconnecting() override { closing_.store(true); }
 
  private:
   absl::Status Connect() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -75,7 +78,7 @@ class GrpcResultSender : public ResultSender {
 
   const std::string address_;
   const std::chrono::milliseconds connect_timeout_;
-  // As in GrpcActivationSender: set by Close() before it takes mu_.
+  // As in GrpcActivationSender: set by Close() (before it takes mu_) or StopReconnecting().
   std::atomic<bool> closing_{false};
   std::mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

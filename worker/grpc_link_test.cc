@@ -65,6 +65,21 @@ TEST(GrpcActivationSender, CloseStopsASendWaitingToConnect) {
   EXPECT_EQ(sender.Send(SomeFrame()).code(), absl::StatusCode::kUnavailable);
 }
 
+TEST(GrpcActivationSender, StopReconnectingStopsASendWaitingToConnect) {
+  // What a stopping stage does before draining its queue: a dead next stage must not hold
+  // each remaining frame for the connect timeout.
+  GrpcActivationSender sender(kNobody, std::chrono::seconds(60));
+  auto send = std::async(std::launch::async, [&] { return sender.Send(SomeFrame()); });
+  std::this_thread::sleep_for(milliseconds(200));
+  sender.StopReconnecting();
+  ASSERT_EQ(send.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "Send still waiting 20 s after StopReconnecting";
+  EXPECT_EQ(send.get().code(), absl::StatusCode::kUnavailable);
+  const auto start = steady_clock::now();
+  EXPECT_EQ(sender.Send(SomeFrame()).code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 TEST(GrpcActivationSender, UnreachableNextStageIsNamedInTheError) {
   GrpcActivationSender sender(kNobody, milliseconds(300));
   absl::Status st = sender.Send(SomeFrame());

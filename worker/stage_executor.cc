@@ -39,10 +39,13 @@ void StageExecutor::Start() {
 
 void StageExecutor::Stop() {
   if (in_) in_->Close();
-  // A last stage blocked reporting to an unreachable coordinator gives up at once.
-  if (results_) results_->Close();
+  // Frames already queued still go to a live next stage (or their results to the
+  // coordinator), but a send blocked on an unreachable one gives up at once.
+  if (out_) out_->StopReconnecting();
+  if (results_) results_->StopReconnecting();
   if (thread_.joinable()) thread_.join();
   if (out_) out_->Close();
+  if (results_) results_->Close();
 }
 
 ExecutorStats StageExecutor::Stats() const {

@@ -43,9 +43,9 @@ class StageExecutor {
   ~StageExecutor();
 
   void Start();
-  // Closes the links and joins the thread: the inbound link and the result link first
-  // (batches still queued are dropped, a result send waiting on an unreachable
-  // coordinator gives up), the outbound link once the thread has ended.
+  // Closes the inbound link and joins the thread, then closes the outbound links: batches
+  // already queued still reach a live next stage or coordinator, but a send waiting on an
+  // unreachable one gives up at once.
   void Stop();
   ExecutorStats Stats() const;
   Stage& stage() { return *stage_; }
