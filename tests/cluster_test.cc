@@ -1,5 +1,6 @@
 // End-to-end cluster tests: a coordinator and three worker processes serve a model split
 // in three stages, on loopback and with every process in its own network namespace.
+#include <future>
 #include <thread>
 
 #include "engine/generator.h"
@@ -17,9 +18,9 @@
 namespace cascade {
 namespace {
 
+using ::testing::AnyOf;
 using testing::Cluster;
 using testing::ClusterOptions;
-using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 std::string TestModel() {
@@ -345,16 +346,35 @@ TEST_F(ClusterFaults, AWorkerThatDiesFailsItsRequestsClearlyInsteadOfHanging) {
   cluster_->StartWorkers();
   ASSERT_TRUE(cluster_->WaitServing());
   Generated doomed;
+  // The worker dies once the stream has started: 450 tokens take ~0.3 s on this model, so a
+  // fixed delay before the kill could let a fast run finish first.
+  std::promise<void> started;
   std::thread runner([&] {
     auto s = cluster_->Inference();
     v1::GenerateRequest r = Request("Once upon a time", 450, 0.0f, 1);
     r.set_ignore_eos(true);
-    doomed = Generate(*s, r, std::chrono::seconds(60));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = s->Generate(&ctx, r);
+    v1::GenerateResponse resp;
+    bool signalled = false;
+    while (reader->Read(&resp)) {
+      doomed.ids.insert(doomed.ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+      if (!signalled && !doomed.ids.empty()) {
+        started.set_value();
+        signalled = true;
+      }
+    }
+    doomed.status = reader->Finish();
+    if (!signalled) started.set_value();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const bool streaming =
+      started.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready;
   const auto killed = std::chrono::steady_clock::now();
   cluster_->worker(1).Signal(SIGKILL);
   runner.join();
+  ASSERT_TRUE(streaming) << "no token within 60 s";
+  EXPECT_LT(doomed.ids.size(), 450u) << "the generation finished before the worker died";
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   EXPECT_EQ(doomed.status.error_code(), grpc::StatusCode::UNAVAILABLE)
