@@ -114,9 +114,12 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
   uint64_t layer_sum = 0;
   for (uint64_t b : m.layer_bytes) layer_sum += b;
   const double avg_layer = static_cast<double>(layer_sum) / L + static_cast<double>(kv_per_layer);
-  // The output head's work in layers (by weight bytes, which set decode's time per token).
+  // The output head's work in layers (by weight bytes, which set decode's time per token);
+  // with tied embeddings the head multiplies by the embedding matrix.
+  const uint64_t head_work =
+      m.head_bytes + (m.config.tied_embeddings ? m.embedding_bytes : uint64_t{0});
   const double head_layers =
-      layer_sum > 0 ? static_cast<double>(m.head_bytes) * L / static_cast<double>(layer_sum) : 0;
+      layer_sum > 0 ? static_cast<double>(head_work) * L / static_cast<double>(layer_sum) : 0;
 
   const int max_k = std::min<int>(static_cast<int>(workers.size()), L);
   if (lim.min_stages > max_k) {

@@ -83,6 +83,15 @@ TEST(Planner, LastStageCarriesTheHeadAndGetsFewerLayers) {
   EXPECT_EQ(three->stages[0].layers.size(), 8);
   EXPECT_EQ(three->stages[1].layers.size(), 8);
   EXPECT_EQ(three->stages[2].layers.size(), 6);
+  // Tied embeddings: the head is the embedding matrix, still the last stage's work.
+  ModelProfile tied = TinyLlamaF16();
+  tied.config.tied_embeddings = true;
+  tied.head_bytes = 4 * static_cast<uint64_t>(tied.config.dim);  // the output norm only
+  auto tied_plan = MakePlan(tied, Workers("x=1.6GiB,y=1.6GiB"), Limits());
+  ASSERT_TRUE(tied_plan.ok()) << tied_plan.status();
+  ASSERT_EQ(tied_plan->stages.size(), 2u);
+  EXPECT_EQ(tied_plan->stages[0].layers.size(), 12);
+  EXPECT_EQ(tied_plan->stages[1].layers.size(), 10);
 }
 
 TEST(Planner, RefusesAndNamesTheShortfall) {
