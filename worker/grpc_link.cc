@@ -40,7 +40,9 @@ absl::Status WaitConnected(grpc::Channel& channel, std::chrono::milliseconds tim
                            const std::atomic<bool>& closing, const std::string& peer) {
   const auto deadline = std::chrono::system_clock::now() + timeout;
   for (;;) {
-    if (closing.load()) return absl::UnavailableError("link is closed");
+    if (closing.load()) {
+      return absl::UnavailableError(absl::StrCat("link to ", peer, " is closing"));
+    }
     const auto slice =
         std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(100));
     if (channel.WaitForConnected(slice)) return absl::OkStatus();
