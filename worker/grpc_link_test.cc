@@ -40,28 +40,33 @@ TEST(GrpcResultSender, UnreachableCoordinatorIsNamedInTheError) {
   EXPECT_NE(st.message().find("coordinator at 127.0.0.1:1"), std::string::npos) << st;
 }
 
+// Starts sender.Send(item) toward a peer that cannot be reached (60 s connect timeout),
+// calls stop() 200 ms later and returns what the Send returned; "timeout" if it was still
+// waiting 20 s after stop().
+template <typename Sender, typename Item, typename Stop>
+absl::Status SendThenStop(Sender& sender, Item item, Stop stop) {
+  auto send = std::async(std::launch::async, [&] { return sender.Send(std::move(item)); });
+  std::this_thread::sleep_for(milliseconds(200));
+  stop();
+  if (send.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    send.wait();
+    return absl::DeadlineExceededError("Send still waiting 20 s after the stop");
+  }
+  return send.get();
+}
+
 TEST(GrpcResultSender, CloseStopsASendWaitingToConnect) {
   GrpcResultSender sender(kNobody, std::chrono::seconds(60));
-  const auto start = steady_clock::now();
-  auto send = std::async(std::launch::async, [&] { return sender.Send(SomeResult()); });
-  std::this_thread::sleep_for(milliseconds(200));
-  sender.Close();
-  ASSERT_EQ(send.wait_for(std::chrono::seconds(20)), std::future_status::ready)
-      << "Send still waiting 20 s after Close";
-  EXPECT_EQ(send.get().code(), absl::StatusCode::kUnavailable);
-  EXPECT_LT(steady_clock::now() - start, std::chrono::seconds(20));
+  const absl::Status st = SendThenStop(sender, SomeResult(), [&] { sender.Close(); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   // Closed for good: no new connection attempt.
   EXPECT_EQ(sender.Send(SomeResult()).code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(GrpcActivationSender, CloseStopsASendWaitingToConnect) {
   GrpcActivationSender sender(kNobody, std::chrono::seconds(60));
-  auto send = std::async(std::launch::async, [&] { return sender.Send(SomeFrame()); });
-  std::this_thread::sleep_for(milliseconds(200));
-  sender.Close();
-  ASSERT_EQ(send.wait_for(std::chrono::seconds(20)), std::future_status::ready)
-      << "Send still waiting 20 s after Close";
-  EXPECT_EQ(send.get().code(), absl::StatusCode::kUnavailable);
+  const absl::Status st = SendThenStop(sender, SomeFrame(), [&] { sender.Close(); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   EXPECT_EQ(sender.Send(SomeFrame()).code(), absl::StatusCode::kUnavailable);
 }
 
@@ -69,16 +74,10 @@ TEST(GrpcActivationSender, StopReconnectingStopsASendWaitingToConnect) {
   // What a stopping stage does before draining its queue: a dead next stage must not hold
   // each remaining frame for the connect timeout.
   GrpcActivationSender sender(kNobody, std::chrono::seconds(60));
-  auto send = std::async(std::launch::async, [&] { return sender.Send(SomeFrame()); });
-  std::this_thread::sleep_for(milliseconds(200));
-  sender.StopReconnecting();
-  ASSERT_EQ(send.wait_for(std::chrono::seconds(20)), std::future_status::ready)
-      << "Send still waiting 20 s after StopReconnecting";
-  const absl::Status stopped = send.get();
-  EXPECT_EQ(stopped.code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(stopped.message().find("link to next stage at 127.0.0.1:1 is closing"),
-            std::string::npos)
-      << stopped;
+  const absl::Status st = SendThenStop(sender, SomeFrame(), [&] { sender.StopReconnecting(); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("link to next stage at 127.0.0.1:1 is closing"), std::string::npos)
+      << st;
   const auto start = steady_clock::now();
   EXPECT_EQ(sender.Send(SomeFrame()).code(), absl::StatusCode::kUnavailable);
   EXPECT_LT(steady_clock::now() - start, std::chrono::seconds(5));
