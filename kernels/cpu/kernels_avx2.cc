@@ -331,7 +331,7 @@ void F32Gemm(const MatmulTask& t) {
           }
         }
       }
-      // y = ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) per output, 8 rows at a time.
+      // Each output's 8 lane sums in Hsum8's tree, 8 rows at a time.
       for (int64_t tile = 0; tile < tiles; ++tile) {
         const float* ts = sums + tile * 8 * kTileSums;
         for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < count; ++c) {
@@ -340,9 +340,7 @@ void F32Gemm(const MatmulTask& t) {
             __m256 l[8];
             for (int j = 0; j < 8; ++j)
               l[j] = _mm256_load_ps(ts + j * kTileSums + (kGemmVecs * c + h) * 8);
-            const __m256 sum =
-                _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
-                              _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
+            const __m256 sum = avx2::Hsum8Columns(l);
             const int n_out = std::min(8, valid - 8 * h);
             if (n_out == 8) {
               _mm256_storeu_ps(y + 8 * h, sum);
