@@ -4,10 +4,9 @@
 // Contract: see kernels/backend.h. Owns a ThreadPool of `threads` threads (the caller's
 // thread included) and grow-only scratch buffers, so one CpuBackend serves one stage
 // executor thread at a time. Work is split by output rows (matmul: chunks claimed
-// dynamically for decode and for float prefill, whose activations the threads pack once
-// together; one even range per thread for quantized prefill) or by rows / (query, KV head)
-// (other ops), never inside a dot product, which keeps results independent of the thread
-// count.
+// dynamically; for float prefill the threads first pack the activations once together)
+// or by rows / (query, KV head) (other ops), never inside a dot product, which keeps
+// results independent of the thread count.
 #ifndef CASCADE_KERNELS_CPU_CPU_BACKEND_H_
 #define CASCADE_KERNELS_CPU_CPU_BACKEND_H_
 

@@ -86,10 +86,10 @@ std::string CaseName(const ::testing::TestParamInfo<MatmulCase>& info) {
 
 class MatmulPaths : public ::testing::TestWithParam<MatmulCase> {};
 
-// n = 1, 2, 3 (decode tiles), 4, 5, 6, 7, 12 (micro-batch tiles; float: 2 and 3 passes),
-// 16, 35, 64, 129 (prefill panels, every remainder), 141 (two token blocks of the float
-// GEMM); rows = 37 (partial row panels, uneven
-// thread ranges); k with tails and several cache chunks.
+// n = 1-7 and 12 (decode and micro-batch tiles: float 1-5 in one tile, 6-15 in 2-3 passes;
+// Q8_0/Q4_0 4-token tiles to 7; K-quants 4-token tiles to 15), 16, 35, 64, 129 (prefill
+// panels, every remainder), 141 (two token blocks of the float GEMM); rows = 37 (partial
+// row panels, uneven thread ranges); k with tails and several cache chunks.
 TEST_P(MatmulPaths, MatchesReferenceAndIsBatchInvariant) {
   const MatmulCase c = GetParam();
   const int64_t rows = 37, k = c.cols, max_n = 141;
