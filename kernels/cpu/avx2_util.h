@@ -83,10 +83,10 @@ inline void Scale(float a, float* y, int64_t n) {
 // 8 int32 lanes: lane l = sum of a[e] * b[e] for e in [4l, 4l + 4), for signed weights a
 // (any int8) and activations b in [-127, 127] (what the activation quantizers produce):
 // |a| * b fits, and pairs of products stay below 2^15, so maddubs never saturates.
-inline __m256i DotI8(__m256i a, __m256i b) {
-  const __m256i ua = _mm256_sign_epi8(a, a);
-  const __m256i sb = _mm256_sign_epi8(b, a);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sb), _mm256_set1_epi16(1));
+// abs_a = |a| (_mm256_sign_epi8(a, a)), taken once when a meets several b.
+inline __m256i DotI8(__m256i a, __m256i abs_a, __m256i b) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_a, _mm256_sign_epi8(b, a)),
+                           _mm256_set1_epi16(1));
 }
 
 // Transposes 8 rows of 8 int32 lanes (row r: e.g. the 8 four-byte code groups of one

@@ -84,7 +84,7 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
       PrefetchBytes(reinterpret_cast<const char*>(w[0]) + pf + b * kStep, kStep);
     }
     // Q4_0: unsigned nibbles (8 * sum(x) is subtracted from the totals below); Q8_0: the
-    // codes (for their signs) and their magnitudes, as DotI8 uses them.
+    // codes and their magnitudes (for DotI8).
     __m256i wq[4], wa[4];
     for (int r = 0; r < 4; ++r) {
       if constexpr (kQ4) {
@@ -104,8 +104,7 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
         if constexpr (kQ4) {
           p[r] = PartialU(wq[r], xq);
         } else {
-          p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(wa[r], _mm256_sign_epi8(xq, wq[r])),
-                                   _mm256_set1_epi16(1));
+          p[r] = DotI8(wq[r], wa[r], xq);
         }
       }
       __m128i s = Totals4(p[0], p[1], p[2], p[3]);
