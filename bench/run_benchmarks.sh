@@ -32,15 +32,15 @@ if [[ $WHAT == pipeline || $WHAT == all ]]; then
   echo "== (a) cost of a hop: batch-1 decode, llama-110m F16, one thread per stage =="
   M=$(model llama-110m F16)
   # One process and the 2- and 3-stage pipelines are all started once and take turns,
-  # eight rounds of 128 tokens, the order rotated each round: a shared VM's speed drifts by
-  # 10-20% within minutes (even between two runs of the same command), and turns expose
-  # every set-up to the same drift. Two placements: every process on one vCPU (at batch 1
-  # only one stage computes at a time), and free to use both vCPUs. Spread out, each hop
-  # wakes a halted vCPU, which on this kind of VM costs far more than the hop itself (see
-  # docs/benchmarks.md); on one vCPU the ratio shows what the software's hops cost.
+  # twenty rounds of 64 tokens, the order rotated each round: a shared VM's speed drifts by
+  # 10-20% within minutes (even between two runs of the same command), and many short
+  # turns expose every set-up to the same drift (8 rounds of 128 left a spread of +-5%).
+  # Two placements: every process on one vCPU (at batch 1 only one stage computes at a
+  # time, so the ratio shows what the software's hops and threads cost), and free to use
+  # both vCPUs, where each hop also wakes a halted vCPU (see docs/benchmarks.md).
   for placement in one spread; do
     if [[ $placement == one ]]; then pin=(taskset -c 0); label="all processes on vCPU 0"; else pin=(); label="free over $(nproc) vCPUs"; fi
-    out=$("${pin[@]}" "$BIN/cluster_bench" compare --model "$M" --stages 2,3 --threads 1 --streams 1 --tokens 128 --repeats 8 2>/dev/null)
+    out=$("${pin[@]}" "$BIN/cluster_bench" compare --model "$M" --stages 2,3 --threads 1 --streams 1 --tokens 64 --repeats 20 2>/dev/null)
     python3 - "$out" "$label" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
