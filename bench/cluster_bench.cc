@@ -25,6 +25,7 @@
 #include "coordinator/scheduler.h"
 #include "tests/subprocess.h"
 #include "util/logging.h"
+#include "util/runtime.h"
 #include "worker/grpc_util.h"
 #include "worker/local_pipeline.h"
 
@@ -288,6 +289,7 @@ std::unique_ptr<Setup> MakeSetup(const std::string& mode, const Options& o) {
 }  // namespace cascade
 
 int main(int argc, char** argv) {
+  cascade::ConfigureRuntime();
   CLI::App app{"Cascade end-to-end decode benchmark"};
   cascade::Options o;
   std::string mode;

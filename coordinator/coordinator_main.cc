@@ -6,9 +6,11 @@
 #include "coordinator/cluster_config.h"
 #include "coordinator/coordinator_server.h"
 #include "util/logging.h"
+#include "util/runtime.h"
 #include "util/signals.h"
 
 int main(int argc, char** argv) {
+  cascade::ConfigureRuntime();
   cascade::BlockTerminationSignals();
   CLI::App app{"Cascade coordinator: plans, schedules and streams", "cascade-coordinator"};
   cascade::CoordinatorOptions o;

@@ -5,8 +5,10 @@
 
 #include "tools/commands.h"
 #include "util/logging.h"
+#include "util/runtime.h"
 
 int main(int argc, char** argv) {
+  cascade::ConfigureRuntime();
   CLI::App app{"Cascade: serve large language models from a cluster", "cascade"};
   app.require_subcommand(1);
   app.fallthrough();  // global options (--log-level) may follow the subcommand

@@ -5,11 +5,13 @@
 
 #include "CLI/CLI.hpp"
 #include "util/logging.h"
+#include "util/runtime.h"
 #include "util/signals.h"
 #include "util/units.h"
 #include "worker/worker_server.h"
 
 int main(int argc, char** argv) {
+  cascade::ConfigureRuntime();
   cascade::BlockTerminationSignals();
   CLI::App app{"Cascade worker: runs one pipeline stage", "cascade-worker"};
   cascade::WorkerOptions o;
