@@ -70,7 +70,8 @@ absl::StatusOr<GenerationResult> Generate(Stage& stage, const Tokenizer& tokeniz
   result.finish = FinishReason::kLength;
   for (int32_t step = 0; step < req.max_tokens; ++step) {
     const int32_t pos = static_cast<int32_t>(history.size());
-    const SampleResult s = Sample(logits, req.sampling, history, static_cast<uint64_t>(pos));
+    const SampleResult s = Sample(logits, req.sampling, history, static_cast<uint64_t>(pos),
+                                   /*with_logprob=*/false);
     if (!req.ignore_eos && tokenizer.IsEndOfGeneration(s.token)) {
       result.finish = FinishReason::kEndOfSequence;
       break;

@@ -59,18 +59,30 @@ double UniformDraw(uint64_t seed, uint64_t index) {
 }
 
 SampleResult Sample(std::span<const float> logits, const SamplingParams& p,
-                    std::span<const int32_t> history, uint64_t draw_index) {
+                    std::span<const int32_t> history, uint64_t draw_index, bool with_logprob) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   // Raw log-softmax for the reported logprob.
-  const float raw_max = *std::max_element(logits.begin(), logits.end());
-  double raw_sum = 0;
-  for (float v : logits) raw_sum += std::exp(static_cast<double>(v - raw_max));
-  const double raw_lse = raw_max + std::log(raw_sum);
+  double raw_lse = 0;
+  if (with_logprob) {
+    const float raw_max = *std::max_element(logits.begin(), logits.end());
+    double raw_sum = 0;
+    for (float v : logits) raw_sum += std::exp(static_cast<double>(v - raw_max));
+    raw_lse = raw_max + std::log(raw_sum);
+  }
+  auto result = [&](int32_t tok) {
+    return SampleResult{tok, with_logprob ? static_cast<float>(logits[tok] - raw_lse) : 0.0f};
+  };
+  const bool penalties =
+      !history.empty() &&
+      (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f);
+  if (p.greedy() && !penalties) {  // first maximum wins ties, deterministically
+    return result(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                       logits.begin()));
+  }
 
   std::vector<float> z(logits.begin(), logits.end());
   // Penalties over the recent window.
-  if (!history.empty() &&
-      (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f)) {
+  if (penalties) {
     const size_t n =
         p.penalty_last_n == 0 ? 0 : std::min(history.size(), static_cast<size_t>(p.penalty_last_n));
     std::unordered_map<int32_t, int> counts;
@@ -84,9 +96,6 @@ SampleResult Sample(std::span<const float> logits, const SamplingParams& p,
       v -= static_cast<float>(cnt) * p.frequency_penalty + p.presence_penalty;
     }
   }
-  auto result = [&](int32_t tok) {
-    return SampleResult{tok, static_cast<float>(logits[tok] - raw_lse)};
-  };
   if (p.greedy()) {
     // First maximum wins ties, deterministically.
     return result(static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin()));

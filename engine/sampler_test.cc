@@ -19,6 +19,31 @@ TEST(Sampler, GreedyPicksArgmaxAndReportsLogprob) {
   EXPECT_NEAR(r.logprob, 3.0 - std::log(sum), 1e-5);
 }
 
+TEST(Sampler, SkippingTheLogprobKeepsEveryToken) {
+  auto l = Logits();
+  SamplingParams hot;
+  hot.temperature = 1.5f;
+  hot.top_k = 0;
+  hot.min_p = 0;
+  hot.top_p = 1;
+  SamplingParams penalized = SamplingParams::Greedy();
+  penalized.repetition_penalty = 2.0f;
+  const std::vector<int32_t> history = {1, 1, 2};
+  for (const SamplingParams& p : {SamplingParams::Greedy(), hot, penalized}) {
+    for (uint64_t draw = 0; draw < 50; ++draw) {
+      const SampleResult with = Sample(l, p, history, draw, true);
+      const SampleResult without = Sample(l, p, history, draw, false);
+      EXPECT_EQ(with.token, without.token) << p.DebugString() << " draw " << draw;
+      EXPECT_LT(with.logprob, 0.0f);
+      EXPECT_EQ(without.logprob, 0.0f);
+    }
+  }
+  // The skipped logprob does not skip the penalties: with tokens 1 and 2 penalized, 1 keeps
+  // the lead (3.0 / 2 against 2.5 / 2); with only 1 penalized, 2 wins (2.5 against 1.5).
+  EXPECT_EQ(Sample(l, penalized, history, 0, false).token, 1);
+  EXPECT_EQ(Sample(l, penalized, std::vector<int32_t>{1, 1}, 0, false).token, 2);
+}
+
 TEST(Sampler, SameSeedSameDrawsDifferentSeedDifferentDraws) {
   auto l = Logits();
   SamplingParams p;

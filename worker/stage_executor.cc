@@ -143,12 +143,14 @@ void StageExecutor::Process(StageFrame frame) {
     SamplingParams params = SamplingParams::Greedy();
     uint64_t draw = static_cast<uint64_t>(slot.pos) + 1;
     std::span<const int32_t> recent;
+    bool logprob = false;
     if (it != sampling.end()) {
       params = it->second->params;
       draw = it->second->draw_index;
       recent = it->second->recent_tokens;
+      logprob = it->second->logprobs;
     }
-    const SampleResult s = Sample(logits, params, recent, draw);
+    const SampleResult s = Sample(logits, params, recent, draw, logprob);
     result.tokens.push_back({slot.seq, s.token, s.logprob, slot.pos + 1});
   }
   if (absl::Status s = results_->Send(std::move(result)); !s.ok()) {
