@@ -88,7 +88,7 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     }
     xp = act_scratch_.data();
   }
-  // Per-thread scratch: weight panels converted, dequantized or expanded.
+  // Per-thread scratch: weight panels converted or dequantized, packed activations.
   EnsureThreadScratch(cpu::ScratchFloats(k));
   const float* packed_x = nullptr;
   auto run = [&](int64_t r0, int64_t r1, int thread) {
@@ -107,27 +107,6 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     t.packed_x = packed_x;
     fn(t);
   };
-  // Float activations for the GEMM (prefill) are packed once, by all threads together,
-  // and shared by every weight panel.
-  const size_t packed = fmt == cpu::ActFormat::kF32 && kt.packed_f32_floats != nullptr
-                            ? kt.packed_f32_floats(n, k)
-                            : 0;
-  if (packed > 0) {
-    GrowScratch(&packed_act_, packed);
-    cpu::MatmulTask t;
-    t.x = xp;
-    t.x_stride = x_stride;
-    t.n = n;
-    t.k = k;
-    if (pool_.num_threads() == 1 || rows * k * n < kMinParallelWork) {
-      kt.pack_f32(t, 0, 1, packed_act_.data.get());
-    } else {
-      pool_.Run([&](int thread, int nthreads) {
-        kt.pack_f32(t, thread, nthreads, packed_act_.data.get());
-      });
-    }
-    packed_x = packed_act_.data.get();
-  }
   if (rows * k * n < kMinParallelWork || pool_.num_threads() == 1) {
     run(0, rows, 0);
     return;
@@ -141,7 +120,22 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
   }
   // Prefill: chunks of 16-row panels (about 8 per thread, at most 128 rows) claimed
   // dynamically, so a vCPU slowed by its neighbours takes fewer chunks instead of holding
-  // up the others.
+  // up the others. Float activations are first packed once, by all threads together.
+  const size_t packed = fmt == cpu::ActFormat::kF32 && kt.packed_f32_floats != nullptr
+                            ? kt.packed_f32_floats(n, k)
+                            : 0;
+  if (packed > 0) {
+    GrowScratch(&packed_act_, packed);
+    cpu::MatmulTask t;
+    t.x = xp;
+    t.x_stride = x_stride;
+    t.n = n;
+    t.k = k;
+    pool_.Run([&](int thread, int nthreads) {
+      kt.pack_f32(t, thread, nthreads, packed_act_.data.get());
+    });
+    packed_x = packed_act_.data.get();
+  }
   const int64_t grain =
       std::clamp<int64_t>((rows / (8 * pool_.num_threads()) + 15) / 16 * 16, 16, 128);
   pool_.ParallelForDynamic(rows, grain, run);

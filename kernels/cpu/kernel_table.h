@@ -57,13 +57,13 @@ struct MatmulTask {
   int64_t ldy = 0;
   int64_t r0 = 0, r1 = 0;    // weight rows to compute
   float* scratch = nullptr;  // per-thread, 64-byte aligned, >= ScratchFloats(k) floats
-  // ActFormat::kF32 only, required when packed_f32_floats(n, k) > 0: the activations as
-  // pack_f32 laid them out (shared by every thread of the matmul).
+  // ActFormat::kF32 only, when packed_f32_floats(n, k) > 0: the activations as pack_f32
+  // laid them out (shared by every thread of the matmul); null: the kernel packs its own.
   const float* packed_x = nullptr;
 };
 // Scratch floats a matmul kernel may use for rows of k elements (k rounded up to 8): 164
-// per element for panels of converted, dequantized or expanded weight rows (the float GEMM
-// uses 2 x 16), plus 264 Ki floats of partial sums.
+// per element for panels of converted or packed weight rows and packed activations (the
+// float GEMM: 2 x 16 weight rows and 132 tokens), plus 264 Ki floats of partial sums.
 inline constexpr int64_t kScratchRowsPerElement = 164;
 inline size_t ScratchFloats(int64_t k) {
   return static_cast<size_t>(kScratchRowsPerElement * ((k + 7) / 8 * 8) + 264 * 1024);

@@ -5,9 +5,8 @@
 // accumulator over k in element order, reduced by Hsum8, whatever the tile shape.
 //
 // Decode (few tokens) streams the weights once, converting them in registers; prefill
-// (F32Gemm) packs blocks of tokens and panels of 16 weight rows (converted to F32 once per
-// matmul when the activations come packed, thread-local scratch) lane by lane and runs
-// 16 x 6 outer-product tiles.
+// (F32Gemm) packs a block of tokens and panels of 16 weight rows (converted to F32 once
+// per token block, thread-local scratch) lane by lane and runs 16 x 6 outer-product tiles.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -169,11 +168,11 @@ void F32Direct(const MatmulTask& t) {
 // and 6 broadcasts per 12 FMAs), then adds each output's eight lane sums in the
 // ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) tree of Hsum8. Same FMAs in the same order as
 // F32Tile, so the same bits; only the data layout changes.
-// The activations come packed by PackF32 (MatmulTask::packed_x), in token blocks of up to
-// kGemmBlockTokens: [block][lane][chunk][tile][step in chunk][6 tokens]. Each panel of 16
-// weight rows is converted to F32 and packed once per matmul and run against every block.
-// Scratch: weights [lane][step][16 rows] | dequantized rows (16 x kp) | lane sums of one
-// block [tile][lane][6 tokens][16 rows].
+// Scratch, per token block of up to kGemmBlockTokens (packed once) and per block of 16
+// weight rows (converted to F32 and packed once per token block):
+//   weights [lane][step][16 rows] | dequantized rows (16 x kp) | activations
+//   [lane][chunk][tile][step in chunk][6 tokens] (unless shared ones are given in
+//   MatmulTask::packed_x) | lane sums [tile][lane][6 tokens][16 rows].
 // Each lane's weights are swept in sub-panels of kGemmChunkSteps steps (8 KiB, kept in
 // L1) by every token tile, whose activations (3 KiB) stream from L2. Measured on Zen 3:
 // 16 x 6 tiles beat 24 x 4, and 128-step sub-panels beat 256 and 512.
@@ -183,9 +182,13 @@ constexpr int kGemmTokens = 6;
 constexpr int64_t kGemmBlockTokens = 132;
 constexpr int64_t kGemmChunkSteps = 128;
 static_assert(kGemmBlockTokens % kGemmTokens == 0, "token blocks hold whole tiles");
-// Scratch: 2 x 16 weight rows per element, and the lane sums out of the 264 Ki spare floats.
-static_assert(2 * kGemmRows <= kScratchRowsPerElement &&
-                  kGemmBlockTokens / kGemmTokens * 8 * kGemmTokens * kGemmRows <= 264 * 1024,
+// Scratch: 2 x 16 weight rows per element, and the activations (kGemmBlockTokens rows of
+// k rounded up to whole chunks: at most 8 * kGemmChunkSteps floats each over kp) plus the
+// lane sums out of the 264 Ki spare floats.
+static_assert(2 * kGemmRows + kGemmBlockTokens <= kScratchRowsPerElement &&
+                  kGemmBlockTokens * 8 * kGemmChunkSteps +
+                          kGemmBlockTokens / kGemmTokens * 8 * kGemmTokens * kGemmRows <=
+                      264 * 1024,
               "the GEMM's panels and lane sums fit in ScratchFloats(k)");
 
 // Lane sums of one 16 x 6 tile over `steps` steps: wl holds [step][16] weights, xl
@@ -200,8 +203,8 @@ inline void LaneTile(const float* wl, const float* xl, int64_t steps, bool first
     }
   }
   const float* wq = wl;
-  const float* const x_end = xl + steps * kGemmTokens;
-  for (const float* xq = xl; xq != x_end; wq += kGemmRows, xq += kGemmTokens) {
+  const float* xq = xl;
+  for (int64_t s = 0; s < steps; ++s, wq += kGemmRows, xq += kGemmTokens) {
     __m256 w[V];
     for (int h = 0; h < V; ++h) w[h] = _mm256_load_ps(wq + 8 * h);
     for (int c = 0; c < kGemmTokens; ++c) {
@@ -255,7 +258,7 @@ void PackLaneMajor(const uint8_t* const* rows, int64_t k, int64_t steps, float* 
 constexpr int64_t kTileChunk = kGemmChunkSteps * kGemmTokens;  // one tile's chunk of a lane
 
 // The token blocks of the float GEMM for n activation rows of k elements: equal blocks of
-// whole tiles, none over kGemmBlockTokens.
+// whole tiles, none over kGemmBlockTokens (every block re-packs the weight panels).
 struct GemmBlocks {
   int64_t n, k, kp, steps, chunks, nb, blocks;
   GemmBlocks(int64_t n_, int64_t k_) : n(n_), k(k_) {
@@ -291,66 +294,62 @@ void F32Gemm(const MatmulTask& t) {
   const int64_t kp = g.kp, steps = g.steps;
   float* wp = t.scratch;                  // (lane, step, 16 rows)
   float* deq = wp + kGemmRows * kp;       // (16, kp)
-  float* sums = deq + kGemmRows * kp;     // (tile, lane, 6, 16)
+  float* own_x = deq + kGemmRows * kp;    // one block, when t.packed_x is null
+  float* sums = own_x + g.BlockFloats();  // (tile, lane, 6, 16)
   constexpr int64_t kTileSums = kGemmTokens * kGemmRows;
   const LaneLayout w_at{steps * kGemmRows, kGemmChunkSteps * kGemmRows, kGemmRows};
-  // Converts and packs the 16-row weight panel at row r into wp.
-  auto pack_panel = [&](int64_t r) {
-    const int valid = static_cast<int>(std::min<int64_t>(kGemmRows, t.r1 - r));
-    for (int v = 0; v < kGemmVecs; ++v) {  // 8 rows per weight vector of the tile
-      const uint8_t* src[8] = {};
-      for (int q = 0; q < 8 && 8 * v + q < valid; ++q) {
-        src[q] = t.w + (r + 8 * v + q) * t.w_stride;
-        if constexpr (kDequant) {
-          float* d = deq + (8 * v + q) * kp;
-          DequantizeRow(kType, src[q], t.k, d);
-          src[q] = reinterpret_cast<const uint8_t*>(d);
-        }
-      }
-      PackLaneMajor<L>(src, t.k, steps, wp + 8 * v, w_at, 8);
-    }
-  };
-  // The packed panel at row r times token block b (packed at xp): every tile's lane sums,
-  // then each output's 8 lane sums in Hsum8's tree, 8 rows at a time.
-  auto panel_times_block = [&](int64_t r, int64_t b, const float* xp) {
-    const int valid = static_cast<int>(std::min<int64_t>(kGemmRows, t.r1 - r));
+  for (int64_t b = 0; b < g.blocks; ++b) {
     const int64_t i0 = b * g.nb, count = g.Count(b), tiles = g.Tiles(b);
     const LaneLayout x_at = g.XLayout(b);
-    for (int j = 0; j < 8; ++j) {
-      const float* wl = wp + j * steps * kGemmRows;
-      for (int64_t s0 = 0; s0 < steps; s0 += kGemmChunkSteps) {
-        const int64_t s1 = std::min(steps, s0 + kGemmChunkSteps);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-          LaneTile(wl + s0 * kGemmRows, xp + x_at.At(j, s0) + tile * kTileChunk, s1 - s0, s0 == 0,
-                   sums + (tile * 8 + j) * kTileSums);
-        }
-      }
+    const float* xp = own_x;
+    if (t.packed_x != nullptr) {
+      xp = t.packed_x + b * g.BlockFloats();
+    } else {
+      for (int64_t tile = 0; tile < tiles; ++tile) g.PackTile(t, b, tile, own_x);
     }
-    for (int64_t tile = 0; tile < tiles; ++tile) {
-      const float* ts = sums + tile * 8 * kTileSums;
-      for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < count; ++c) {
-        float* y = t.y + (i0 + tile * kGemmTokens + c) * t.ldy + r;
-        for (int h = 0; h < kGemmVecs && 8 * h < valid; ++h) {
-          __m256 l[8];
-          for (int j = 0; j < 8; ++j)
-            l[j] = _mm256_load_ps(ts + j * kTileSums + (kGemmVecs * c + h) * 8);
-          const __m256 sum = avx2::Hsum8Columns(l);
-          const int n_out = std::min(8, valid - 8 * h);
-          if (n_out == 8) {
-            _mm256_storeu_ps(y + 8 * h, sum);
-          } else {
-            _mm256_maskstore_ps(y + 8 * h, TailMask(n_out), sum);
+    for (int64_t r = t.r0; r < t.r1; r += kGemmRows) {
+      const int valid = static_cast<int>(std::min<int64_t>(kGemmRows, t.r1 - r));
+      for (int v = 0; v < kGemmVecs; ++v) {  // 8 rows per weight vector of the tile
+        const uint8_t* src[8] = {};
+        for (int q = 0; q < 8 && 8 * v + q < valid; ++q) {
+          src[q] = t.w + (r + 8 * v + q) * t.w_stride;
+          if constexpr (kDequant) {
+            float* d = deq + (8 * v + q) * kp;
+            DequantizeRow(kType, src[q], t.k, d);
+            src[q] = reinterpret_cast<const uint8_t*>(d);
+          }
+        }
+        PackLaneMajor<L>(src, t.k, steps, wp + 8 * v, w_at, 8);
+      }
+      for (int j = 0; j < 8; ++j) {
+        const float* wl = wp + j * steps * kGemmRows;
+        for (int64_t s0 = 0; s0 < steps; s0 += kGemmChunkSteps) {
+          const int64_t s1 = std::min(steps, s0 + kGemmChunkSteps);
+          for (int64_t tile = 0; tile < tiles; ++tile) {
+            LaneTile(wl + s0 * kGemmRows, xp + x_at.At(j, s0) + tile * kTileChunk, s1 - s0, s0 == 0,
+                     sums + (tile * 8 + j) * kTileSums);
           }
         }
       }
-    }
-  };
-  // Every block's activations come packed (MatmulTask::packed_x): convert each weight
-  // panel once and run it against all the blocks (a 512-token prompt is 4 blocks).
-  for (int64_t r = t.r0; r < t.r1; r += kGemmRows) {
-    pack_panel(r);
-    for (int64_t b = 0; b < g.blocks; ++b) {
-      panel_times_block(r, b, t.packed_x + b * g.BlockFloats());
+      // Each output's 8 lane sums in Hsum8's tree, 8 rows at a time.
+      for (int64_t tile = 0; tile < tiles; ++tile) {
+        const float* ts = sums + tile * 8 * kTileSums;
+        for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < count; ++c) {
+          float* y = t.y + (i0 + tile * kGemmTokens + c) * t.ldy + r;
+          for (int h = 0; h < kGemmVecs && 8 * h < valid; ++h) {
+            __m256 l[8];
+            for (int j = 0; j < 8; ++j)
+              l[j] = _mm256_load_ps(ts + j * kTileSums + (kGemmVecs * c + h) * 8);
+            const __m256 sum = avx2::Hsum8Columns(l);
+            const int n_out = std::min(8, valid - 8 * h);
+            if (n_out == 8) {
+              _mm256_storeu_ps(y + 8 * h, sum);
+            } else {
+              _mm256_maskstore_ps(y + 8 * h, TailMask(n_out), sum);
+            }
+          }
+        }
+      }
     }
   }
 }
