@@ -10,6 +10,16 @@ namespace {
 
 std::vector<float> Logits() { return {1.0f, 3.0f, 2.5f, -1.0f, 0.0f}; }
 
+// Sampling from the whole distribution at `temperature`: no top-k, top-p or min-p cut.
+SamplingParams WholeDistribution(float temperature) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  return p;
+}
+
 TEST(Sampler, GreedyPicksArgmaxAndReportsLogprob) {
   auto l = Logits();
   SampleResult r = Sample(l, SamplingParams::Greedy(), {}, 0);
@@ -21,11 +31,7 @@ TEST(Sampler, GreedyPicksArgmaxAndReportsLogprob) {
 
 TEST(Sampler, SkippingTheLogprobKeepsEveryToken) {
   auto l = Logits();
-  SamplingParams hot;
-  hot.temperature = 1.5f;
-  hot.top_k = 0;
-  hot.min_p = 0;
-  hot.top_p = 1;
+  const SamplingParams hot = WholeDistribution(1.5f);
   SamplingParams penalized = SamplingParams::Greedy();
   penalized.repetition_penalty = 2.0f;
   const std::vector<int32_t> history = {1, 1, 2};
@@ -46,11 +52,7 @@ TEST(Sampler, SkippingTheLogprobKeepsEveryToken) {
 
 TEST(Sampler, SameSeedSameDrawsDifferentSeedDifferentDraws) {
   auto l = Logits();
-  SamplingParams p;
-  p.temperature = 1.5f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
+  SamplingParams p = WholeDistribution(1.5f);
   p.seed = 42;
   std::vector<int32_t> a, b, c;
   for (uint64_t i = 0; i < 200; ++i) {
