@@ -1,5 +1,6 @@
 // End-to-end cluster tests: a coordinator and three worker processes serve a model split
 // in three stages, on loopback and with every process in its own network namespace.
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -35,8 +36,11 @@ struct Generated {
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
 };
 
+// Streams a generation to its end; `on_response` (if given) sees what has arrived so far
+// after each response.
 Generated Generate(v1::Inference::Stub& stub, const v1::GenerateRequest& req,
-                   std::chrono::milliseconds deadline = std::chrono::seconds(120)) {
+                   std::chrono::milliseconds deadline = std::chrono::seconds(120),
+                   const std::function<void(const Generated&)>& on_response = nullptr) {
   Generated g;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
@@ -46,6 +50,7 @@ Generated Generate(v1::Inference::Stub& stub, const v1::GenerateRequest& req,
     g.text += r.text();
     g.ids.insert(g.ids.end(), r.token_ids().begin(), r.token_ids().end());
     if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) g.finish = r.finish_reason();
+    if (on_response) on_response(g);
   }
   g.status = reader->Finish();
   return g;
@@ -353,19 +358,13 @@ TEST_F(ClusterFaults, AWorkerThatDiesFailsItsRequestsClearlyInsteadOfHanging) {
     auto s = cluster_->Inference();
     v1::GenerateRequest r = Request("Once upon a time", 450, 0.0f, 1);
     r.set_ignore_eos(true);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    auto reader = s->Generate(&ctx, r);
-    v1::GenerateResponse resp;
     bool signalled = false;
-    while (reader->Read(&resp)) {
-      doomed.ids.insert(doomed.ids.end(), resp.token_ids().begin(), resp.token_ids().end());
-      if (!signalled && !doomed.ids.empty()) {
+    doomed = Generate(*s, r, std::chrono::seconds(60), [&](const Generated& so_far) {
+      if (!signalled && !so_far.ids.empty()) {
         started.set_value();
         signalled = true;
       }
-    }
-    doomed.status = reader->Finish();
+    });
     if (!signalled) started.set_value();
   });
   const bool streaming =
