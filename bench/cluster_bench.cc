@@ -43,6 +43,7 @@ struct Options {
   int tokens = 64;
   int prompt_tokens = 16;
   int repeats = 3;
+  std::string data_plane = "tcp";  // the coordinator's --data-plane
 };
 
 struct Measurement {
@@ -204,7 +205,8 @@ class ClusterSetup : public Setup {
     procs_.push_back(testing::Subprocess::Start(
         {o.bin_dir + "/cascade-coordinator", "--model", o.model, "--listen", addr_, "--workers",
          std::to_string(o.stages), "--min-stages", std::to_string(o.stages), "--kv-sequences",
-         std::to_string(std::max(2, o.streams)), "--log-level", "warn"},
+         std::to_string(std::max(2, o.streams)), "--data-plane", o.data_plane, "--log-level",
+         "warn"},
         log));
     testing::WaitForPort("127.0.0.1", port, std::chrono::seconds(30));
     for (int i = 0; i < o.stages; ++i) {
@@ -307,6 +309,8 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", o.tokens);
   app.add_option("--prompt-tokens", o.prompt_tokens);
   app.add_option("--repeats", o.repeats, "Rounds; local/cluster report the best");
+  app.add_option("--data-plane", o.data_plane, "Frames between stages: tcp or grpc")
+      ->check(CLI::IsMember({"tcp", "grpc"}));
   CLI11_PARSE(app, argc, argv);
   if (o.bin_dir.empty()) {
     std::string self = argv[0];

@@ -47,25 +47,28 @@ r = json.loads(sys.argv[1])
 print(f"[{sys.argv[2]}]")
 print(f"  one process, 1 thread:        {r['baseline_tokens_per_s']:.2f} tokens/s (rounds: {r['baseline_rounds']})")
 for p in r['pipelines']:
-    print(f"  {p['stages']} stages over gRPC loopback: {p['tokens_per_s']:.2f} tokens/s   ratio {p['ratio']:.3f} "
+    print(f"  {p['stages']} stages, TCP data plane: {p['tokens_per_s']:.2f} tokens/s   ratio {p['ratio']:.3f} "
           f"(median of the rounds' ratios {p['median_round_ratio']:.3f})   (target >= 0.95)")
 PY
     [[ $placement == one ]] && base=$(json baseline_tokens_per_s <<< "$out")
   done
 
   # The hop in absolute terms: on stories260K (compute ~0.1 ms/token) the per-token time
-  # is almost all transport, so its growth per stage is the cost of one more hop.
-  out=$("$BIN/cluster_bench" compare --model models/stories260K.gguf --stages 1,2,3 --threads 1 --streams 1 --tokens 200 --repeats 3 2>/dev/null)
-  python3 - "$out" "$base" <<'PY'
+  # is almost all transport, so its growth per stage is the cost of one more hop; both
+  # data planes, the TCP one (default) and gRPC streams.
+  for dp in tcp grpc; do
+  out=$("$BIN/cluster_bench" compare --model models/stories260K.gguf --stages 1,2,3 --threads 1 --streams 1 --tokens 200 --repeats 3 --data-plane $dp 2>/dev/null)
+  python3 - "$out" "$base" "$dp" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 l = 1000 / r['baseline_tokens_per_s']
 c1, c2, c3 = (1000 / p['tokens_per_s'] for p in r['pipelines'])
-print(f'stories260K ms/token: 1 process {l:.3f}; cluster with 1 / 2 / 3 stages {c1:.3f} / {c2:.3f} / {c3:.3f}')
+print(f'[data plane {sys.argv[3]}] stories260K ms/token: 1 process {l:.3f}; cluster with 1 / 2 / 3 stages {c1:.3f} / {c2:.3f} / {c3:.3f}')
 print(f'cost of the coordinator round trip {c1 - l:.3f} ms, of each further stage {(c3 - c1) / 2:.3f} ms per token')
 t = 1000 / float(sys.argv[2])
 print(f'implied ratio at llama-110m ({t:.1f} ms/token): 2 stages {t / (t + c2 - l):.3f}, 3 stages {t / (t + c3 - l):.3f}')
 PY
+  done
 
   echo
   echo "== (b) pipeline kept full: 8 streams, tinyllama-1.1b (the target: F16) =="

@@ -35,6 +35,11 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o) {
   app.add_option("--max-waiting", o->max_waiting,
                  "Queued requests beyond which new ones get RESOURCE_EXHAUSTED")
       ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--data-plane", o->data_plane,
+                 "Activation and result transport: tcp (default) or grpc")
+      ->check(CLI::IsMember({"tcp", "grpc"}));
+  app.add_option("--data-listen", o->data_listen,
+                 "Where results arrive over TCP (default: the listen host, a free port)");
   app.add_option("--device", o->device, "Device for the workers: cpu, auto, cuda:N");
 }
 
@@ -79,6 +84,11 @@ absl::Status LoadClusterConfig(const std::string& path, CoordinatorOptions* o) {
           o->max_running = v.as<int>();
         } else if (key == "max_waiting") {
           o->max_waiting = v.as<int>();
+        } else if (key == "data_plane") {
+          o->data_plane = v.as<std::string>();
+          if (o->data_plane != "tcp" && o->data_plane != "grpc") return bad("tcp or grpc");
+        } else if (key == "data_listen") {
+          o->data_listen = v.as<std::string>();
         } else if (key == "device") {
           o->device = v.as<std::string>();
         } else if (key == "heartbeat_interval_s") {

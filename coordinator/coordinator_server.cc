@@ -18,6 +18,7 @@
 #include "util/logging.h"
 #include "worker/grpc_link.h"
 #include "worker/grpc_util.h"
+#include "worker/tcp_link.h"
 
 namespace cascade {
 
@@ -67,9 +68,41 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
     address_ = absl::StrCat(host, ":", port);
     if (options_.advertise.empty()) options_.advertise = address_;
+    results_address_ = options_.advertise;
+    if (options_.data_plane == "tcp") {
+      std::string listen = options_.data_listen;
+      if (listen.empty()) listen = options_.listen.substr(0, options_.listen.rfind(':')) + ":0";
+      auto data = TcpFrameServer::Start(
+          listen, "coordinator data plane",
+          [this](TcpFrameKind kind, const std::string& body, const std::string& peer,
+                 const TcpFrameServer::Reply&) -> absl::Status {
+            v1::StepResult wire;
+            if (kind != TcpFrameKind::kResult) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "a ", TcpFrameKindName(kind), " frame on the coordinator's data port"));
+            }
+            if (!wire.ParseFromString(body)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("undecodable step result (", body.size(), " bytes)"));
+            }
+            HandleResult(wire, peer);
+            return absl::OkStatus();
+          });
+      if (!data.ok()) {
+        return absl::UnavailableError(absl::StrCat("coordinator: data plane: cannot listen on ",
+                                                   listen, ": ", data.status().message()));
+      }
+      data_server_ = std::move(*data);
+      results_address_ =
+          absl::StrCat(kTcpScheme, options_.advertise.substr(0, options_.advertise.rfind(':')), ":",
+                       data_server_->port());
+    } else if (options_.data_plane != "grpc") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "coordinator: data plane '", options_.data_plane, "' is neither tcp nor grpc"));
+    }
     SetHealth(false);
     spdlog::info("coordinator listening on {} (workers send results to {})", address_,
-                 options_.advertise);
+                 results_address_);
     if (!options_.http_listen.empty()) {
       if (absl::Status st = http_.Start(options_.http_listen); !st.ok()) return st;
     }
@@ -107,6 +140,7 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     if (sched) sched->Stop();  // also closes the link to the first stage
     if (server_)
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    if (data_server_) data_server_->Shutdown();
   }
 
   // ---- ServingBackend ----
@@ -171,28 +205,31 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
   grpc::Status Results(grpc::ServerContext* ctx, grpc::ServerReader<v1::StepResult>* reader,
                        v1::ResultsAck*) override {
     v1::StepResult wire;
-    while (reader->Read(&wire)) {
-      std::shared_ptr<Scheduler> sched;
-      uint64_t plan_id;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        sched = scheduler_;
-        plan_id = plan_id_;
-      }
-      if (!sched) continue;
-      auto r = DecodeResult(wire, plan_id, source_->config().vocab_size);
-      if (!r.ok()) {
-        spdlog::warn("result from {} rejected: {}", ctx->peer(), r.status().message());
-        StepResult failed;
-        failed.plan_id = plan_id;
-        failed.batch_id = wire.batch_id();
-        failed.error = std::string(r.status().message());
-        sched->OnResult(std::move(failed));
-        continue;
-      }
-      sched->OnResult(std::move(*r));
-    }
+    while (reader->Read(&wire)) HandleResult(wire, ctx->peer());
     return grpc::Status::OK;
+  }
+
+  // A step result from the last stage, by either transport.
+  void HandleResult(const v1::StepResult& wire, const std::string& peer) {
+    std::shared_ptr<Scheduler> sched;
+    uint64_t plan_id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sched = scheduler_;
+      plan_id = plan_id_;
+    }
+    if (!sched) return;
+    auto r = DecodeResult(wire, plan_id, source_->config().vocab_size);
+    if (!r.ok()) {
+      spdlog::warn("result from {} rejected: {}", peer, r.status().message());
+      StepResult failed;
+      failed.plan_id = plan_id;
+      failed.batch_id = wire.batch_id();
+      failed.error = std::string(r.status().message());
+      sched->OnResult(std::move(failed));
+      return;
+    }
+    sched->OnResult(std::move(*r));
   }
 
   grpc::Status ClusterStatus(grpc::ServerContext*, const v1::ClusterStatusRequest*,
@@ -223,6 +260,7 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
       const WorkerSpec& spec = plan_workers_[s.worker];
       ss->set_worker_id(spec.id);
       ss->set_address(spec.address);
+      ss->set_data_address(DataAddress(spec));
       for (const WorkerRecord& w : workers) {
         if (w.id != spec.id) continue;
         ss->set_state(w.state);
@@ -305,6 +343,7 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
       WorkerSpec s;
       s.id = w.id;
       s.address = w.address;
+      s.data_address = w.data_address;
       s.node = w.node;
       s.memory_bytes = w.resources.memory_bytes();
       s.gflops = w.resources.gflops() > 0 ? w.resources.gflops() : 1.0;
@@ -344,8 +383,8 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
       req.set_kv_blocks(plan->kv_blocks);
       req.set_kv_block_size(options_.kv_block_size);
       req.set_max_batch_tokens(static_cast<int32_t>(options_.max_batch_tokens));
-      if (i + 1 < S) req.set_next_address(specs[plan->stages[i + 1].worker].address);
-      req.set_coordinator_address(options_.advertise);
+      if (i + 1 < S) req.set_next_address(DataAddress(specs[plan->stages[i + 1].worker]));
+      req.set_coordinator_address(results_address_);
       req.set_threads(options_.threads_per_stage);
       req.set_device(options_.device);
       auto stub = v1::Worker::NewStub(MakeChannel(specs[sp.worker].address));
@@ -371,9 +410,9 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     so.context_length = c.context_length;
     so.vocab_size = c.vocab_size;
     // The scheduler owns the link to stage 0 and closes it when it stops.
-    auto sched = std::make_shared<Scheduler>(
-        so, *tokenizer_,
-        std::make_shared<GrpcActivationSender>(specs[plan->stages[0].worker].address));
+    auto sched = std::make_shared<Scheduler>(so, *tokenizer_,
+                                             std::shared_ptr<ActivationSender>(MakeActivationSender(
+                                                 DataAddress(specs[plan->stages[0].worker]))));
     sched->Start();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -385,6 +424,12 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     cv_.notify_all();
     spdlog::info("serving {} on {} stage(s)", model_id_, S);
     Monitor(specs, *plan);
+  }
+
+  // Where frames for a worker's stage go: its TCP data plane when this coordinator uses
+  // TCP and the worker has one, else its StagePipe service.
+  std::string DataAddress(const WorkerSpec& w) const {
+    return options_.data_plane == "tcp" && !w.data_address.empty() ? w.data_address : w.address;
   }
 
   // Watches the workers of the plan. A stage whose worker stops sending heartbeats (or
@@ -439,7 +484,9 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
   InferenceServiceImpl inference_;
   HttpApi http_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<TcpFrameServer> data_server_;  // results over TCP; null with --data-plane grpc
   std::string address_;
+  std::string results_address_;  // what the last stage is told to send results to
   std::thread bring_up_;
   const std::chrono::steady_clock::time_point started_;
 

@@ -22,8 +22,12 @@ namespace cascade {
 
 struct CoordinatorOptions {
   std::string listen = "0.0.0.0:50051";
-  std::string http_listen;        // OpenAI-compatible HTTP API, e.g. 0.0.0.0:8080 ("" = off)
-  std::string advertise;  // address workers send results to (default: host:port)
+  std::string http_listen;  // OpenAI-compatible HTTP API, e.g. 0.0.0.0:8080 ("" = off)
+  std::string advertise;    // address workers send results to (default: host:port)
+  // Activation frames and results: "tcp" (length-prefixed frames on plain TCP, where the
+  // workers offer it; worker/tcp_link.h) or "grpc" (StagePipe / Results streams).
+  std::string data_plane = "tcp";
+  std::string data_listen;  // TCP data plane for results ("" = listen host, a free port)
   std::string model_path;
   int workers = 1;     // plan once this many workers have registered
   int min_stages = 1;  // pipeline over at least this many of them

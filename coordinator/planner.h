@@ -46,6 +46,7 @@ ModelProfile ProfileFromShape(const ModelShape& shape, TensorType type);
 struct WorkerSpec {
   std::string id;
   std::string address;
+  std::string data_address;  // TCP data plane (tcp://host:port), or empty
   std::string node;
   uint64_t memory_bytes = 0;
   double gflops = 1.0;

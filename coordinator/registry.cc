@@ -11,6 +11,7 @@ v1::RegisterResponse WorkerRegistry::Register(const v1::RegisterRequest& req) {
   w.id = req.worker_id();
   w.node = req.node();
   w.address = req.listen_address();
+  w.data_address = req.data_address();
   w.resources = req.resources();
   w.state = v1::WORKER_STATE_IDLE;
   w.last_seen = std::chrono::steady_clock::now();

@@ -22,6 +22,7 @@ struct WorkerRecord {
   std::string id;
   std::string node;
   std::string address;
+  std::string data_address;  // tcp://host:port, or empty (gRPC only)
   v1::WorkerResources resources;
   v1::WorkerState state = v1::WORKER_STATE_IDLE;
   v1::StageStats stats;

@@ -15,6 +15,7 @@
 #include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/cluster_fixture.h"
+#include "worker/tcp_link.h"
 
 namespace cascade {
 namespace {
@@ -69,13 +70,20 @@ v1::GenerateRequest Request(const std::string& prompt, int max_tokens, float tem
   return req;
 }
 
-class ClusterTest : public ::testing::TestWithParam<bool> {
+// Where the processes run and which data plane carries the frames.
+struct Network {
+  bool netns;
+  const char* data_plane;  // "tcp" or "grpc"
+};
+
+class ClusterTest : public ::testing::TestWithParam<Network> {
  protected:
   void SetUp() override {
     ClusterOptions o;
     o.model = TestModel();
-    o.netns = GetParam();
-    o.coordinator_flags = {"--kv-sequences", "20", "--max-running", "32"};
+    o.netns = GetParam().netns;
+    o.coordinator_flags = {"--kv-sequences",     "20", "--max-running", "32", "--data-plane",
+                           GetParam().data_plane};
     cluster_ = std::make_unique<Cluster>(o);
     if (!cluster_->ok()) GTEST_SKIP() << cluster_->skip_reason();
     cluster_->StartWorkers();
@@ -90,6 +98,11 @@ class ClusterTest : public ::testing::TestWithParam<bool> {
 TEST_P(ClusterTest, ThreeStagesGiveTheSingleProcessGreedyIds) {
   auto status = cluster_->Status();
   ASSERT_EQ(status.stages_size(), 3) << status.DebugString();
+  // Frames travel on the data plane the coordinator was asked for.
+  for (const auto& s : status.stages()) {
+    EXPECT_EQ(s.data_address().rfind("tcp://", 0) == 0, std::string(GetParam().data_plane) == "tcp")
+        << s.data_address();
+  }
   // The single-process engine on the same prompt.
   auto src = ModelSource::Open(TestModel());
   ASSERT_TRUE(src.ok());
@@ -153,8 +166,13 @@ TEST_P(ClusterTest, SixteenConcurrentStreamsEachGetTheirSoloText) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Network, ClusterTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "netns" : "loopback"; });
+INSTANTIATE_TEST_SUITE_P(Network, ClusterTest,
+                         ::testing::Values(Network{false, "tcp"}, Network{true, "tcp"},
+                                           Network{false, "grpc"}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.netns ? "netns" : "loopback", "_",
+                                               info.param.data_plane);
+                         });
 
 class ClusterFaults : public ::testing::Test {
  protected:
@@ -310,6 +328,37 @@ TEST_F(ClusterFaults, GarbageAndMisshapenFramesAreRejectedWhileServingContinues)
     EXPECT_THAT(errors[1], HasSubstr("plan_id"));
     EXPECT_THAT(errors[2], HasSubstr("payload"));
   }
+  // 3. The same on the stage's TCP data plane: bytes that are not a frame close that
+  //    connection; a misshapen frame is answered with a rejection.
+  const std::string tcp_stage1 = status.stages(1).data_address();
+  ASSERT_TRUE(IsTcpAddress(tcp_stage1)) << tcp_stage1;
+  {
+    auto hp = ParseHostPort(tcp_stage1);
+    ASSERT_TRUE(hp.ok());
+    auto fd = ConnectTcp(*hp, std::chrono::seconds(5));
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    const std::string junk = "\xff\xff\xff\xff garbage that is not a frame at all";
+    ASSERT_EQ(::send(fd->get(), junk.data(), junk.size(), MSG_NOSIGNAL), ssize_t(junk.size()));
+    timeval tv{5, 0};
+    ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c;
+    EXPECT_EQ(::recv(fd->get(), &c, 1, 0), 0) << "the stage kept a garbage connection open";
+  }
+  {
+    TcpActivationSender sender(tcp_stage1, std::chrono::seconds(5));
+    StageFrame f;
+    f.plan_id = status.plan_id();
+    f.stage = 1;
+    f.batch_id = 900001;
+    f.slots.push_back({.token = 5, .seq = 424242, .pos = 3, .want_logits = false});
+    f.hidden.assign(65, 0.0f);  // one token of dim 65: the wrong shape
+    ASSERT_TRUE(sender.Send(f).ok());
+    for (int i = 0; i < 500 && sender.rejected() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(sender.rejected(), 1u);
+    sender.Close();
+  }
   runner.join();
   ASSERT_TRUE(during.status.ok()) << during.status.error_message();
   EXPECT_EQ(during.text, reference.text);
@@ -321,9 +370,13 @@ TEST_F(ClusterFaults, ClientDeadlineFreesItsKvBlocks) {
   cluster_->StartWorkers();
   ASSERT_TRUE(cluster_->WaitServing());
   auto stub = cluster_->Inference();
-  Generated g =
-      Generate(*stub, Request("Once upon a time", 400, 0.0f, 1), std::chrono::milliseconds(150));
+  // 400 tokens take ~100 ms on the TCP data plane even with this 1 MB model; the deadline
+  // ends the stream well before that.
+  v1::GenerateRequest long_one = Request("Once upon a time", 400, 0.0f, 1);
+  long_one.set_ignore_eos(true);
+  Generated g = Generate(*stub, long_one, std::chrono::milliseconds(30));
   EXPECT_EQ(g.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(g.ids.size(), 400u);
   // Within a few steps: nothing reserved, and every stage's cache empty again.
   bool freed = false;
   for (int i = 0; i < 100 && !freed; ++i) {
@@ -339,7 +392,7 @@ TEST_F(ClusterFaults, ClientDeadlineFreesItsKvBlocks) {
   for (int i = 0; i < 24; ++i) {
     flood.emplace_back([&] {
       auto s = cluster_->Inference();
-      Generated r = Generate(*s, Request("Once upon a time", 400, 0.0f, 1));
+      Generated r = Generate(*s, long_one);
       if (r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++exhausted;
     });
   }

@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   app.add_option("--listen,-l", o.listen, "Address to listen on (port 0 picks one)");
   app.add_option("--advertise", o.advertise,
                  "Address other processes use to reach this worker (default: listen host:port)");
+  app.add_option("--data-listen", o.data_listen,
+                 "TCP data plane address (default: the listen host, a free port; off: gRPC "
+                 "only)");
   app.add_option("--id", o.worker_id, "Stable worker name (default: the advertised address)");
   app.add_option("--node", o.node, "Node name (default: host name)");
   app.add_option("--threads,-t", o.threads, "Compute threads")->check(CLI::Range(1, 4096));

@@ -168,9 +168,9 @@ class WorkerServer::WorkerServiceImpl final : public v1::Worker::Service {
     std::unique_ptr<ActivationSender> out;
     std::shared_ptr<ResultSender> results;
     if (last) {
-      results = std::make_shared<GrpcResultSender>(req.coordinator_address());
+      results = MakeResultSender(req.coordinator_address());
     } else {
-      out = std::make_unique<GrpcActivationSender>(req.next_address());
+      out = MakeActivationSender(req.next_address());
     }
     executor_ = std::make_unique<StageExecutor>(
         std::move(*stage), static_cast<uint32_t>(req.stage_index()), req.plan_id(),
@@ -233,7 +233,21 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
     w->advertise_ = w->options_.advertise;
   }
   if (w->options_.worker_id.empty()) w->options_.worker_id = w->advertise_;
-  spdlog::info("worker {} listening on {}", w->options_.worker_id, w->advertise_);
+  if (w->options_.data_listen != "off") {
+    std::string listen = w->options_.data_listen;
+    if (listen.empty()) listen = options.listen.substr(0, options.listen.rfind(':')) + ":0";
+    auto data =
+        TcpFrameServer::Start(listen, "worker data plane", ActivationHandler(&w->pipe_service_));
+    if (!data.ok()) {
+      return absl::UnavailableError(absl::StrCat("worker: data plane: cannot listen on ", listen,
+                                                 ": ", data.status().message()));
+    }
+    w->data_server_ = std::move(*data);
+    w->data_advertise_ = absl::StrCat(kTcpScheme, w->advertise_.substr(0, w->advertise_.rfind(':')),
+                                      ":", w->data_server_->port());
+  }
+  spdlog::info("worker {} listening on {} (data plane: {})", w->options_.worker_id, w->advertise_,
+               w->data_advertise_.empty() ? "gRPC only" : w->data_advertise_);
   if (!w->options_.coordinator.empty()) {
     w->registration_ = std::thread([p = w.get()] { p->RegistrationLoop(); });
   }
@@ -255,7 +269,9 @@ void WorkerServer::Shutdown() {
   cv_.notify_all();
   if (registration_.joinable()) registration_.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  // Unloading closes the stage's inbox, so no data-plane thread stays blocked on it.
   worker_service_.reset();
+  if (data_server_) data_server_->Shutdown();
 }
 
 v1::WorkerResources WorkerServer::Resources() const {
@@ -298,6 +314,7 @@ void WorkerServer::RegistrationLoop() {
       req.set_worker_id(options_.worker_id);
       req.set_node(options_.node);
       req.set_listen_address(advertise_);
+      req.set_data_address(data_advertise_);
       *req.mutable_resources() = Resources();
       v1::RegisterResponse resp;
       grpc::ClientContext ctx;
