@@ -98,17 +98,18 @@ int RunStatus(const std::string& server) {
   }
   std::printf("model    %s\nserving  %s\n", s.model().c_str(), s.serving() ? "yes" : "no");
   if (!s.error().empty()) std::printf("error    %s\n", s.error().c_str());
-  std::printf("\n%-5s %-22s %-9s %-9s %10s %12s %14s %9s %9s\n", "stage", "worker", "layers",
-              "state", "frames", "tokens", "kv blocks", "busy s", "cpu s");
+  std::printf("\n%-5s %-22s %-9s %-9s %10s %12s %14s %9s %9s  %s\n", "stage", "worker", "layers",
+              "state", "frames", "tokens", "kv blocks", "busy s", "cpu s", "frames arrive at");
   for (const auto& st2 : s.stages()) {
     const std::string layers = absl::StrCat("[", st2.first_layer(), ",", st2.last_layer(), ")");
     const std::string kv =
         absl::StrCat(st2.stats().kv_blocks_used(), "/", st2.stats().kv_blocks_total());
-    std::printf("%-5d %-22s %-9s %-9s %10lu %12lu %14s %9.1f %9.1f%s\n", st2.index(),
+    std::printf("%-5d %-22s %-9s %-9s %10lu %12lu %14s %9.1f %9.1f  %s%s\n", st2.index(),
                 st2.worker_id().c_str(), layers.c_str(), StateName(st2.state()),
                 static_cast<unsigned long>(st2.stats().frames()),
                 static_cast<unsigned long>(st2.stats().tokens()), kv.c_str(), st2.stats().busy_s(),
-                st2.stats().cpu_s(), st2.alive() ? "" : "  (no heartbeat)");
+                st2.stats().cpu_s(), st2.data_address().c_str(),
+                st2.alive() ? "" : "  (no heartbeat)");
   }
   std::printf("\n%-22s %-12s %-22s %6s %11s %10s\n", "worker", "node", "address", "cores", "memory",
               "heartbeat");

@@ -84,8 +84,8 @@ class TcpActivationSender : public ActivationSender {
 
  private:
   std::shared_ptr<std::atomic<uint64_t>> rejected_;
-  v1::ActivationFrame wire_;  // reused; Send is called by one thread at a time
   std::mutex mu_;
+  v1::ActivationFrame wire_ ABSL_GUARDED_BY(mu_);  // reused between Sends
   TcpLink link_;
 };
 
