@@ -81,7 +81,7 @@ PY
     t=$("$BIN/cluster_bench" cluster --model "$M" --stages 2 --threads 1 --streams 8 --tokens 32 --repeats 2 | json decode_tokens_per_s)
     target=""
     [[ $type == F16 ]] && target="(target >= 0.9)"
-    echo "$type: one process, 2 threads $base tokens/s; 2 stages, 1 thread each (gRPC) $t tokens/s; ratio $(ratio "$t" "$base") $target"
+    echo "$type: one process, 2 threads $base tokens/s; 2 stages, 1 thread each (TCP data plane) $t tokens/s; ratio $(ratio "$t" "$base") $target"
   done
 fi
 
