@@ -7,10 +7,11 @@
 //   cluster_bench cluster --model M --stages S --threads T --streams K --tokens N
 //       cascade-coordinator + S cascade-worker processes (T threads each), K concurrent
 //       gRPC streams
-//   cluster_bench compare --model M --stages 2,3 --threads T --streams K --tokens N
-//       --repeats R
-//       one process (one stage) and each pipeline all up at once, taking turns for R
-//       rounds; prints each pipeline's rate over the one process's
+//   cluster_bench compare --model M --stages 2,3 --threads T [--baseline-threads U]
+//       --streams K --tokens N --repeats R
+//       one process (one stage of U threads, default T) and each pipeline (T threads per
+//       stage) all up at once, taking turns for R rounds; prints each pipeline's rate over
+//       the one process's
 // --repeats is the number of rounds (K streams of N tokens each) a set-up serves.
 #include <algorithm>
 #include <atomic>
@@ -305,6 +306,9 @@ int main(int argc, char** argv) {
                  "Stages (compare: the pipelines to set against one process, e.g. 2 3)")
       ->delimiter(',');
   app.add_option("--threads", o.threads);
+  int baseline_threads = 0;
+  app.add_option("--baseline-threads", baseline_threads,
+                 "compare: threads of the one process (default: --threads)");
   app.add_option("--streams", o.streams);
   app.add_option("--tokens", o.tokens);
   app.add_option("--prompt-tokens", o.prompt_tokens);
@@ -338,8 +342,12 @@ int main(int argc, char** argv) {
   // pipeline: that over the baseline's, and the median of the rounds' own ratios.
   if (compare_stages.empty()) compare_stages = {2, 3};
   std::vector<std::unique_ptr<cascade::Setup>> setups;
+  const int stage_threads = o.threads;
+  if (baseline_threads <= 0) baseline_threads = stage_threads;
   o.stages = 1;
+  o.threads = baseline_threads;
   setups.push_back(cascade::MakeSetup("local", o));
+  o.threads = stage_threads;
   for (int s : compare_stages) {
     o.stages = s;
     setups.push_back(cascade::MakeSetup("cluster", o));
@@ -368,10 +376,11 @@ int main(int argc, char** argv) {
     return out;
   };
   std::printf(
-      "{\"mode\": \"compare\", \"threads\": %d, \"streams\": %d, \"tokens\": %d, "
-      "\"rounds\": %d, \"baseline_tokens_per_s\": %.3f, \"baseline_rounds\": [%s], "
-      "\"pipelines\": [",
-      o.threads, o.streams, o.tokens, o.repeats, total[0].tokens_per_s(), rounds(rates[0]).c_str());
+      "{\"mode\": \"compare\", \"threads\": %d, \"baseline_threads\": %d, \"streams\": %d, "
+      "\"tokens\": %d, \"rounds\": %d, \"baseline_tokens_per_s\": %.3f, "
+      "\"baseline_rounds\": [%s], \"pipelines\": [",
+      o.threads, baseline_threads, o.streams, o.tokens, o.repeats, total[0].tokens_per_s(),
+      rounds(rates[0]).c_str());
   for (size_t i = 1; i < n; ++i) {
     std::vector<double> ratio;
     for (size_t r = 0; r < rates[i].size(); ++r) ratio.push_back(rates[i][r] / rates[0][r]);

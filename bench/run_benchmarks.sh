@@ -75,13 +75,20 @@ PY
   # Each stage decodes micro-batches of 4 streams and so reads its weights twice per step,
   # where one process reads them once: the quantized types show the same pipeline where
   # weight bytes weigh less.
+  # Both set-ups stay up and take turns, 6 rounds of 8 x 32 tokens, the order rotated each
+  # round (as in (a)): measured one after the other, the one process's rate moved by
+  # 10-20% between runs, which was most of the spread of the ratios.
   for type in F16 Q8_0 Q4_K; do
     M=$(model tinyllama-1.1b "$type")
-    base=$("$BIN/cluster_bench" local --model "$M" --threads 2 --streams 8 --tokens 32 --repeats 2 | json decode_tokens_per_s)
-    t=$("$BIN/cluster_bench" cluster --model "$M" --stages 2 --threads 1 --streams 8 --tokens 32 --repeats 2 | json decode_tokens_per_s)
-    target=""
-    [[ $type == F16 ]] && target="(target >= 0.9)"
-    echo "$type: one process, 2 threads $base tokens/s; 2 stages, 1 thread each (TCP data plane) $t tokens/s; ratio $(ratio "$t" "$base") $target"
+    out=$("$BIN/cluster_bench" compare --model "$M" --stages 2 --threads 1 --baseline-threads 2 --streams 8 --tokens 32 --repeats 6 2> >(grep "^stage" >&2))
+    python3 - "$out" "$type" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1]); p = r['pipelines'][0]
+target = "(target >= 0.9)" if sys.argv[2] == "F16" else ""
+print(f"{sys.argv[2]}: one process, 2 threads {r['baseline_tokens_per_s']:.2f} tokens/s; 2 stages, 1 thread each "
+      f"(TCP data plane) {p['tokens_per_s']:.2f} tokens/s; ratio {p['ratio']:.3f} (median of the rounds' "
+      f"ratios {p['median_round_ratio']:.3f}) {target}")
+PY
   done
 fi
 

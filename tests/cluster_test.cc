@@ -75,6 +75,9 @@ struct Network {
   bool netns;
   const char* data_plane;  // "tcp" or "grpc"
 };
+void PrintTo(const Network& n, std::ostream* os) {
+  *os << (n.netns ? "netns" : "loopback") << ", " << n.data_plane << " data plane";
+}
 
 class ClusterTest : public ::testing::TestWithParam<Network> {
  protected:
