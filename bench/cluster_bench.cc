@@ -1,6 +1,6 @@
 // cluster_bench: end-to-end decode throughput of Cascade, in one process or as a pipeline
-// of worker processes over gRPC on loopback. Prints one line of JSON per measurement so
-// that bench/run_benchmarks.sh can compute ratios.
+// of worker processes on loopback (TCP or gRPC data plane). Prints one line of JSON per
+// measurement so that bench/run_benchmarks.sh can compute ratios.
 //
 //   cluster_bench local   --model M [--stages S] --threads T --streams K --tokens N
 //       one process: K sequences on S in-process stages of T threads (S=1: the baseline)

@@ -1,8 +1,9 @@
 // ActivationChannel: how frames move between neighbouring pipeline stages. One link has a
 // sending end (the upstream stage, or the coordinator for stage 0) and a receiving end
-// (the downstream stage). Implementations: in-process (a bounded queue; here) and gRPC
-// bidirectional streams (grpc_channel.h). MPI point-to-point and NCCL send/recv are the
-// planned next transports; they implement the same two interfaces.
+// (the downstream stage). Implementations: in-process (a bounded queue; here), gRPC
+// bidirectional streams (grpc_link.h) and length-prefixed frames on plain TCP (tcp_link.h).
+// MPI point-to-point and NCCL send/recv are the planned next transports; they implement
+// the same two interfaces.
 //
 // Contract:
 // - Frames arrive in the order they were sent; a link never reorders or duplicates.
