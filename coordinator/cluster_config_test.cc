@@ -32,6 +32,8 @@ prefill_chunk: 128
 max_running: 10
 max_waiting: 20
 device: cuda:1
+data_plane: grpc
+data_listen: 0.0.0.0:9001
 )");
   ASSERT_TRUE(LoadClusterConfig(path, &o).ok());
   EXPECT_EQ(o.model_path, "/models/m.gguf");
@@ -45,6 +47,8 @@ device: cuda:1
   EXPECT_EQ(o.max_running, 10);
   EXPECT_EQ(o.max_waiting, 20);
   EXPECT_EQ(o.device, "cuda:1");
+  EXPECT_EQ(o.data_plane, "grpc");
+  EXPECT_EQ(o.data_listen, "0.0.0.0:9001");
 }
 
 TEST(ClusterConfig, FlagsOverrideTheFile) {
@@ -64,6 +68,8 @@ TEST(ClusterConfig, NamesBadKeysAndValues) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("unknown key 'wrokers'"));
   st = LoadClusterConfig(Write("type", "workers: lots\n"), &o);
   EXPECT_THAT(std::string(st.message()), HasSubstr("'workers' must be"));
+  st = LoadClusterConfig(Write("plane", "data_plane: mpi\n"), &o);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("'data_plane' must be tcp or grpc"));
   st = LoadClusterConfig(Write("syntax", "workers: [1,\n"), &o);
   EXPECT_FALSE(st.ok());
   st = LoadClusterConfig("/nonexistent/cluster.yaml", &o);
