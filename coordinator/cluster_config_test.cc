@@ -51,6 +51,16 @@ data_listen: 0.0.0.0:9001
   EXPECT_EQ(o.data_listen, "0.0.0.0:9001");
 }
 
+TEST(ClusterConfig, TheExampleFileLoads) {
+  CoordinatorOptions o;
+  const absl::Status st =
+      LoadClusterConfig(std::string(CASCADE_SOURCE_DIR) + "/deploy/cluster.example.yaml", &o);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(o.workers, 3);
+  EXPECT_EQ(o.data_plane, "tcp");
+  EXPECT_EQ(o.data_listen, "0.0.0.0:50052");
+}
+
 TEST(ClusterConfig, FlagsOverrideTheFile) {
   CoordinatorOptions o;
   ASSERT_TRUE(LoadClusterConfig(Write("flags", "workers: 3\nmodel: a.gguf\n"), &o).ok());

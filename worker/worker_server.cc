@@ -116,6 +116,11 @@ class WorkerServer::WorkerServiceImpl final : public v1::Worker::Service {
     if (last && req.coordinator_address().empty()) {
       return absl::InvalidArgumentError("the last stage needs coordinator_address");
     }
+    for (const std::string& a : {req.next_address(), req.coordinator_address()}) {
+      if (IsTcpAddress(a)) {
+        if (auto hp = ParseHostPort(a); !hp.ok()) return hp.status();
+      }
+    }
     if (req.kv_blocks() <= 0 || req.kv_blocks() > (int64_t{1} << 30) || req.kv_block_size() <= 0 ||
         req.kv_block_size() > 4096 || req.max_batch_tokens() <= 0 ||
         req.max_batch_tokens() > (1 << 20)) {
