@@ -217,6 +217,13 @@ absl::StatusOr<std::unique_ptr<TcpFrameServer>> TcpFrameServer::Start(const std:
 
 TcpFrameServer::~TcpFrameServer() { Shutdown(); }
 
+int TcpFrameServer::open_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& c : connections_) n += c->done.load() ? 0 : 1;
+  return n;
+}
+
 void TcpFrameServer::ReapLocked() {
   for (auto it = connections_.begin(); it != connections_.end();) {
     if ((*it)->done.load()) {

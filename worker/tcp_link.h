@@ -121,6 +121,8 @@ class TcpFrameServer {
                                                                int max_connections = 64);
   ~TcpFrameServer();
   int port() const { return port_; }
+  // Connections being served now (accepted and not yet ended).
+  int open_connections() const;
   void Shutdown();
 
  private:
@@ -137,7 +139,7 @@ class TcpFrameServer {
   Fd listen_fd_;
   std::thread accept_thread_;
   std::atomic<bool> stopping_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
 };
 

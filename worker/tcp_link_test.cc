@@ -167,6 +167,14 @@ class TcpStage {
   std::string address() const { return absl::StrCat("tcp://127.0.0.1:", port()); }
   std::optional<StageFrame> Next() { return receiver_->Receive(); }
   uint64_t rejected() const { return inbox_->rejected(); }
+  // Waits up to 5 s until the server serves n connections.
+  bool WaitForConnections(int n) {
+    for (int i = 0; i < 500; ++i) {
+      if (server_->open_connections() == n) return true;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+  }
   void Shutdown() { server_->Shutdown(); }
 
  private:
@@ -279,10 +287,17 @@ TEST(TcpFrameServer, GarbageAndBrokenFramesCloseOnlyTheirConnection) {
 TEST(TcpFrameServer, ConnectionsBeyondTheLimitAreRefused) {
   TcpStage stage(0, 2);
   RawClient a(stage.port()), b(stage.port());
-  std::this_thread::sleep_for(milliseconds(100));  // both accepted
+  ASSERT_TRUE(stage.WaitForConnections(2));
   RawClient c(stage.port());
   EXPECT_TRUE(c.ClosedByPeer());
   EXPECT_FALSE(a.ClosedByPeer(milliseconds(100)));
+  EXPECT_EQ(stage.WaitForConnections(2), true);
+  // A connection that ends makes room for a new one.
+  a.fd.reset();
+  ASSERT_TRUE(stage.WaitForConnections(1));
+  RawClient d(stage.port());
+  EXPECT_TRUE(stage.WaitForConnections(2));
+  EXPECT_FALSE(d.ClosedByPeer(milliseconds(100)));
 }
 
 TEST(TcpActivationSender, UnreachableNextStageIsNamedInTheError) {
