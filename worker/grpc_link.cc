@@ -210,14 +210,22 @@ void StagePipeService::SetInbox(std::shared_ptr<FrameInbox> inbox) {
   inbox_ = std::move(inbox);
 }
 
-absl::Status StagePipeService::Route(const v1::ActivationFrame& frame) {
+std::optional<v1::FrameAck> StagePipeService::Deliver(const v1::ActivationFrame& frame,
+                                                      const std::string& peer) {
   std::shared_ptr<FrameInbox> inbox;
   {
     std::lock_guard<std::mutex> lock(mu_);
     inbox = inbox_;
   }
-  if (!inbox) return absl::FailedPreconditionError("no stage is loaded on this worker");
-  return inbox->Accept(frame);
+  const absl::Status st = inbox
+                              ? inbox->Accept(frame)
+                              : absl::FailedPreconditionError("no stage is loaded on this worker");
+  if (st.ok()) return std::nullopt;
+  spdlog::warn("frame {} from {} rejected: {}", frame.batch_id(), peer, st.message());
+  v1::FrameAck ack;
+  ack.set_batch_id(frame.batch_id());
+  ack.set_error(std::string(st.message()));
+  return ack;
 }
 
 namespace {
@@ -244,14 +252,7 @@ class ForwardReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
       FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why));
       return;
     }
-    absl::Status st = service_->Route(frame);
-    if (!st.ok()) {
-      spdlog::warn("frame {} from {} rejected: {}", frame.batch_id(), peer_, st.message());
-      v1::FrameAck ack;
-      ack.set_batch_id(frame.batch_id());
-      ack.set_error(std::string(st.message()));
-      QueueAck(ack);
-    }
+    if (std::optional<v1::FrameAck> ack = service_->Deliver(frame, peer_)) QueueAck(*ack);
     StartRead(&in_);
   }
 

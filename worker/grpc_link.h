@@ -22,6 +22,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -118,8 +119,10 @@ class StagePipeService final
   void SetInbox(std::shared_ptr<FrameInbox> inbox);
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Forward(
       grpc::CallbackServerContext* ctx) override;
-  // Validates and queues one parsed frame; the rejection reason, or OK.
-  absl::Status Route(const v1::ActivationFrame& frame);
+  // Validates and queues one parsed frame from `peer`, by either transport (gRPC here, TCP
+  // in tcp_link.h). A rejected frame is logged and answered: the FrameAck to send back;
+  // nullopt when the frame was accepted.
+  std::optional<v1::FrameAck> Deliver(const v1::ActivationFrame& frame, const std::string& peer);
 
  private:
   std::mutex mu_;

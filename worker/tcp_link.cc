@@ -321,13 +321,9 @@ TcpFrameServer::Handler ActivationHandler(StagePipeService* pipe) {
       return absl::InvalidArgumentError(
           absl::StrCat("undecodable activation frame (", body.size(), " bytes)"));
     }
-    absl::Status st = pipe->Route(frame);
-    if (st.ok()) return absl::OkStatus();
-    spdlog::warn("frame {} from {} rejected: {}", frame.batch_id(), peer, st.message());
-    v1::FrameAck ack;
-    ack.set_batch_id(frame.batch_id());
-    ack.set_error(std::string(st.message()));
-    if (absl::Status w = reply(TcpFrameKind::kAck, ack); !w.ok()) {
+    std::optional<v1::FrameAck> ack = pipe->Deliver(frame, peer);
+    if (!ack) return absl::OkStatus();
+    if (absl::Status w = reply(TcpFrameKind::kAck, *ack); !w.ok()) {
       return absl::UnavailableError(absl::StrCat("cannot answer the rejection: ", w.message()));
     }
     return absl::OkStatus();
