@@ -70,10 +70,8 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
     if (options_.advertise.empty()) options_.advertise = address_;
     results_address_ = options_.advertise;
     if (options_.data_plane == "tcp") {
-      std::string listen = options_.data_listen;
-      if (listen.empty()) listen = options_.listen.substr(0, options_.listen.rfind(':')) + ":0";
-      auto data = TcpFrameServer::Start(
-          listen, "coordinator data plane",
+      auto data = TcpFrameServer::StartBeside(
+          options_.data_listen, options_.listen, "coordinator data plane",
           [this](TcpFrameKind kind, const std::string& body, const std::string& peer,
                  const TcpFrameServer::Reply&) -> absl::Status {
             v1::StepResult wire;
@@ -88,14 +86,9 @@ class CoordinatorServer::Impl final : public v1::Coordinator::Service, public Se
             HandleResult(wire, peer);
             return absl::OkStatus();
           });
-      if (!data.ok()) {
-        return absl::UnavailableError(absl::StrCat("coordinator: data plane: cannot listen on ",
-                                                   listen, ": ", data.status().message()));
-      }
+      if (!data.ok()) return data.status();
       data_server_ = std::move(*data);
-      results_address_ =
-          absl::StrCat(kTcpScheme, options_.advertise.substr(0, options_.advertise.rfind(':')), ":",
-                       data_server_->port());
+      results_address_ = data_server_->AdvertisedAddress(options_.advertise);
     } else if (options_.data_plane != "grpc") {
       return absl::InvalidArgumentError(absl::StrCat(
           "coordinator: data plane '", options_.data_plane, "' is neither tcp nor grpc"));

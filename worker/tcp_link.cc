@@ -215,6 +215,20 @@ absl::StatusOr<std::unique_ptr<TcpFrameServer>> TcpFrameServer::Start(const std:
   return s;
 }
 
+absl::StatusOr<std::unique_ptr<TcpFrameServer>> TcpFrameServer::StartBeside(
+    const std::string& listen, const std::string& grpc_listen, std::string name, Handler handler) {
+  const std::string at =
+      listen.empty() ? grpc_listen.substr(0, grpc_listen.rfind(':')) + ":0" : listen;
+  auto s = Start(at, name, std::move(handler));
+  if (!s.ok())
+    return absl::Status(s.status().code(), absl::StrCat(name, ": ", s.status().message()));
+  return s;
+}
+
+std::string TcpFrameServer::AdvertisedAddress(const std::string& advertise) const {
+  return absl::StrCat(kTcpScheme, advertise.substr(0, advertise.rfind(':')), ":", port_);
+}
+
 TcpFrameServer::~TcpFrameServer() { Shutdown(); }
 
 int TcpFrameServer::open_connections() const {

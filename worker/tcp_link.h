@@ -119,8 +119,17 @@ class TcpFrameServer {
   static absl::StatusOr<std::unique_ptr<TcpFrameServer>> Start(const std::string& listen,
                                                                std::string name, Handler handler,
                                                                int max_connections = 64);
+  // A data plane beside a gRPC server that listens on `grpc_listen`: on `listen`, or, when
+  // it is empty, on grpc_listen's host with a free port.
+  static absl::StatusOr<std::unique_ptr<TcpFrameServer>> StartBeside(const std::string& listen,
+                                                                     const std::string& grpc_listen,
+                                                                     std::string name,
+                                                                     Handler handler);
   ~TcpFrameServer();
   int port() const { return port_; }
+  // tcp://<host of `advertise`>:port(): where peers that reach this process's gRPC
+  // server at `advertise` (host:port) send frames.
+  std::string AdvertisedAddress(const std::string& advertise) const;
   // Connections being served now (accepted and not yet ended).
   int open_connections() const;
   void Shutdown();

@@ -239,17 +239,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   }
   if (w->options_.worker_id.empty()) w->options_.worker_id = w->advertise_;
   if (w->options_.data_listen != "off") {
-    std::string listen = w->options_.data_listen;
-    if (listen.empty()) listen = options.listen.substr(0, options.listen.rfind(':')) + ":0";
     auto data =
-        TcpFrameServer::Start(listen, "worker data plane", ActivationHandler(&w->pipe_service_));
-    if (!data.ok()) {
-      return absl::UnavailableError(absl::StrCat("worker: data plane: cannot listen on ", listen,
-                                                 ": ", data.status().message()));
-    }
+        TcpFrameServer::StartBeside(w->options_.data_listen, options.listen, "worker data plane",
+                                    ActivationHandler(&w->pipe_service_));
+    if (!data.ok()) return data.status();
     w->data_server_ = std::move(*data);
-    w->data_advertise_ = absl::StrCat(kTcpScheme, w->advertise_.substr(0, w->advertise_.rfind(':')),
-                                      ":", w->data_server_->port());
+    w->data_advertise_ = w->data_server_->AdvertisedAddress(w->advertise_);
   }
   spdlog::info("worker {} listening on {} (data plane: {})", w->options_.worker_id, w->advertise_,
                w->data_advertise_.empty() ? "gRPC only" : w->data_advertise_);
