@@ -54,9 +54,10 @@ absl::StatusOr<size_t> ReadSome(int fd, char* buf, size_t n, const Clock::time_p
   }
 }
 
-// Reads until *done == n; `what` names the bytes in errors. Fails when no byte arrives
-// for `stall` (a stalled peer), not when a large frame simply takes long.
-absl::Status ReadExact(int fd, char* buf, size_t n, std::chrono::milliseconds stall,
+// Reads into buf until *done == n. `what` and `total` (the part's whole size, which a
+// buffer growing in steps does not hold yet) name the bytes in errors. Fails when no byte
+// arrives for `stall` (a stalled peer), not when a large frame simply takes long.
+absl::Status ReadExact(int fd, char* buf, size_t n, size_t total, std::chrono::milliseconds stall,
                        const char* what, size_t* done) {
   while (*done < n) {
     const Clock::time_point deadline = Clock::now() + stall;
@@ -64,7 +65,7 @@ absl::Status ReadExact(int fd, char* buf, size_t n, std::chrono::milliseconds st
     if (!got.ok()) return got.status();
     if (*got == 0) {
       return absl::DataLossError(absl::StrCat("connection closed inside a frame's ", what,
-                                              " after ", *done, " of ", n, " bytes"));
+                                              " after ", *done, " of ", total, " bytes"));
     }
     *done += *got;
   }
@@ -253,7 +254,8 @@ absl::StatusOr<ReadOutcome> ReadFrame(int fd, size_t max_body, TcpFrameKind* kin
   if (!first.ok()) return first.status();
   if (*first == 0) return ReadOutcome::kClosed;
   size_t done = *first;
-  if (absl::Status st = ReadExact(fd, header, kTcpHeaderBytes, stall_timeout, "header", &done);
+  if (absl::Status st =
+          ReadExact(fd, header, kTcpHeaderBytes, kTcpHeaderBytes, stall_timeout, "header", &done);
       !st.ok()) {
     return st;
   }
@@ -284,12 +286,9 @@ absl::StatusOr<ReadOutcome> ReadFrame(int fd, size_t max_body, TcpFrameKind* kin
   size_t got = 0;
   while (got < length) {
     if (body->size() == got) body->resize(std::min<size_t>(length, std::max(kStep, got * 2)));
-    absl::Status st = ReadExact(fd, body->data(), body->size(), stall_timeout, "body", &got);
-    if (!st.ok()) {
-      if (absl::IsDataLoss(st)) {
-        return absl::DataLossError(absl::StrCat("connection closed inside a frame's body after ",
-                                                got, " of ", length, " bytes"));
-      }
+    if (absl::Status st =
+            ReadExact(fd, body->data(), body->size(), length, stall_timeout, "body", &got);
+        !st.ok()) {
       return st;
     }
   }
