@@ -57,8 +57,8 @@ PY
   # is almost all transport, so its growth per stage is the cost of one more hop; both
   # data planes, the TCP one (default) and gRPC streams.
   for dp in tcp grpc; do
-  out=$("$BIN/cluster_bench" compare --model models/stories260K.gguf --stages 1,2,3 --threads 1 --streams 1 --tokens 200 --repeats 3 --data-plane $dp 2>/dev/null)
-  python3 - "$out" "$base" "$dp" <<'PY'
+    out=$("$BIN/cluster_bench" compare --model models/stories260K.gguf --stages 1,2,3 --threads 1 --streams 1 --tokens 200 --repeats 3 --data-plane "$dp" 2>/dev/null)
+    python3 - "$out" "$base" "$dp" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 l = 1000 / r['baseline_tokens_per_s']
