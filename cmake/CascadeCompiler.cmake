@@ -22,4 +22,3 @@ endif()
 # Per-file ISA flags for the CPU kernels: each SIMD level lives in its own translation
 # unit and is chosen at run time, so the binary still runs on CPUs without it.
 set(CASCADE_AVX2_FLAGS -mavx2 -mfma -mf16c -mbmi2)
-set(CASCADE_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c)

@@ -61,7 +61,7 @@ CpuFeatures Detect() {
 }  // namespace
 
 CpuIsa CpuFeatures::best() const {
-  if (avx512f && avx512bw && avx512vl && avx512dq && avx512vnni && fma && f16c) {
+  if (avx512f && avx512bw && avx512vl && avx512dq && avx2 && fma && f16c) {
     return CpuIsa::kAvx512;
   }
   if (avx2 && fma && f16c) return CpuIsa::kAvx2;

@@ -33,7 +33,8 @@ size_t ActRowBytes(ActFormat f, int64_t k) {
 
 const KernelTable& KernelTableFor(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kAvx512:  // AVX-512 kernels reuse the AVX2 table where they have none
+    case CpuIsa::kAvx512:
+      return Avx512Kernels();
     case CpuIsa::kAvx2:
       return Avx2Kernels();
     case CpuIsa::kScalar:

@@ -1,9 +1,10 @@
 // Internal: the per-ISA kernel entry points the CPU backend dispatches to.
 //
-// Contract: each ISA (scalar, AVX2) provides one KernelTable, compiled in its own
-// translation unit with that ISA's flags; KernelTableFor() returns the table for an ISA the
-// CPU supports (never call into a table the CPU lacks). AVX-512 CPUs use the AVX2 table
-// for now (dedicated AVX-512/VNNI kernels are future work). Kernels are pure functions of
+// Contract: each ISA (scalar, AVX2, AVX-512) provides one KernelTable, compiled in its own
+// translation unit for that ISA; KernelTableFor() returns the table for an ISA the CPU
+// supports (never call into a table the CPU lacks). The AVX-512 table is the AVX2 one with
+// the float GEMM in 512-bit registers, bit for bit the AVX2 GEMM's results (gemm_lanes.h);
+// VNNI kernels for quantized weights are not written yet. Kernels are pure functions of
 // their arguments and thread-safe; they never allocate (matmuls use MatmulTask::scratch).
 //
 // Batch invariance: a matmul kernel computes every output element y[t][r] with the same
@@ -20,7 +21,8 @@
 //   by d_w * d_x, the min terms in one running sum, lanes reduced as above; AVX2: the
 //   super-block's whole sums S and M, y = fma(S, d_w * d_x, y) then y = fma(-M, dmin_w *
 //   d_x, y) (Q6_K: y = fma(S - M, d_w * d_x, y)) super-block after super-block.
-// Different ISAs therefore agree to rounding, not bit for bit.
+// Scalar and AVX2 therefore agree to rounding, not bit for bit; AVX-512 and AVX2 agree bit for
+// bit.
 #ifndef CASCADE_KERNELS_CPU_KERNEL_TABLE_H_
 #define CASCADE_KERNELS_CPU_KERNEL_TABLE_H_
 
@@ -104,6 +106,7 @@ struct KernelTable {
 
 const KernelTable& ScalarKernels();
 const KernelTable& Avx2Kernels();
+const KernelTable& Avx512Kernels();  // call only when the CPU has AVX-512 F/BW/VL/DQ
 const KernelTable& KernelTableFor(CpuIsa isa);
 
 // Lane reduction shared by every ISA: ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)).

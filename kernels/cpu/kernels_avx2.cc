@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/kernel_table.h"
 #include "model/quant.h"
 
@@ -31,7 +32,6 @@ using avx2::TailMask;
 // on Zen 3, F16 5632 x 2048 at 8 tokens: passes 37-45 GFLOP/s, GEMM 24 (8 tokens fill
 // 1.3 of its 6-token tiles and it pays a transposing weight pack per 8 products).
 constexpr int64_t kDirectMaxTokens = 5;
-constexpr int64_t kGemmMinTokens = 16;
 constexpr int64_t kPassRows = 64;
 // Decode prefetches weights this many rows ahead (0: hardware prefetch only). Measured on
 // Zen 3: the light F16/BF16/F32 decode loop streams best with the hardware prefetcher
@@ -178,10 +178,6 @@ void F32Direct(const MatmulTask& t) {
 // 16 x 6 tiles beat 24 x 4, and 128-step sub-panels beat 256 and 512.
 constexpr int kGemmVecs = 2;  // weight vectors (8 rows each) per tile
 constexpr int kGemmRows = 8 * kGemmVecs;
-constexpr int kGemmTokens = 6;
-constexpr int64_t kGemmBlockTokens = 132;
-constexpr int64_t kGemmChunkSteps = 128;
-static_assert(kGemmBlockTokens % kGemmTokens == 0, "token blocks hold whole tiles");
 // Scratch: 2 x 16 weight rows per element, and the activations (kGemmBlockTokens rows of
 // k rounded up to whole chunks: at most 8 * kGemmChunkSteps floats each over kp) plus the
 // lane sums out of the 264 Ki spare floats.
@@ -225,14 +221,11 @@ inline __m256 LoadStep(const uint8_t* row, int64_t s, int64_t k) {
   return e + 8 <= k ? L::Load8(row, e) : L::LoadPartial(row, e, k - e);
 }
 
-// Where PackLaneMajor puts (lane, step): lane * lane + (step / kGemmChunkSteps) * chunk +
-// (step % kGemmChunkSteps) * slot floats into its output.
-struct LaneLayout {
-  int64_t lane, chunk, slot;
-  int64_t At(int j, int64_t s) const {
-    return j * lane + s / kGemmChunkSteps * chunk + s % kGemmChunkSteps * slot;
-  }
-};
+// Where a LaneLayout puts (lane j, step s) (gemm_layout.h).
+inline int64_t LaneAt(const LaneLayout& at, int j, int64_t s) {
+  return j * at.lane_floats + s / kGemmChunkSteps * at.chunk_floats +
+         s % kGemmChunkSteps * at.slot;
+}
 
 // Packs 8 rows (null: zeros) lane-major: out[at.At(lane, s) + q] = row q's element
 // 8 * s + lane, writing `width` (6 or 8) of the 8 row slots.
@@ -245,7 +238,7 @@ void PackLaneMajor(const uint8_t* const* rows, int64_t k, int64_t steps, float* 
     for (int q = 0; q < 8; ++q) v[q] = _mm256_castps_si256(LoadStep<L>(rows[q], s, k));
     avx2::Transpose8x8(v, o);
     for (int j = 0; j < 8; ++j) {
-      float* dst = out + at.At(j, s);
+      float* dst = out + LaneAt(at, j, s);
       if (width == 8) {
         _mm256_storeu_ps(dst, _mm256_castsi256_ps(o[j]));
       } else {
@@ -255,38 +248,14 @@ void PackLaneMajor(const uint8_t* const* rows, int64_t k, int64_t steps, float* 
   }
 }
 
-constexpr int64_t kTileChunk = kGemmChunkSteps * kGemmTokens;  // one tile's chunk of a lane
-
-// The token blocks of the float GEMM for n activation rows of k elements: equal blocks of
-// whole tiles, none over kGemmBlockTokens (every block re-packs the weight panels).
-struct GemmBlocks {
-  int64_t n, k, kp, steps, chunks, nb, blocks;
-  GemmBlocks(int64_t n_, int64_t k_) : n(n_), k(k_) {
-    kp = (k + 7) / 8 * 8;
-    steps = kp / 8;
-    chunks = (steps + kGemmChunkSteps - 1) / kGemmChunkSteps;
-    const int64_t even = (n + kGemmBlockTokens - 1) / kGemmBlockTokens;
-    nb = std::min(kGemmBlockTokens,
-                  ((n + even - 1) / even + kGemmTokens - 1) / kGemmTokens * kGemmTokens);
-    blocks = (n + nb - 1) / nb;
+// Packs tile `tile` of block b of g into the block's packed activations `out`.
+void PackGemmTile(const MatmulTask& t, const GemmBlocks& g, int64_t b, int64_t tile, float* out) {
+  const uint8_t* rows[8] = {};
+  for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < g.Count(b); ++c) {
+    rows[c] = t.x + (b * g.nb + tile * kGemmTokens + c) * t.x_stride;
   }
-  int64_t Count(int64_t b) const { return std::min(nb, n - b * nb); }
-  int64_t Tiles(int64_t b) const { return (Count(b) + kGemmTokens - 1) / kGemmTokens; }
-  // Floats of one packed block: (lane, chunk, tile, step in chunk, token). Each lane's
-  // chunk holds every tile's activations back to back: one stream per sweep.
-  int64_t BlockFloats() const { return 8 * chunks * nb * kGemmChunkSteps; }
-  LaneLayout XLayout(int64_t b) const {
-    return {chunks * Tiles(b) * kTileChunk, Tiles(b) * kTileChunk, kGemmTokens};
-  }
-  // Packs tile `tile` of block b into the block's packed activations `out`.
-  void PackTile(const MatmulTask& t, int64_t b, int64_t tile, float* out) const {
-    const uint8_t* rows[8] = {};
-    for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < Count(b); ++c) {
-      rows[c] = t.x + (b * nb + tile * kGemmTokens + c) * t.x_stride;
-    }
-    PackLaneMajor<LoadF32>(rows, k, steps, out + tile * kTileChunk, XLayout(b), kGemmTokens);
-  }
-};
+  PackLaneMajor<LoadF32>(rows, g.k, g.steps, out + tile * kTileChunk, g.XLayout(b), kGemmTokens);
+}
 
 template <typename L, bool kDequant = false, TensorType kType = TensorType::kF32>
 void F32Gemm(const MatmulTask& t) {
@@ -305,7 +274,7 @@ void F32Gemm(const MatmulTask& t) {
     if (t.packed_x != nullptr) {
       xp = t.packed_x + b * g.BlockFloats();
     } else {
-      for (int64_t tile = 0; tile < tiles; ++tile) g.PackTile(t, b, tile, own_x);
+      for (int64_t tile = 0; tile < tiles; ++tile) PackGemmTile(t, g, b, tile, own_x);
     }
     for (int64_t r = t.r0; r < t.r1; r += kGemmRows) {
       const int valid = static_cast<int>(std::min<int64_t>(kGemmRows, t.r1 - r));
@@ -326,7 +295,7 @@ void F32Gemm(const MatmulTask& t) {
         for (int64_t s0 = 0; s0 < steps; s0 += kGemmChunkSteps) {
           const int64_t s1 = std::min(steps, s0 + kGemmChunkSteps);
           for (int64_t tile = 0; tile < tiles; ++tile) {
-            LaneTile(wl + s0 * kGemmRows, xp + x_at.At(j, s0) + tile * kTileChunk, s1 - s0, s0 == 0,
+            LaneTile(wl + s0 * kGemmRows, xp + LaneAt(x_at, j, s0) + tile * kTileChunk, s1 - s0, s0 == 0,
                      sums + (tile * 8 + j) * kTileSums);
           }
         }
@@ -427,7 +396,7 @@ void PackF32(const MatmulTask& t, int part, int parts, float* out) {
   const int64_t begin = slots * part / parts, end = slots * (part + 1) / parts;
   for (int64_t i = begin; i < end; ++i) {
     const int64_t b = i / per_block, tile = i % per_block;
-    if (tile < g.Tiles(b)) g.PackTile(t, b, tile, out + b * g.BlockFloats());
+    if (tile < g.Tiles(b)) PackGemmTile(t, g, b, tile, out + b * g.BlockFloats());
   }
 }
 
@@ -470,6 +439,29 @@ void Axpy(float a, const float* x, float* y, int64_t n) {
 float SumSquares(const float* x, int64_t n) { return avx2::Dot(x, x, n); }
 
 }  // namespace
+
+void PackGemmActivationBlock(const MatmulTask& t, int64_t b, float* out) {
+  const GemmBlocks g(t.n, t.k);
+  for (int64_t tile = 0; tile < g.Tiles(b); ++tile) PackGemmTile(t, g, b, tile, out);
+}
+
+void PackGemmWeightRows(TensorType type, const uint8_t* const* rows, int64_t k, float* out,
+                        const LaneLayout& at) {
+  const int64_t steps = (k + 7) / 8;
+  switch (type) {
+    case TensorType::kF32:
+      PackLaneMajor<LoadF32>(rows, k, steps, out, at, 8);
+      return;
+    case TensorType::kF16:
+      PackLaneMajor<LoadF16>(rows, k, steps, out, at, 8);
+      return;
+    case TensorType::kBF16:
+      PackLaneMajor<LoadBF16>(rows, k, steps, out, at, 8);
+      return;
+    default:
+      return;  // the contract allows only the float types
+  }
+}
 
 const KernelTable& Avx2Kernels() {
   static const KernelTable table{CpuIsa::kAvx2,         &Avx2Matmul,      &avx2::QuantizeQ8_0Row,

@@ -28,10 +28,11 @@ inline std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-// Scalar always, AVX2 when the CPU has it.
+// Scalar always, AVX2 and AVX-512 when the CPU has them.
 inline std::vector<CpuIsa> AvailableIsas() {
   std::vector<CpuIsa> isas = {CpuIsa::kScalar};
   if (DetectCpuFeatures().best() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  if (DetectCpuFeatures().best() >= CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
   return isas;
 }
 
@@ -64,7 +65,7 @@ inline TestWeight MakeWeight(TensorType type, int64_t rows, int64_t cols, uint32
     EXPECT_TRUE(QuantizeRow(type, f.data() + r * cols, cols, w.bytes.data() + r * rb));
     EXPECT_TRUE(DequantizeRow(type, w.bytes.data() + r * rb, cols, w.dequant.data() + r * cols));
   }
-  w.view.name = "w";
+  w.view.name = std::string(1, 'w');  // (gcc 12 warns falsely on = "w": PR105329)
   w.view.type = type;
   w.view.n_dims = 2;
   w.view.ne[0] = cols;

@@ -1,0 +1,28 @@
+#include "kernels/cpu/gemm_layout.h"
+
+#include <algorithm>
+
+namespace cascade::cpu {
+
+GemmBlocks::GemmBlocks(int64_t n_, int64_t k_) : n(n_), k(k_) {
+  kp = (k + 7) / 8 * 8;
+  steps = kp / 8;
+  chunks = (steps + kGemmChunkSteps - 1) / kGemmChunkSteps;
+  const int64_t even = (n + kGemmBlockTokens - 1) / kGemmBlockTokens;
+  nb = std::min(kGemmBlockTokens,
+                ((n + even - 1) / even + kGemmTokens - 1) / kGemmTokens * kGemmTokens);
+  blocks = (n + nb - 1) / nb;
+}
+
+int64_t GemmBlocks::Count(int64_t b) const { return std::min(nb, n - b * nb); }
+
+int64_t GemmBlocks::Tiles(int64_t b) const { return (Count(b) + kGemmTokens - 1) / kGemmTokens; }
+
+// Each lane's chunk holds every tile's activations back to back: one stream per sweep.
+int64_t GemmBlocks::BlockFloats() const { return 8 * chunks * nb * kGemmChunkSteps; }
+
+LaneLayout GemmBlocks::XLayout(int64_t b) const {
+  return {chunks * Tiles(b) * kTileChunk, Tiles(b) * kTileChunk, kGemmTokens};
+}
+
+}  // namespace cascade::cpu

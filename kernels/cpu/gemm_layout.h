@@ -1,0 +1,78 @@
+// Internal: the data layout of the lane-major float GEMM (prefill with F32/F16/BF16 weights),
+// shared by its AVX2 implementation (kernels_avx2.cc) and its 16-float-vector one
+// (gemm_lanes.h, instantiated with AVX-512 in kernels_avx512.cc).
+//
+// Contract: everything here is plain data and integer arithmetic defined out of line in
+// gemm_layout.cc, compiled without ISA flags, so translation units compiled for different
+// ISAs can share it without the linker ever handing one of them another ISA's copy of an
+// inline function. The two Pack* functions are AVX2 code (kernels_avx2.cc): call them only
+// when the CPU has AVX2+FMA+F16C. They never allocate; `out` must hold what the layout says.
+//
+// The GEMM's reduction order is kernel_table.h's: output (token, row) sums the products of
+// elements e with e % 8 == lane in eight lane chains, each over its steps s (element
+// 8 * s + lane) in order, then adds the lanes in ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). So the
+// GEMM is eight matrix products of depth steps = ceil(k / 8), one per lane, and both the
+// activations and the weights are packed lane by lane:
+// - activations, per token block: (lane, chunk of kGemmChunkSteps steps, tile of
+//   kGemmTokens tokens, step in chunk, token in tile);
+// - a weight panel of P rows: (lane, step, row in panel), P = 16 (AVX2) or 32 (AVX-512).
+#ifndef CASCADE_KERNELS_CPU_GEMM_LAYOUT_H_
+#define CASCADE_KERNELS_CPU_GEMM_LAYOUT_H_
+
+#include <cstdint>
+
+#include "kernels/cpu/kernel_table.h"
+#include "model/tensor_type.h"
+
+namespace cascade::cpu {
+
+// Float matmuls of at least this many tokens use the GEMM (fewer: direct tiles).
+inline constexpr int64_t kGemmMinTokens = 16;
+// Tokens per register tile (broadcast one at a time).
+inline constexpr int kGemmTokens = 6;
+// Tokens packed per block (every block re-packs the weight panels).
+inline constexpr int64_t kGemmBlockTokens = 132;
+// Steps per sub-panel: each lane's weights are swept in chunks of this many steps (kept
+// in L1) by every token tile of the block.
+inline constexpr int64_t kGemmChunkSteps = 128;
+// Floats of one tile's chunk of one lane: (step in chunk, token in tile).
+inline constexpr int64_t kTileChunk = kGemmChunkSteps * kGemmTokens;
+static_assert(kGemmBlockTokens % kGemmTokens == 0, "token blocks hold whole tiles");
+
+// Where a packed (lane, step) starts: lane * lane_floats + (step / kGemmChunkSteps) *
+// chunk_floats + (step % kGemmChunkSteps) * slot floats.
+struct LaneLayout {
+  int64_t lane_floats = 0, chunk_floats = 0, slot = 0;
+};
+
+// The token blocks of the GEMM for n activation rows of k elements: equal blocks of whole
+// tiles, none over kGemmBlockTokens.
+struct GemmBlocks {
+  GemmBlocks(int64_t n, int64_t k);
+  int64_t n, k;
+  int64_t kp;      // k rounded up to 8
+  int64_t steps;   // kp / 8: the depth of each lane's product
+  int64_t chunks;  // steps in chunks of kGemmChunkSteps, rounded up
+  int64_t nb;      // tokens per block (the last may hold fewer)
+  int64_t blocks;
+
+  int64_t Count(int64_t b) const;  // tokens in block b
+  int64_t Tiles(int64_t b) const;  // tiles in block b (the last may be partial)
+  // Floats of one packed block, whatever its count (blocks sit this far apart).
+  int64_t BlockFloats() const;
+  LaneLayout XLayout(int64_t b) const;  // block b's packed activations
+};
+
+// AVX2 (kernels_avx2.cc). Packs the t.k-element float activation rows of block b of
+// GemmBlocks(t.n, t.k) (t.x, t.x_stride) into out, as the GEMM reads them.
+void PackGemmActivationBlock(const MatmulTask& t, int64_t b, float* out);
+// AVX2 (kernels_avx2.cc). Converts 8 weight rows of k elements of `type` (F32, F16 or
+// BF16; a null row packs zeros) to floats and packs them lane-major: row q's element
+// 8 * s + lane goes to out[lane * at.lane_floats + (s / kGemmChunkSteps) * at.chunk_floats
+// + (s % kGemmChunkSteps) * at.slot + q], for every s < ceil(k / 8).
+void PackGemmWeightRows(TensorType type, const uint8_t* const* rows, int64_t k, float* out,
+                        const LaneLayout& at);
+
+}  // namespace cascade::cpu
+
+#endif  // CASCADE_KERNELS_CPU_GEMM_LAYOUT_H_
