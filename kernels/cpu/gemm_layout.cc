@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/quant.h"
+
 namespace cascade::cpu {
 
 GemmBlocks::GemmBlocks(int64_t n_, int64_t k_) : n(n_), k(k_) {
@@ -23,6 +25,14 @@ int64_t GemmBlocks::BlockFloats() const { return 8 * chunks * nb * kGemmChunkSte
 
 LaneLayout GemmBlocks::XLayout(int64_t b) const {
   return {chunks * Tiles(b) * kTileChunk, Tiles(b) * kTileChunk, kGemmTokens};
+}
+
+int64_t QuantTokenBlock(int64_t n, int64_t k, int tile) {
+  const int64_t row = std::max<int64_t>(1, k / kQK * static_cast<int64_t>(sizeof(BlockQ8_0)));
+  const int64_t most =
+      std::max<int64_t>(tile, std::min<int64_t>((256 << 10) / row, 256) / tile * tile);
+  const int64_t blocks = (n + most - 1) / most;
+  return std::min(most, ((n + blocks - 1) / blocks + tile - 1) / tile * tile);
 }
 
 }  // namespace cascade::cpu

@@ -1,12 +1,14 @@
-// Internal: the data layout of the lane-major float GEMM (prefill with F32/F16/BF16 weights),
-// shared by its AVX2 implementation (kernels_avx2.cc) and its 16-float-vector one
-// (gemm_lanes.h, instantiated with AVX-512 in kernels_avx512.cc).
+// Internal: what the AVX2 kernels share with the AVX-512 ones: the data layout of the
+// lane-major float GEMM (prefill with F32/F16/BF16 weights; AVX2 in kernels_avx2.cc, 16-float
+// vectors in gemm_lanes.h) and the AVX2 functions that pack weights and activations for
+// both (kernels_avx2.cc, kernels_avx2_quant.cc).
 //
-// Contract: everything here is plain data and integer arithmetic defined out of line in
-// gemm_layout.cc, compiled without ISA flags, so translation units compiled for different
-// ISAs can share it without the linker ever handing one of them another ISA's copy of an
-// inline function. The two Pack* functions are AVX2 code (kernels_avx2.cc): call them only
-// when the CPU has AVX2+FMA+F16C. They never allocate; `out` must hold what the layout says.
+// Contract: everything here is plain data, integer arithmetic defined out of line in
+// gemm_layout.cc (compiled without ISA flags), or an out-of-line AVX2 function, so
+// translation units compiled for different ISAs can share it without the linker ever
+// handing one of them another ISA's copy of an inline function. Call the AVX2 functions
+// only when the CPU has AVX2+FMA+F16C. They never allocate; outputs must hold what the
+// layout says.
 //
 // The GEMM's reduction order is kernel_table.h's: output (token, row) sums the products of
 // elements e with e % 8 == lane in eight lane chains, each over its steps s (element
@@ -63,6 +65,11 @@ struct GemmBlocks {
   LaneLayout XLayout(int64_t b) const;  // block b's packed activations
 };
 
+// Tokens per block of a blocked Q8_0/Q4_0 matmul over n activation rows of k elements (Q8_0
+// blocks): as many rows as fit in about half of a 512 KiB L2 (at most 256), in whole tiles
+// of `tile` tokens, the blocks of equal size.
+int64_t QuantTokenBlock(int64_t n, int64_t k, int tile);
+
 // AVX2 (kernels_avx2.cc). Packs the t.k-element float activation rows of block b of
 // GemmBlocks(t.n, t.k) (t.x, t.x_stride) into out, as the GEMM reads them.
 void PackGemmActivationBlock(const MatmulTask& t, int64_t b, float* out);
@@ -72,6 +79,14 @@ void PackGemmActivationBlock(const MatmulTask& t, int64_t b, float* out);
 // + (s % kGemmChunkSteps) * at.slot + q], for every s < ceil(k / 8).
 void PackGemmWeightRows(TensorType type, const uint8_t* const* rows, int64_t k, float* out,
                         const LaneLayout& at);
+
+// AVX2 (kernels_avx2_quant.cc). Expands 8 rows of nb Q8_0 or Q4_0 blocks (type; Q4_0 as
+// unsigned nibbles u = code + 8) interleaved for the blocked integer kernels: the 4 codes
+// at 4g of block b of all 8 rows (32 bytes, row after row) at codes + b * block_bytes +
+// g * block_bytes / 8, and row j's scale of block b (as float) at scales[b * scale_stride
+// + j].
+void ExpandQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb, int8_t* codes,
+                      int64_t block_bytes, float* scales, int64_t scale_stride);
 
 }  // namespace cascade::cpu
 

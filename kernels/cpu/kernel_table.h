@@ -3,9 +3,10 @@
 // Contract: each ISA (scalar, AVX2, AVX-512) provides one KernelTable, compiled in its own
 // translation unit for that ISA; KernelTableFor() returns the table for an ISA the CPU
 // supports (never call into a table the CPU lacks). The AVX-512 table is the AVX2 one with
-// the float GEMM in 512-bit registers, bit for bit the AVX2 GEMM's results (gemm_lanes.h);
-// VNNI kernels for quantized weights are not written yet. Kernels are pure functions of
-// their arguments and thread-safe; they never allocate (matmuls use MatmulTask::scratch).
+// the float GEMM in 512-bit registers (gemm_lanes.h) and, with VNNI, the blocked Q8_0/Q4_0
+// matmul on byte dot products (quant_lanes.h), each bit for bit the AVX2 kernel's results.
+// Kernels are pure functions of their arguments and thread-safe; they never allocate
+// (matmuls use MatmulTask::scratch).
 //
 // Batch invariance: a matmul kernel computes every output element y[t][r] with the same
 // reduction order whatever n, r0/r1, tile or thread it is called with. The order is fixed

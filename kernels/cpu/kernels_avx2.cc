@@ -223,8 +223,7 @@ inline __m256 LoadStep(const uint8_t* row, int64_t s, int64_t k) {
 
 // Where a LaneLayout puts (lane j, step s) (gemm_layout.h).
 inline int64_t LaneAt(const LaneLayout& at, int j, int64_t s) {
-  return j * at.lane_floats + s / kGemmChunkSteps * at.chunk_floats +
-         s % kGemmChunkSteps * at.slot;
+  return j * at.lane_floats + s / kGemmChunkSteps * at.chunk_floats + s % kGemmChunkSteps * at.slot;
 }
 
 // Packs 8 rows (null: zeros) lane-major: out[at.At(lane, s) + q] = row q's element
@@ -295,8 +294,8 @@ void F32Gemm(const MatmulTask& t) {
         for (int64_t s0 = 0; s0 < steps; s0 += kGemmChunkSteps) {
           const int64_t s1 = std::min(steps, s0 + kGemmChunkSteps);
           for (int64_t tile = 0; tile < tiles; ++tile) {
-            LaneTile(wl + s0 * kGemmRows, xp + LaneAt(x_at, j, s0) + tile * kTileChunk, s1 - s0, s0 == 0,
-                     sums + (tile * 8 + j) * kTileSums);
+            LaneTile(wl + s0 * kGemmRows, xp + LaneAt(x_at, j, s0) + tile * kTileChunk, s1 - s0,
+                     s0 == 0, sums + (tile * 8 + j) * kTileSums);
           }
         }
       }

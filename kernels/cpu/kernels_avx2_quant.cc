@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/gemm_layout.h"
 #include "model/quant.h"
 
 namespace cascade::cpu::avx2 {
@@ -166,13 +167,12 @@ struct Panel8 {
   float* scales;
 };
 
-// Expands weight rows [r, r + rows) (rows <= 8; the last row repeats to fill 8) into p.
+// Expands 8 weight rows src[0..8) of nb blocks, interleaved: group g of block b (the 4
+// codes at 4g of each of the 8 rows, 32 bytes) at codes + b * block_bytes + g * block_bytes
+// / 8, and row j's scale of block b at scales[b * scale_stride + j].
 template <typename Block>
-void ExpandPanel8(const MatmulTask& t, int64_t r, int rows, int64_t nb, const Panel8& p) {
-  const Block* src[8];
-  for (int j = 0; j < 8; ++j) {
-    src[j] = reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
-  }
+void ExpandRows8(const Block* const* src, int64_t nb, int8_t* codes, int64_t block_bytes,
+                 float* scales, int64_t scale_stride) {
   for (int64_t b = 0; b < nb; ++b) {
     __m256i v[8], o[8];
     for (int j = 0; j < 8; ++j) {
@@ -181,12 +181,24 @@ void ExpandPanel8(const MatmulTask& t, int64_t r, int rows, int64_t nb, const Pa
       } else {
         v[j] = Codes(src[j][b]);
       }
-      p.scales[8 * b + j] = _cvtsh_ss(src[j][b].d);
+      scales[b * scale_stride + j] = _cvtsh_ss(src[j][b].d);
     }
     Transpose8x8(v, o);
-    auto* dst = reinterpret_cast<__m256i*>(p.codes + b * 256);
-    for (int g = 0; g < 8; ++g) _mm256_store_si256(dst + g, o[g]);
+    int8_t* dst = codes + b * block_bytes;
+    for (int g = 0; g < 8; ++g) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + g * (block_bytes / 8)), o[g]);
+    }
   }
+}
+
+// Expands weight rows [r, r + rows) (rows <= 8; the last row repeats to fill 8) into p.
+template <typename Block>
+void ExpandPanel8(const MatmulTask& t, int64_t r, int rows, int64_t nb, const Panel8& p) {
+  const Block* src[8];
+  for (int j = 0; j < 8; ++j) {
+    src[j] = reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
+  }
+  ExpandRows8(src, nb, p.codes, 256, p.scales, 8);
 }
 
 // Group g (4 codes) of activation block x broadcast and multiplied with a panel group wq
@@ -344,3 +356,20 @@ void QuantizeQ8_0Row(const float* x, int64_t k, void* out) {
 }
 
 }  // namespace cascade::cpu::avx2
+
+namespace cascade::cpu {
+
+void ExpandQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb, int8_t* codes,
+                      int64_t block_bytes, float* scales, int64_t scale_stride) {
+  if (type == TensorType::kQ4_0) {
+    const BlockQ4_0* src[8];
+    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockQ4_0*>(rows[j]);
+    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
+  } else {
+    const BlockQ8_0* src[8];
+    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockQ8_0*>(rows[j]);
+    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
+  }
+}
+
+}  // namespace cascade::cpu

@@ -1,0 +1,266 @@
+// The AVX-512 kernels against the AVX2 ones, bit for bit: the 16-float-vector GEMM of
+// gemm_lanes.h (F32/F16/BF16 weights) and the 16-lane byte-dot-product kernel of
+// quant_lanes.h (Q8_0/Q4_0 weights x Q8_0 activations).
+//
+// Each runs twice: with P = plain arrays (std::fma, a fused multiply-add rounded once like
+// the hardware's; the byte dot product lane by lane), on every CPU with AVX2, so the
+// AVX-512 kernels' tiling, panels, tails and reductions are executed and checked on
+// machines without AVX-512; and with the AVX-512 kernel table itself, where the CPU has
+// AVX-512 (and VNNI for the integer kernel; skipped elsewhere, saying so).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm_lanes.h"
+#include "kernels/cpu/gemm_layout.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kernels_test_util.h"
+#include "kernels/cpu/quant_lanes.h"
+#include "model/quant.h"
+
+namespace cascade {
+namespace {
+
+using testing::MakeWeight;
+using testing::Random;
+using testing::TestWeight;
+
+// 16 float lanes in plain C++: what the AVX-512 instructions compute, lane by lane.
+struct Emulated16 {
+  struct V {
+    float f[16];
+  };
+  static V Zero() { return V{}; }
+  static V Load(const float* p) {
+    V v;
+    std::memcpy(v.f, p, sizeof(v.f));
+    return v;
+  }
+  static void Store(float* p, V v) { std::memcpy(p, v.f, sizeof(v.f)); }
+  static void StoreFirst(float* p, V v, int count) { std::memcpy(p, v.f, count * sizeof(float)); }
+  static V Splat(const float* p) {
+    V v;
+    for (float& x : v.f) x = *p;
+    return v;
+  }
+  static V Fma(V a, V b, V c) {
+    for (int i = 0; i < 16; ++i) c.f[i] = std::fma(a.f[i], b.f[i], c.f[i]);
+    return c;
+  }
+  static V Add(V a, V b) {
+    for (int i = 0; i < 16; ++i) a.f[i] += b.f[i];
+    return a;
+  }
+};
+
+struct Aligned {
+  explicit Aligned(size_t floats)
+      : data(static_cast<float*>(std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64))) {
+  }
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data;
+};
+
+// Tokens [0, n) of x (x_stride bytes apart) times rows [r0, r1) of w into y (n x rows).
+cpu::MatmulTask Task(const TestWeight& w, const uint8_t* x, size_t x_stride, int64_t n, int64_t r0,
+                     int64_t r1, float* y, float* scratch) {
+  cpu::MatmulTask t;
+  t.w = w.view.data;
+  t.w_stride = w.view.row_bytes();
+  t.k = w.view.cols();
+  t.x = x;
+  t.x_stride = x_stride;
+  t.n = n;
+  t.y = y;
+  t.ldy = w.view.rows();
+  t.r0 = r0;
+  t.r1 = r1;
+  t.scratch = scratch;
+  return t;
+}
+
+// One matmul of tokens [0, n) x rows [r0, r1) of w, with `fn` or with the emulated GEMM,
+// packed activations shared (as the backend's threads share them) or packed by the kernel.
+std::vector<float> RunMatmul(const TestWeight& w, const std::vector<float>& x, int64_t n,
+                             int64_t r0, int64_t r1, bool shared_pack, cpu::MatmulFn fn) {
+  const int64_t rows = w.view.rows(), k = w.view.cols();
+  std::vector<float> y(n * rows, -7.0f);
+  Aligned scratch(cpu::ScratchFloats(k));
+  cpu::MatmulTask t = Task(w, reinterpret_cast<const uint8_t*>(x.data()), k * sizeof(float), n, r0,
+                           r1, y.data(), scratch.data.get());
+  const cpu::KernelTable& avx2 = cpu::Avx2Kernels();
+  std::unique_ptr<Aligned> packed;
+  if (shared_pack) {
+    packed = std::make_unique<Aligned>(avx2.packed_f32_floats(n, k));
+    avx2.pack_f32(t, 0, 2, packed->data.get());  // in two parts, as two threads would
+    avx2.pack_f32(t, 1, 2, packed->data.get());
+    t.packed_x = packed->data.get();
+  }
+  if (fn != nullptr) {
+    fn(t);
+  } else {
+    cpu::lanes16::LaneGemm<Emulated16>(t, w.view.type);
+  }
+  return y;
+}
+
+bool HasAvx2() { return DetectCpuFeatures().best() >= CpuIsa::kAvx2; }
+
+// Rows 45: a full 32-row panel and a 13-row one, or ranges that start mid-panel and end in
+// a panel of at most 16 rows; n: one tile pair and a half tile (16), odd tiles (35), two
+// token blocks (141), three (270); k: a tail of 4, and several 128-step chunks with a tail.
+struct Shape {
+  int64_t k, n, r0, r1;
+};
+const Shape kShapes[] = {{20, 16, 0, 45},    {1100, 35, 0, 45}, {1100, 141, 3, 41},
+                         {2060, 17, 16, 33}, {300, 270, 0, 45}, {1100, 64, 29, 45}};
+
+// kernel(type): the float matmul to check (null: the emulated 16-lane GEMM).
+void ExpectGemmMatchesAvx2(cpu::MatmulFn (*kernel)(TensorType)) {
+  for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kBF16}) {
+    for (const Shape& s : kShapes) {
+      const TestWeight w = MakeWeight(type, 45, s.k, 3);
+      const auto x = Random(s.n * s.k, 9);
+      const cpu::MatmulFn avx2 = cpu::Avx2Kernels().matmul(type, cpu::ActFormat::kF32);
+      for (bool shared : {false, true}) {
+        const auto want = RunMatmul(w, x, s.n, s.r0, s.r1, shared, avx2);
+        const auto got = RunMatmul(w, x, s.n, s.r0, s.r1, shared, kernel(type));
+        // Rows outside [r0, r1) keep the -7 both runs start with, so the whole output
+        // also checks that nothing is written past the range.
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << TensorTypeName(type) << " k=" << s.k << " n=" << s.n << " rows [" << s.r0 << ", "
+            << s.r1 << ") shared pack " << shared;
+      }
+    }
+  }
+}
+
+TEST(LaneGemm16, EmulatedVectorsMatchTheAvx2GemmBitForBit) {
+  if (!HasAvx2()) GTEST_SKIP() << "the panels are packed by AVX2 code; this CPU has no AVX2";
+  ExpectGemmMatchesAvx2([](TensorType) -> cpu::MatmulFn { return nullptr; });
+}
+
+TEST(LaneGemm16, Avx512TableMatchesTheAvx2GemmBitForBit) {
+  if (DetectCpuFeatures().best() < CpuIsa::kAvx512) {
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ; this one: "
+                 << DetectCpuFeatures().Describe();
+  }
+  ExpectGemmMatchesAvx2(
+      [](TensorType type) { return cpu::Avx512Kernels().matmul(type, cpu::ActFormat::kF32); });
+}
+
+// 16 int32 / float lanes with a 4-way byte dot product, lane by lane.
+struct EmulatedDot16 {
+  struct IV {
+    int32_t i[16];
+  };
+  using FV = Emulated16::V;
+  static FV ZeroF() { return FV{}; }
+  static IV SplatI(int32_t v) {
+    IV r;
+    for (int32_t& x : r.i) x = v;
+    return r;
+  }
+  static IV LoadI(const void* p) {
+    IV r;
+    std::memcpy(r.i, p, sizeof(r.i));
+    return r;
+  }
+  static IV Bcast4(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return SplatI(v);
+  }
+  static IV Dot4(IV acc, IV u, IV s) {
+    for (int l = 0; l < 16; ++l) {
+      uint8_t ub[4];
+      int8_t sb[4];
+      std::memcpy(ub, &u.i[l], 4);
+      std::memcpy(sb, &s.i[l], 4);
+      for (int q = 0; q < 4; ++q) acc.i[l] += static_cast<int32_t>(ub[q]) * sb[q];
+    }
+    return acc;
+  }
+  static void StoreI(int32_t* p, IV v) { std::memcpy(p, v.i, sizeof(v.i)); }
+  static FV LoadF(const float* p) { return Emulated16::Load(p); }
+  static FV SplatF(float v) { return Emulated16::Splat(&v); }
+  static FV MulF(FV a, FV b) {
+    for (int l = 0; l < 16; ++l) a.f[l] *= b.f[l];
+    return a;
+  }
+  static FV CvtF(IV v) {
+    FV r;
+    for (int l = 0; l < 16; ++l) r.f[l] = static_cast<float>(v.i[l]);
+    return r;
+  }
+  static FV Fma(FV a, FV b, FV c) { return Emulated16::Fma(a, b, c); }
+  static void StoreFirstF(float* p, FV v, int count) { Emulated16::StoreFirst(p, v, count); }
+};
+
+// One Q8_0-activation matmul of tokens [0, n) x rows [r0, r1) with `fn`, or with the
+// emulated 16-lane kernel when fn is null.
+std::vector<float> RunQuantMatmul(const TestWeight& w, const std::vector<float>& x, int64_t n,
+                                  int64_t r0, int64_t r1, cpu::MatmulFn fn) {
+  const int64_t rows = w.view.rows(), k = w.view.cols();
+  const size_t row_bytes = cpu::ActRowBytes(cpu::ActFormat::kQ8_0, k);
+  std::vector<uint8_t> xq(n * row_bytes);
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::ScalarKernels().quantize_q8_0(x.data() + i * k, k, xq.data() + i * row_bytes);
+  }
+  std::vector<float> y(n * rows, -7.0f);
+  Aligned scratch(cpu::ScratchFloats(k));
+  cpu::MatmulTask t = Task(w, xq.data(), row_bytes, n, r0, r1, y.data(), scratch.data.get());
+  if (fn != nullptr) {
+    fn(t);
+  } else {
+    cpu::dot16::QuantBlocked<EmulatedDot16>(t, w.view.type);
+  }
+  return y;
+}
+
+// Rows 45: two full 16-row panels and a 13-row one, or ranges that start mid-panel; n: one
+// tile (8), a tile and one token (9), tiles and a remainder of 3 (35), 141 and 300 (two
+// token blocks at k = 2048); k: 2 blocks, 34, 64.
+struct QuantShape {
+  int64_t k, n, r0, r1;
+};
+const QuantShape kQuantShapes[] = {{64, 8, 0, 45},     {1088, 9, 0, 45},    {1088, 35, 3, 41},
+                                   {1088, 141, 0, 45}, {2048, 300, 16, 33}, {64, 15, 29, 45}};
+
+void ExpectQuantKernelMatchesAvx2(cpu::MatmulFn (*kernel)(TensorType)) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0}) {
+    for (const QuantShape& s : kQuantShapes) {
+      const TestWeight w = MakeWeight(type, 45, s.k, 5);
+      const auto x = Random(s.n * s.k, 12);
+      const auto want = RunQuantMatmul(w, x, s.n, s.r0, s.r1,
+                                       cpu::Avx2Kernels().matmul(type, cpu::ActFormat::kQ8_0));
+      const auto got = RunQuantMatmul(w, x, s.n, s.r0, s.r1, kernel(type));
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << TensorTypeName(type) << " k=" << s.k << " n=" << s.n << " rows [" << s.r0 << ", "
+          << s.r1 << ")";
+    }
+  }
+}
+
+TEST(QuantDot16, EmulatedLanesMatchTheAvx2KernelsBitForBit) {
+  if (!HasAvx2()) GTEST_SKIP() << "the panels are expanded by AVX2 code; this CPU has no AVX2";
+  ExpectQuantKernelMatchesAvx2([](TensorType) -> cpu::MatmulFn { return nullptr; });
+}
+
+TEST(QuantDot16, VnniTableMatchesTheAvx2KernelsBitForBit) {
+  if (DetectCpuFeatures().best() < CpuIsa::kAvx512 || !DetectCpuFeatures().avx512vnni) {
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ and VNNI; this one: "
+                 << DetectCpuFeatures().Describe();
+  }
+  ExpectQuantKernelMatchesAvx2(
+      [](TensorType type) { return cpu::Avx512Kernels().matmul(type, cpu::ActFormat::kQ8_0); });
+}
+
+}  // namespace
+}  // namespace cascade
