@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "model/quant.h"
-
 namespace cascade::cpu {
 
 GemmBlocks::GemmBlocks(int64_t n_, int64_t k_) : n(n_), k(k_) {
@@ -27,8 +25,8 @@ LaneLayout GemmBlocks::XLayout(int64_t b) const {
   return {chunks * Tiles(b) * kTileChunk, Tiles(b) * kTileChunk, kGemmTokens};
 }
 
-int64_t QuantTokenBlock(int64_t n, int64_t k, int tile) {
-  const int64_t row = std::max<int64_t>(1, k / kQK * static_cast<int64_t>(sizeof(BlockQ8_0)));
+int64_t QuantTokenBlock(int64_t n, size_t row_bytes, int tile) {
+  const auto row = static_cast<int64_t>(std::max<size_t>(row_bytes, 1));
   const int64_t most =
       std::max<int64_t>(tile, std::min<int64_t>((256 << 10) / row, 256) / tile * tile);
   const int64_t blocks = (n + most - 1) / most;

@@ -21,6 +21,7 @@
 #ifndef CASCADE_KERNELS_CPU_GEMM_LAYOUT_H_
 #define CASCADE_KERNELS_CPU_GEMM_LAYOUT_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cpu/kernel_table.h"
@@ -65,10 +66,10 @@ struct GemmBlocks {
   LaneLayout XLayout(int64_t b) const;  // block b's packed activations
 };
 
-// Tokens per block of a blocked Q8_0/Q4_0 matmul over n activation rows of k elements (Q8_0
-// blocks): as many rows as fit in about half of a 512 KiB L2 (at most 256), in whole tiles
-// of `tile` tokens, the blocks of equal size.
-int64_t QuantTokenBlock(int64_t n, int64_t k, int tile);
+// Tokens per block of a blocked quantized matmul over n activation rows of row_bytes
+// bytes: as many rows as fit in about half of a 512 KiB L2 (at most 256), in whole tiles of
+// `tile` tokens, the blocks of equal size.
+int64_t QuantTokenBlock(int64_t n, size_t row_bytes, int tile);
 
 // AVX2 (kernels_avx2.cc). Packs the t.k-element float activation rows of block b of
 // GemmBlocks(t.n, t.k) (t.x, t.x_stride) into out, as the GEMM reads them.
@@ -87,6 +88,28 @@ void PackGemmWeightRows(TensorType type, const uint8_t* const* rows, int64_t k, 
 // + j].
 void ExpandQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb, int8_t* codes,
                       int64_t block_bytes, float* scales, int64_t scale_stride);
+
+// Where ExpandKQuantRows8 writes 8 rows of K-quant super-blocks (outputs for row j of the
+// 8 start at j: pass pointers offset by the rows' first lane).
+struct KRows8Out {
+  uint8_t* codes;       // group g (4 codes of each row) of block b at b * block_bytes +
+  int64_t block_bytes;  //   g * group_bytes, 32 bytes, row after row (64 groups)
+  int64_t group_bytes;
+  int32_t* scales;       // (block, 16-element sub-block s, lane): its integer scale
+  int32_t* mins;         // (block, i, lane): int16 pair multiplying bsums 2i, 2i + 1
+  float* d;              // (block, lane)
+  float* dmin;           // (block, lane); 0 for Q6_K
+  int64_t block_stride;  // lanes per (block) or (block, s) row of scales/mins/d/dmin
+};
+
+// AVX2 (kernels_avx2_kquant.cc). Expands 8 rows of nb Q4_K, Q5_K or Q6_K super-blocks
+// (`type`) for the 16-lane K-quant kernel: unsigned codes (Q6_K: code + 32), per 16
+// elements the sub-block scale (Q4_K/Q5_K: that of its 32-element sub-block), and the min
+// pairs: Q4_K/Q5_K (m_i, m_i) for the 32-element sub-block i; Q6_K (32 s_2i, 32 s_2i+1),
+// the -32 code offset. With the activations' bsums: M = sum over i of the pair times
+// (bsums[2i], bsums[2i + 1]).
+void ExpandKQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb,
+                       const KRows8Out& out);
 
 }  // namespace cascade::cpu
 

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/gemm_layout.h"
 #include "model/quant.h"
 
 namespace cascade::cpu::avx2 {
@@ -532,6 +533,63 @@ void MatmulQ8KAct(const MatmulTask& t) {
   }
 }
 
+// Expands 8 rows of nb super-blocks for the 16-lane kernels (gemm_layout.h,
+// ExpandKQuantRows8): codes through the same unpacking as every AVX2 tile, interleaved by
+// the same transpose as the 8-row panels.
+template <typename Block>
+void ExpandKRows8(const uint8_t* const* rows, int64_t nb, const KRows8Out& out) {
+  using U = typename UnpackFor<Block>::Type;
+  for (int64_t b = 0; b < nb; ++b) {
+    alignas(32) uint8_t codes[8][256];
+    for (int row = 0; row < 8; ++row) {
+      const Block& blk = reinterpret_cast<const Block*>(rows[row])[b];
+      U u;
+      u.Init(blk);
+      for (int j = 0; j < 8; ++j) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[row] + 32 * j), u.Codes(j));
+      }
+      const int64_t at = b * out.block_stride + row;
+      out.d[at] = u.d;
+      out.dmin[at] = u.dmin;
+      if constexpr (U::kHasMin) {
+        uint64_t sc, m;
+        ScalesMinsK4(blk.scales, &sc, &m);
+        for (int i = 0; i < 16; ++i) {
+          out.scales[b * 16 * out.block_stride + i * out.block_stride + row] =
+              static_cast<int32_t>((sc >> (8 * (i / 2))) & 0xFF);
+        }
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t mi = (m >> (8 * i)) & 0xFF;
+          out.mins[b * 8 * out.block_stride + i * out.block_stride + row] =
+              static_cast<int32_t>(mi | (mi << 16));
+        }
+      } else {
+        for (int i = 0; i < 16; ++i) {
+          out.scales[b * 16 * out.block_stride + i * out.block_stride + row] = blk.scales[i];
+        }
+        for (int i = 0; i < 8; ++i) {  // 32 * the scales of 16-element groups 2i, 2i + 1
+          const auto lo = static_cast<uint16_t>(32 * blk.scales[2 * i]);
+          const auto hi = static_cast<uint16_t>(32 * blk.scales[2 * i + 1]);
+          out.mins[b * 8 * out.block_stride + i * out.block_stride + row] =
+              static_cast<int32_t>(lo | (uint32_t{hi} << 16));
+        }
+      }
+    }
+    for (int j = 0; j < 8; ++j) {
+      __m256i v[8], o[8];
+      for (int row = 0; row < 8; ++row) {
+        v[row] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[row] + 32 * j));
+      }
+      Transpose8x8(v, o);
+      for (int g = 0; g < 8; ++g) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.codes + b * out.block_bytes +
+                                                       (8 * j + g) * out.group_bytes),
+                            o[g]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 MatmulFn KQuantMatmul(TensorType type) {
@@ -602,3 +660,22 @@ void QuantizeQ8KRow(const float* x, int64_t k, void* out) {
 }
 
 }  // namespace cascade::cpu::avx2
+
+namespace cascade::cpu {
+
+void ExpandKQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb,
+                       const KRows8Out& out) {
+  switch (type) {
+    case TensorType::kQ4_K:
+      avx2::ExpandKRows8<BlockQ4K>(rows, nb, out);
+      return;
+    case TensorType::kQ5_K:
+      avx2::ExpandKRows8<BlockQ5K>(rows, nb, out);
+      return;
+    default:
+      avx2::ExpandKRows8<BlockQ6K>(rows, nb, out);
+      return;
+  }
+}
+
+}  // namespace cascade::cpu

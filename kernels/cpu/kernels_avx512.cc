@@ -3,10 +3,9 @@
 // decode (AVX2 tiles, bound by memory) and prefill still agree on every row:
 // - the float GEMM (F32/F16/BF16 weights, 16 tokens and more; gemm_lanes.h): 32-row panels
 //   x 12-token tiles, twice the FMA width of AVX2 per instruction;
-// - with VNNI, Q8_0 / Q4_0 weights x Q8_0 activations from 8 tokens on (quant_lanes.h):
-//   one vpdpbusd adds 4 products for each of 16 rows, where AVX2 needs three instructions
-//   for 4 products of 8 rows.
-// K-quant kernels stay AVX2 for now.
+// - with VNNI, Q8_0 / Q4_0 weights x Q8_0 activations from 8 tokens on, and Q4_K / Q5_K /
+//   Q6_K x Q8_K from 16 (quant_lanes.h): one vpdpbusd adds 4 products for each of 16 rows,
+//   where AVX2 needs two or three instructions for 4 products of 8 rows.
 //
 // Only the GEMM's own code is compiled for AVX-512 (the pragma below, after every other
 // include): inline functions of the shared headers stay baseline code here, so the linker
@@ -23,8 +22,16 @@
 #include "model/tensor_type.h"
 #include "util/fp16.h"
 
+// Every function defined from here to the matching pop below is compiled for AVX-512 (gcc:
+// target pragma; clang: the same target attribute applied to each function).
+#if defined(__clang__)
+#pragma clang attribute push(                                                                    \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2"))), \
+    apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
+#endif
 
 #include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/quant_lanes.h"
@@ -69,6 +76,11 @@ struct ZmmDot {
   static void StoreFirstF(float* p, FV v, int count) {
     _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), v);
   }
+  static IV AddI(IV a, IV b) { return _mm512_add_epi32(a, b); }
+  static IV SubI(IV a, IV b) { return _mm512_sub_epi32(a, b); }
+  static IV MulLoI(IV a, IV b) { return _mm512_mullo_epi32(a, b); }
+  static IV Dot2(IV acc, IV a, IV b) { return _mm512_dpwssd_epi32(acc, a, b); }
+  static FV Fnma(FV a, FV b, FV c) { return _mm512_fnmadd_ps(a, b, c); }
 };
 
 // Q8_0 / Q4_0 weights x Q8_0 activations: the VNNI kernel from this many tokens on (the
@@ -81,6 +93,19 @@ void MatmulQ8Act(const MatmulTask& t) {
     dot16::QuantBlocked<ZmmDot>(t, kType);
   } else {
     Avx2Kernels().matmul(kType, ActFormat::kQ8_0)(t);
+  }
+}
+
+// K-quant weights x Q8_K activations: the VNNI panels from this many tokens on (where the
+// AVX2 kernels stop streaming rows in registers), AVX2 below.
+constexpr int64_t kKDotMinTokens = 16;
+
+template <TensorType kType>
+void MatmulQ8KAct(const MatmulTask& t) {
+  if (t.n >= kKDotMinTokens) {
+    dot16::KQuantBlocked<ZmmDot>(t, kType);
+  } else {
+    Avx2Kernels().matmul(kType, ActFormat::kQ8K)(t);
   }
 }
 
@@ -112,6 +137,11 @@ MatmulFn Avx512Matmul(TensorType type, ActFormat act) {
     if (type == TensorType::kQ8_0) return &MatmulQ8Act<TensorType::kQ8_0>;
     if (type == TensorType::kQ4_0) return &MatmulQ8Act<TensorType::kQ4_0>;
   }
+  if (act == ActFormat::kQ8K && DetectCpuFeatures().avx512vnni) {
+    if (type == TensorType::kQ4_K) return &MatmulQ8KAct<TensorType::kQ4_K>;
+    if (type == TensorType::kQ5_K) return &MatmulQ8KAct<TensorType::kQ5_K>;
+    if (type == TensorType::kQ6_K) return &MatmulQ8KAct<TensorType::kQ6_K>;
+  }
   return Avx2Kernels().matmul(type, act);
 }
 
@@ -129,4 +159,8 @@ const KernelTable& Avx512Kernels() {
 
 }  // namespace cascade::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -201,25 +202,56 @@ struct EmulatedDot16 {
   }
   static FV Fma(FV a, FV b, FV c) { return Emulated16::Fma(a, b, c); }
   static void StoreFirstF(float* p, FV v, int count) { Emulated16::StoreFirst(p, v, count); }
+  static IV AddI(IV a, IV b) {
+    for (int l = 0; l < 16; ++l) a.i[l] += b.i[l];
+    return a;
+  }
+  static IV SubI(IV a, IV b) {
+    for (int l = 0; l < 16; ++l) a.i[l] -= b.i[l];
+    return a;
+  }
+  static IV MulLoI(IV a, IV b) {  // the low 32 bits of the product (no overflow here)
+    for (int l = 0; l < 16; ++l) a.i[l] *= b.i[l];
+    return a;
+  }
+  static IV Dot2(IV acc, IV a, IV b) {
+    for (int l = 0; l < 16; ++l) {
+      int16_t ah[2], bh[2];
+      std::memcpy(ah, &a.i[l], 4);
+      std::memcpy(bh, &b.i[l], 4);
+      acc.i[l] += ah[0] * bh[0] + ah[1] * bh[1];
+    }
+    return acc;
+  }
+  static FV Fnma(FV a, FV b, FV c) {
+    for (int l = 0; l < 16; ++l) c.f[l] = std::fma(-a.f[l], b.f[l], c.f[l]);
+    return c;
+  }
 };
 
-// One Q8_0-activation matmul of tokens [0, n) x rows [r0, r1) with `fn`, or with the
-// emulated 16-lane kernel when fn is null.
+// One quantized-activation matmul (Q8_0 activations for Q8_0/Q4_0 weights, Q8_K for
+// K-quants) of tokens [0, n) x rows [r0, r1) with `fn`, or with the emulated 16-lane kernel
+// when fn is null.
 std::vector<float> RunQuantMatmul(const TestWeight& w, const std::vector<float>& x, int64_t n,
                                   int64_t r0, int64_t r1, cpu::MatmulFn fn) {
   const int64_t rows = w.view.rows(), k = w.view.cols();
-  const size_t row_bytes = cpu::ActRowBytes(cpu::ActFormat::kQ8_0, k);
+  const cpu::ActFormat fmt = cpu::ActFormatFor(w.view.type, true);
+  const size_t row_bytes = cpu::ActRowBytes(fmt, k);
   std::vector<uint8_t> xq(n * row_bytes);
   for (int64_t i = 0; i < n; ++i) {
-    cpu::ScalarKernels().quantize_q8_0(x.data() + i * k, k, xq.data() + i * row_bytes);
+    const cpu::KernelTable& scalar = cpu::ScalarKernels();
+    (fmt == cpu::ActFormat::kQ8_0 ? scalar.quantize_q8_0 : scalar.quantize_q8k)(
+        x.data() + i * k, k, xq.data() + i * row_bytes);
   }
   std::vector<float> y(n * rows, -7.0f);
   Aligned scratch(cpu::ScratchFloats(k));
   cpu::MatmulTask t = Task(w, xq.data(), row_bytes, n, r0, r1, y.data(), scratch.data.get());
   if (fn != nullptr) {
     fn(t);
-  } else {
+  } else if (fmt == cpu::ActFormat::kQ8_0) {
     cpu::dot16::QuantBlocked<EmulatedDot16>(t, w.view.type);
+  } else {
+    cpu::dot16::KQuantBlocked<EmulatedDot16>(t, w.view.type);
   }
   return y;
 }
@@ -233,13 +265,21 @@ struct QuantShape {
 const QuantShape kQuantShapes[] = {{64, 8, 0, 45},     {1088, 9, 0, 45},    {1088, 35, 3, 41},
                                    {1088, 141, 0, 45}, {2048, 300, 16, 33}, {64, 15, 29, 45}};
 
-void ExpectQuantKernelMatchesAvx2(cpu::MatmulFn (*kernel)(TensorType)) {
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0}) {
-    for (const QuantShape& s : kQuantShapes) {
+// K-quants: k of 1, 4 and 8 super-blocks; n from 16 (where the kernel starts) with tiles of
+// 8 and remainders.
+const QuantShape kKQuantShapes[] = {
+    {256, 16, 0, 45}, {1024, 17, 0, 45}, {1024, 35, 3, 41}, {2048, 141, 16, 33}, {256, 23, 29, 45}};
+
+template <size_t N>
+void ExpectQuantKernelMatchesAvx2(std::initializer_list<TensorType> types,
+                                  const QuantShape (&shapes)[N],
+                                  cpu::MatmulFn (*kernel)(TensorType)) {
+  for (TensorType type : types) {
+    for (const QuantShape& s : shapes) {
       const TestWeight w = MakeWeight(type, 45, s.k, 5);
       const auto x = Random(s.n * s.k, 12);
-      const auto want = RunQuantMatmul(w, x, s.n, s.r0, s.r1,
-                                       cpu::Avx2Kernels().matmul(type, cpu::ActFormat::kQ8_0));
+      const cpu::ActFormat fmt = cpu::ActFormatFor(type, true);
+      const auto want = RunQuantMatmul(w, x, s.n, s.r0, s.r1, cpu::Avx2Kernels().matmul(type, fmt));
       const auto got = RunQuantMatmul(w, x, s.n, s.r0, s.r1, kernel(type));
       ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
           << TensorTypeName(type) << " k=" << s.k << " n=" << s.n << " rows [" << s.r0 << ", "
@@ -248,9 +288,17 @@ void ExpectQuantKernelMatchesAvx2(cpu::MatmulFn (*kernel)(TensorType)) {
   }
 }
 
+cpu::MatmulFn Emulated(TensorType) { return nullptr; }
+
 TEST(QuantDot16, EmulatedLanesMatchTheAvx2KernelsBitForBit) {
   if (!HasAvx2()) GTEST_SKIP() << "the panels are expanded by AVX2 code; this CPU has no AVX2";
-  ExpectQuantKernelMatchesAvx2([](TensorType) -> cpu::MatmulFn { return nullptr; });
+  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0}, kQuantShapes, Emulated);
+}
+
+TEST(QuantDot16, EmulatedKQuantLanesMatchTheAvx2KernelsBitForBit) {
+  if (!HasAvx2()) GTEST_SKIP() << "the panels are expanded by AVX2 code; this CPU has no AVX2";
+  ExpectQuantKernelMatchesAvx2({TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K},
+                               kKQuantShapes, Emulated);
 }
 
 TEST(QuantDot16, VnniTableMatchesTheAvx2KernelsBitForBit) {
@@ -258,8 +306,12 @@ TEST(QuantDot16, VnniTableMatchesTheAvx2KernelsBitForBit) {
     GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ and VNNI; this one: "
                  << DetectCpuFeatures().Describe();
   }
-  ExpectQuantKernelMatchesAvx2(
-      [](TensorType type) { return cpu::Avx512Kernels().matmul(type, cpu::ActFormat::kQ8_0); });
+  auto vnni = [](TensorType type) {
+    return cpu::Avx512Kernels().matmul(type, cpu::ActFormatFor(type, true));
+  };
+  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0}, kQuantShapes, vnni);
+  ExpectQuantKernelMatchesAvx2({TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K},
+                               kKQuantShapes, vnni);
 }
 
 }  // namespace
