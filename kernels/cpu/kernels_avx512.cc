@@ -7,9 +7,13 @@
 //   Q6_K x Q8_K from 16 (quant_lanes.h): one vpdpbusd adds 4 products for each of 16 rows,
 //   where AVX2 needs two or three instructions for 4 products of 8 rows.
 //
-// Only the GEMM's own code is compiled for AVX-512 (the pragma below, after every other
-// include): inline functions of the shared headers stay baseline code here, so the linker
-// can never hand an AVX2-only CPU an AVX-512 copy of one of them.
+// Only the kernels' own code is compiled for AVX-512, in two regions after every other
+// include (AVX-512 F/BW/VL/DQ for the float GEMM; the same plus VNNI for the integer
+// kernels, which run only where the CPU has VNNI): inline functions of the shared headers
+// stay baseline code here, so the linker can never hand an AVX2-only CPU an AVX-512 copy of
+// one of them, and an AVX-512 CPU without VNNI never runs code compiled for it. gcc takes a
+// target pragma; clang, which ignores it, the same target attribute applied to every
+// function of the region. The table itself is baseline code.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -22,19 +26,16 @@
 #include "model/tensor_type.h"
 #include "util/fp16.h"
 
-// Every function defined from here to the matching pop below is compiled for AVX-512 (gcc:
-// target pragma; clang: the same target attribute applied to each function).
 #if defined(__clang__)
-#pragma clang attribute push(                                                                    \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2"))), \
+#pragma clang attribute push(                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2"))), \
     apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
 #endif
 
 #include "kernels/cpu/gemm_lanes.h"
-#include "kernels/cpu/quant_lanes.h"
 
 namespace cascade::cpu {
 namespace {
@@ -51,6 +52,40 @@ struct Zmm {
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
 };
+
+// Float activations with float weights: the GEMM from kGemmMinTokens tokens on, the AVX2
+// kernels below (decode and micro-batches, which stream the weights once).
+template <TensorType kType>
+void MatmulF32Act(const MatmulTask& t) {
+  if (t.n >= kGemmMinTokens) {
+    lanes16::LaneGemm<Zmm>(t, kType);
+  } else {
+    Avx2Kernels().matmul(kType, ActFormat::kF32)(t);
+  }
+}
+
+}  // namespace
+}  // namespace cascade::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#if defined(__clang__)
+#pragma clang attribute push(                                                                    \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2"))), \
+    apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
+#endif
+
+#include "kernels/cpu/quant_lanes.h"
+
+namespace cascade::cpu {
+namespace {
 
 // 16 int32 lanes with VNNI's byte dot product (the P of quant_lanes.h). Only reached when
 // the CPU has AVX512_VNNI.
@@ -109,16 +144,17 @@ void MatmulQ8KAct(const MatmulTask& t) {
   }
 }
 
-// Float activations with float weights: the GEMM from kGemmMinTokens tokens on, the AVX2
-// kernels below (decode and micro-batches, which stream the weights once).
-template <TensorType kType>
-void MatmulF32Act(const MatmulTask& t) {
-  if (t.n >= kGemmMinTokens) {
-    lanes16::LaneGemm<Zmm>(t, kType);
-  } else {
-    Avx2Kernels().matmul(kType, ActFormat::kF32)(t);
-  }
-}
+}  // namespace
+}  // namespace cascade::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+namespace cascade::cpu {
+namespace {
 
 MatmulFn Avx512Matmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kF32) {
@@ -158,9 +194,3 @@ const KernelTable& Avx512Kernels() {
 }
 
 }  // namespace cascade::cpu
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
