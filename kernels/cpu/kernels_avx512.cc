@@ -26,14 +26,19 @@
 #include "model/tensor_type.h"
 #include "util/fp16.h"
 
+// CASCADE_TARGET_BEGIN("isa,..."): every function defined until CASCADE_TARGET_END() is
+// compiled for those extensions (gcc: target pragma; clang: the target attribute on each).
+#define CASCADE_PRAGMA(x) _Pragma(#x)
 #if defined(__clang__)
-#pragma clang attribute push(                                                         \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2"))), \
-    apply_to = function)
+#define CASCADE_TARGET_BEGIN(isa) \
+  CASCADE_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
+#define CASCADE_TARGET_END() CASCADE_PRAGMA(clang attribute pop)
 #else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
+#define CASCADE_TARGET_BEGIN(isa) CASCADE_PRAGMA(GCC push_options) CASCADE_PRAGMA(GCC target(isa))
+#define CASCADE_TARGET_END() CASCADE_PRAGMA(GCC pop_options)
 #endif
+
+CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
 
 #include "kernels/cpu/gemm_lanes.h"
 
@@ -67,20 +72,9 @@ void MatmulF32Act(const MatmulTask& t) {
 }  // namespace
 }  // namespace cascade::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CASCADE_TARGET_END()
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                                    \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
-#endif
+CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
 
 #include "kernels/cpu/quant_lanes.h"
 
@@ -147,11 +141,7 @@ void MatmulQ8KAct(const MatmulTask& t) {
 }  // namespace
 }  // namespace cascade::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CASCADE_TARGET_END()
 
 namespace cascade::cpu {
 namespace {
