@@ -1,7 +1,7 @@
 // Internal: the lane-major float GEMM (gemm_layout.h) written once for any 16-float vector
 // type, so that the AVX-512 kernels (kernels_avx512.cc, P = 512-bit registers) and a test
-// that runs everywhere (kernels_test.cc, P = plain arrays with std::fma) execute the same
-// code. It computes bit for bit what the AVX2 GEMM computes: the same FMAs in the same
+// that runs everywhere (kernels_avx512_test.cc, P = plain arrays with std::fma) execute
+// the same code. It computes bit for bit what the AVX2 GEMM computes: the same FMAs in the same
 // order per output, only with 32-row panels and 32 x 12 register tiles (24 accumulators;
 // AVX2 has registers for 16 x 6).
 //

@@ -1,8 +1,8 @@
 // Internal: the blocked Q8_0 / Q4_0 x Q8_0 matmul (prefill and micro-batches) for 16 int32
 // lanes with a 4-way byte dot product (AVX-512 VNNI's vpdpbusd), written once for any such
 // vector type P, so that the AVX-512 kernels (kernels_avx512.cc) and a test that runs
-// everywhere (quant_lanes_test.cc, plain arrays) execute the same code. It computes bit for
-// bit what the AVX2 kernels compute (kernels_avx2_quant.cc): per output and 32-element
+// everywhere (kernels_avx512_test.cc, plain arrays) execute the same code. It computes bit
+// for bit what the AVX2 kernels compute (kernels_avx2_quant.cc): per output and 32-element
 // block b in order, the block's exact integer dot product S_b, then acc = fma(S_b, d_w *
 // d_x, acc).
 //
