@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cpu/gemm_layout.h"  // EqualTokenBlock, shared with the AVX-512 kernels
 #include "kernels/cpu/kernel_table.h"
 
 namespace cascade::cpu::avx2 {
@@ -113,23 +114,6 @@ inline void PrefetchBytes(const void* p, size_t bytes) {
   for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
 }
 
-// Tokens per cache block of a blocked matmul: as many activation rows of `x_stride`
-// bytes as fit in about half of a 512 KiB L2 (at most 255), a multiple of `tile`, at least
-// one tile.
-inline int64_t TokenBlock(size_t x_stride, int tile) {
-  int64_t fit = static_cast<int64_t>((256u << 10) / std::max<size_t>(x_stride, 1));
-  fit = std::min<int64_t>(fit, 255);
-  return std::max<int64_t>(tile, fit / tile * tile);
-}
-
-// The token block for n tokens: blocks of equal size (multiples of `tile`), none larger
-// than TokenBlock. A blocked matmul re-expands its weight panels for every block, so a
-// small last block would pay that cost for few tokens.
-inline int64_t EqualTokenBlock(int64_t n, size_t x_stride, int tile) {
-  const int64_t most = TokenBlock(x_stride, tile);
-  const int64_t blocks = (n + most - 1) / most;
-  return std::min(most, ((n + blocks - 1) / blocks + tile - 1) / tile * tile);
-}
 
 // Calls tile.template operator()<T>(i) over tokens [i0, i1): tiles of kTile tokens, then
 // one tile of the remaining 1 .. kTile - 1 (tile is a lambda templated on its width).

@@ -25,10 +25,10 @@ LaneLayout GemmBlocks::XLayout(int64_t b) const {
   return {chunks * Tiles(b) * kTileChunk, Tiles(b) * kTileChunk, kGemmTokens};
 }
 
-int64_t QuantTokenBlock(int64_t n, size_t row_bytes, int tile) {
-  const auto row = static_cast<int64_t>(std::max<size_t>(row_bytes, 1));
-  const int64_t most =
-      std::max<int64_t>(tile, std::min<int64_t>((256 << 10) / row, 256) / tile * tile);
+int64_t EqualTokenBlock(int64_t n, size_t row_bytes, int tile) {
+  const int64_t fit = std::min<int64_t>(
+      static_cast<int64_t>((256u << 10) / std::max<size_t>(row_bytes, 1)), 255);
+  const int64_t most = std::max<int64_t>(tile, fit / tile * tile);
   const int64_t blocks = (n + most - 1) / most;
   return std::min(most, ((n + blocks - 1) / blocks + tile - 1) / tile * tile);
 }

@@ -66,10 +66,12 @@ struct GemmBlocks {
   LaneLayout XLayout(int64_t b) const;  // block b's packed activations
 };
 
-// Tokens per block of a blocked quantized matmul over n activation rows of row_bytes
-// bytes: as many rows as fit in about half of a 512 KiB L2 (at most 256), in whole tiles of
-// `tile` tokens, the blocks of equal size.
-int64_t QuantTokenBlock(int64_t n, size_t row_bytes, int tile);
+// The token block of a blocked quantized matmul (AVX2 and 16-lane kernels) over n
+// activation rows of row_bytes bytes: blocks of equal size, in whole tiles of `tile`
+// tokens, each at most as many rows as fit in about half of a 512 KiB L2 (at most 255) and
+// at least one tile. A blocked matmul re-expands its weight panels for every block, so a
+// small last block would pay that cost for few tokens.
+int64_t EqualTokenBlock(int64_t n, size_t row_bytes, int tile);
 
 // AVX2 (kernels_avx2.cc). Packs the t.k-element float activation rows of block b of
 // GemmBlocks(t.n, t.k) (t.x, t.x_stride) into out, as the GEMM reads them.

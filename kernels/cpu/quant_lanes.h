@@ -115,7 +115,7 @@ void Tile(const int8_t* codes, const float* wscale, const int32_t* wsum, int64_t
 template <class P, bool kQ8>
 void QuantBlockedOf(const MatmulTask& t, TensorType type) {
   const int64_t nb = t.k / kQK;
-  const int64_t tb = QuantTokenBlock(t.n, t.x_stride, kTile);
+  const int64_t tb = EqualTokenBlock(t.n, t.x_stride, kTile);
   // Scratch: panel codes (nb * 512 bytes) | row scales (nb * 16) | -128 sum(w) (nb * 16) |
   // token codes (tb * nb * 32 bytes) | token scales (tb * nb) | token bases (tb * nb).
   auto* codes = reinterpret_cast<int8_t*>(t.scratch);
@@ -231,7 +231,7 @@ void KTile(const uint8_t* codes, const int32_t* scales, const int32_t* mins, con
 template <class P, bool kHasMin>
 void KQuantBlockedOf(const MatmulTask& t, TensorType type) {
   const int64_t nb = t.k / kQKK;
-  const int64_t tb = QuantTokenBlock(t.n, t.x_stride, kKTile);
+  const int64_t tb = EqualTokenBlock(t.n, t.x_stride, kKTile);
   // Scratch: codes (nb * 4096 bytes) | scales (nb * 16 * 16) | min pairs (nb * 8 * 16) |
   // d (nb * 16) | dmin (nb * 16).
   auto* codes = reinterpret_cast<uint8_t*>(t.scratch);
