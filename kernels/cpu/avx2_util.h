@@ -114,7 +114,6 @@ inline void PrefetchBytes(const void* p, size_t bytes) {
   for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
 }
 
-
 // Calls tile.template operator()<T>(i) over tokens [i0, i1): tiles of kTile tokens, then
 // one tile of the remaining 1 .. kTile - 1 (tile is a lambda templated on its width).
 template <int kTile, typename F>

@@ -26,8 +26,8 @@ LaneLayout GemmBlocks::XLayout(int64_t b) const {
 }
 
 int64_t EqualTokenBlock(int64_t n, size_t row_bytes, int tile) {
-  const int64_t fit = std::min<int64_t>(
-      static_cast<int64_t>((256u << 10) / std::max<size_t>(row_bytes, 1)), 255);
+  const int64_t fit =
+      std::min<int64_t>(static_cast<int64_t>((256u << 10) / std::max<size_t>(row_bytes, 1)), 255);
   const int64_t most = std::max<int64_t>(tile, fit / tile * tile);
   const int64_t blocks = (n + most - 1) / most;
   return std::min(most, ((n + blocks - 1) / blocks + tile - 1) / tile * tile);

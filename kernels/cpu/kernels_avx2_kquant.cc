@@ -286,6 +286,20 @@ inline __m256i Pairs16(__m128i v) {
   return _mm256_set_m128i(_mm_unpackhi_epi16(v, v), _mm_unpacklo_epi16(v, v));
 }
 
+// The codes of one super-block of 8 unpacked rows, interleaved: group g (the 4 codes at 4g
+// of every row, 32 bytes, row after row) at dst + g * group_bytes.
+template <typename U>
+inline void InterleaveCodes8(const U* u, uint8_t* dst, int64_t group_bytes) {
+  for (int j = 0; j < 8; ++j) {
+    __m256i v[8], o[8];
+    for (int row = 0; row < 8; ++row) v[row] = u[row].Codes(j);
+    Transpose8x8(v, o);
+    for (int g = 0; g < 8; ++g) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (8 * j + g) * group_bytes), o[g]);
+    }
+  }
+}
+
 // Expands weight rows [r, r + rows) (rows <= 8; the last row repeats to fill 8) into p.
 template <typename Block>
 void ExpandKPanel8(const MatmulTask& t, int64_t r, int rows, int64_t nb, const KPanel8& p) {
@@ -296,29 +310,18 @@ void ExpandKPanel8(const MatmulTask& t, int64_t r, int rows, int64_t nb, const K
     src[j] = reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
   }
   for (int64_t b = 0; b < nb; ++b) {
-    alignas(32) uint8_t codes[8][256];
+    U u[8];
     __m256i scales[8], mins[8];
     for (int row = 0; row < 8; ++row) {
-      U u;
-      u.Init(src[row][b]);
-      for (int j = 0; j < 8; ++j) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[row] + 32 * j), u.Codes(j));
-      }
+      u[row].Init(src[row][b]);
       uint64_t sc, m;
       ScalesMinsK4(src[row][b].scales, &sc, &m);
       scales[row] = Pairs16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
-      mins[row] = u.mins;  // the same pairs for the mins
-      p.d[8 * b + row] = u.d;
-      p.dmin[8 * b + row] = u.dmin;
+      mins[row] = u[row].mins;  // the same pairs for the mins
+      p.d[8 * b + row] = u[row].d;
+      p.dmin[8 * b + row] = u[row].dmin;
     }
-    auto* dst = reinterpret_cast<__m256i*>(p.codes + b * 2048);
-    for (int j = 0; j < 8; ++j) {
-      __m256i v[8];
-      for (int row = 0; row < 8; ++row) {
-        v[row] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[row] + 32 * j));
-      }
-      Transpose8x8(v, dst + 8 * j);
-    }
+    InterleaveCodes8(u, p.codes + b * 2048, 32);
     Transpose8x8(scales, p.scales + 8 * b);
     Transpose8x8(mins, p.mins + 8 * b);
   }
@@ -540,17 +543,13 @@ template <typename Block>
 void ExpandKRows8(const uint8_t* const* rows, int64_t nb, const KRows8Out& out) {
   using U = typename UnpackFor<Block>::Type;
   for (int64_t b = 0; b < nb; ++b) {
-    alignas(32) uint8_t codes[8][256];
+    U u[8];
     for (int row = 0; row < 8; ++row) {
       const Block& blk = reinterpret_cast<const Block*>(rows[row])[b];
-      U u;
-      u.Init(blk);
-      for (int j = 0; j < 8; ++j) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[row] + 32 * j), u.Codes(j));
-      }
+      u[row].Init(blk);
       const int64_t at = b * out.block_stride + row;
-      out.d[at] = u.d;
-      out.dmin[at] = u.dmin;
+      out.d[at] = u[row].d;
+      out.dmin[at] = u[row].dmin;
       if constexpr (U::kHasMin) {
         uint64_t sc, m;
         ScalesMinsK4(blk.scales, &sc, &m);
@@ -575,18 +574,7 @@ void ExpandKRows8(const uint8_t* const* rows, int64_t nb, const KRows8Out& out) 
         }
       }
     }
-    for (int j = 0; j < 8; ++j) {
-      __m256i v[8], o[8];
-      for (int row = 0; row < 8; ++row) {
-        v[row] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[row] + 32 * j));
-      }
-      Transpose8x8(v, o);
-      for (int g = 0; g < 8; ++g) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.codes + b * out.block_bytes +
-                                                       (8 * j + g) * out.group_bytes),
-                            o[g]);
-      }
-    }
+    InterleaveCodes8(u, out.codes + b * out.block_bytes, out.group_bytes);
   }
 }
 
