@@ -159,16 +159,22 @@ MatmulFn Avx512Matmul(TensorType type, ActFormat act) {
         break;
     }
   }
-  if (act == ActFormat::kQ8_0 && DetectCpuFeatures().avx512vnni) {
+  return Avx2Kernels().matmul(type, act);
+}
+
+// The same, with the VNNI kernels for quantized weights (the table takes this one when the
+// CPU has VNNI, decided once).
+MatmulFn Avx512VnniMatmul(TensorType type, ActFormat act) {
+  if (act == ActFormat::kQ8_0) {
     if (type == TensorType::kQ8_0) return &MatmulQ8Act<TensorType::kQ8_0>;
     if (type == TensorType::kQ4_0) return &MatmulQ8Act<TensorType::kQ4_0>;
   }
-  if (act == ActFormat::kQ8K && DetectCpuFeatures().avx512vnni) {
+  if (act == ActFormat::kQ8K) {
     if (type == TensorType::kQ4_K) return &MatmulQ8KAct<TensorType::kQ4_K>;
     if (type == TensorType::kQ5_K) return &MatmulQ8KAct<TensorType::kQ5_K>;
     if (type == TensorType::kQ6_K) return &MatmulQ8KAct<TensorType::kQ6_K>;
   }
-  return Avx2Kernels().matmul(type, act);
+  return Avx512Matmul(type, act);
 }
 
 }  // namespace
@@ -177,7 +183,7 @@ const KernelTable& Avx512Kernels() {
   static const KernelTable table = [] {
     KernelTable t = Avx2Kernels();
     t.isa = CpuIsa::kAvx512;
-    t.matmul = &Avx512Matmul;
+    t.matmul = DetectCpuFeatures().avx512vnni ? &Avx512VnniMatmul : &Avx512Matmul;
     return t;
   }();
   return table;
