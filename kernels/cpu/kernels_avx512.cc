@@ -58,17 +58,6 @@ struct Zmm {
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
 };
 
-// Float activations with float weights: the GEMM from kGemmMinTokens tokens on, the AVX2
-// kernels below (decode and micro-batches, which stream the weights once).
-template <TensorType kType>
-void MatmulF32Act(const MatmulTask& t) {
-  if (t.n >= kGemmMinTokens) {
-    lanes16::LaneGemm<Zmm>(t, kType);
-  } else {
-    Avx2Kernels().matmul(kType, ActFormat::kF32)(t);
-  }
-}
-
 }  // namespace
 }  // namespace cascade::cpu
 
@@ -112,32 +101,6 @@ struct ZmmDot {
   static FV Fnma(FV a, FV b, FV c) { return _mm512_fnmadd_ps(a, b, c); }
 };
 
-// Q8_0 / Q4_0 weights x Q8_0 activations: the VNNI kernel from this many tokens on (the
-// AVX2 kernels switch from streaming tiles to panels at the same count), AVX2 below.
-constexpr int64_t kDotMinTokens = 8;
-
-template <TensorType kType>
-void MatmulQ8Act(const MatmulTask& t) {
-  if (t.n >= kDotMinTokens) {
-    dot16::QuantBlocked<ZmmDot>(t, kType);
-  } else {
-    Avx2Kernels().matmul(kType, ActFormat::kQ8_0)(t);
-  }
-}
-
-// K-quant weights x Q8_K activations: the VNNI panels from this many tokens on (where the
-// AVX2 kernels stop streaming rows in registers), AVX2 below.
-constexpr int64_t kKDotMinTokens = 16;
-
-template <TensorType kType>
-void MatmulQ8KAct(const MatmulTask& t) {
-  if (t.n >= kKDotMinTokens) {
-    dot16::KQuantBlocked<ZmmDot>(t, kType);
-  } else {
-    Avx2Kernels().matmul(kType, ActFormat::kQ8K)(t);
-  }
-}
-
 }  // namespace
 }  // namespace cascade::cpu
 
@@ -146,15 +109,39 @@ CASCADE_TARGET_END()
 namespace cascade::cpu {
 namespace {
 
+// A matmul of kMinTokens tokens or more runs Kernel (an AVX-512 kernel above), fewer the
+// AVX2 table's (decode and micro-batches, which stream the weights once and are bound by
+// memory bandwidth).
+template <TensorType kType, ActFormat kAct, int64_t kMinTokens,
+          void (*Kernel)(const MatmulTask&, TensorType)>
+void FromTokens(const MatmulTask& t) {
+  if (t.n >= kMinTokens) {
+    Kernel(t, kType);
+  } else {
+    Avx2Kernels().matmul(kType, kAct)(t);
+  }
+}
+
+// Float weights: the GEMM from kGemmMinTokens tokens on, where the AVX2 GEMM starts.
+template <TensorType kType>
+constexpr MatmulFn kGemm =
+    &FromTokens<kType, ActFormat::kF32, kGemmMinTokens, &lanes16::LaneGemm<Zmm>>;
+// Q8_0 / Q4_0: from 8 tokens, where the AVX2 kernels switch from streaming tiles to panels.
+template <TensorType kType>
+constexpr MatmulFn kDot = &FromTokens<kType, ActFormat::kQ8_0, 8, &dot16::QuantBlocked<ZmmDot>>;
+// K-quants: from 16 tokens, where the AVX2 kernels stop streaming rows in registers.
+template <TensorType kType>
+constexpr MatmulFn kKDot = &FromTokens<kType, ActFormat::kQ8K, 16, &dot16::KQuantBlocked<ZmmDot>>;
+
 MatmulFn Avx512Matmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kF32) {
     switch (type) {
       case TensorType::kF32:
-        return &MatmulF32Act<TensorType::kF32>;
+        return kGemm<TensorType::kF32>;
       case TensorType::kF16:
-        return &MatmulF32Act<TensorType::kF16>;
+        return kGemm<TensorType::kF16>;
       case TensorType::kBF16:
-        return &MatmulF32Act<TensorType::kBF16>;
+        return kGemm<TensorType::kBF16>;
       default:
         break;
     }
@@ -166,13 +153,13 @@ MatmulFn Avx512Matmul(TensorType type, ActFormat act) {
 // CPU has VNNI, decided once).
 MatmulFn Avx512VnniMatmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kQ8_0) {
-    if (type == TensorType::kQ8_0) return &MatmulQ8Act<TensorType::kQ8_0>;
-    if (type == TensorType::kQ4_0) return &MatmulQ8Act<TensorType::kQ4_0>;
+    if (type == TensorType::kQ8_0) return kDot<TensorType::kQ8_0>;
+    if (type == TensorType::kQ4_0) return kDot<TensorType::kQ4_0>;
   }
   if (act == ActFormat::kQ8K) {
-    if (type == TensorType::kQ4_K) return &MatmulQ8KAct<TensorType::kQ4_K>;
-    if (type == TensorType::kQ5_K) return &MatmulQ8KAct<TensorType::kQ5_K>;
-    if (type == TensorType::kQ6_K) return &MatmulQ8KAct<TensorType::kQ6_K>;
+    if (type == TensorType::kQ4_K) return kKDot<TensorType::kQ4_K>;
+    if (type == TensorType::kQ5_K) return kKDot<TensorType::kQ5_K>;
+    if (type == TensorType::kQ6_K) return kKDot<TensorType::kQ6_K>;
   }
   return Avx512Matmul(type, act);
 }
