@@ -38,13 +38,6 @@ inline float Hsum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(lo, hi));
 }
 
-// Hsum8 for 8 outputs at once: lane q of the result is Hsum8 of the vector whose lane j
-// is l[j]'s lane q, in the same tree (used where the lane sums sit in 8 registers).
-inline __m256 Hsum8Columns(const __m256* l) {
-  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
-                       _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
-}
-
 // Sum of 8 int32 lanes (exact).
 inline int32_t HsumI32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));

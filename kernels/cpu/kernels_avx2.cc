@@ -5,8 +5,9 @@
 // accumulator over k in element order, reduced by Hsum8, whatever the tile shape.
 //
 // Decode (few tokens) streams the weights once, converting them in registers; prefill
-// (F32Gemm) packs a block of tokens and panels of 16 weight rows (converted to F32 once
-// per token block, thread-local scratch) lane by lane and runs 16 x 6 outer-product tiles.
+// (gemm_lanes.h's LaneGemm with 8-float vectors) packs a block of tokens and panels of 16
+// weight rows (converted to F32 once per token block, thread-local scratch) lane by lane
+// and runs 16 x 6 outer-product tiles.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/kernel_table.h"
 #include "model/quant.h"
@@ -156,62 +158,32 @@ void F32Direct(const MatmulTask& t) {
     case 5:
       F32AllTokens<L, 2, 5>(t, &r, kFewPrefetchTiles * 2 * t.w_stride);
       return;
-    default:  // more tokens: F32FewTokens's passes of these tiles, or F32Gemm
+    default:  // more tokens: F32FewTokens's passes of these tiles, or the GEMM
       return;
   }
 }
 
-// Many tokens (GEMM). The lane order above makes each output's eight lane sums
-// independent chains of FMAs over the steps s (element 8 * s + lane), so the GEMM runs as
-// eight matrix products of depth kp / 8, one per lane, each with the classic outer-product
-// register tile (16 weight rows in two vectors x 6 tokens broadcast one at a time: 2 loads
-// and 6 broadcasts per 12 FMAs), then adds each output's eight lane sums in the
-// ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) tree of Hsum8. Same FMAs in the same order as
-// F32Tile, so the same bits; only the data layout changes.
-// Scratch, per token block of up to kGemmBlockTokens (packed once) and per block of 16
-// weight rows (converted to F32 and packed once per token block):
-//   weights [lane][step][16 rows] | dequantized rows (16 x kp) | activations
-//   [lane][chunk][tile][step in chunk][6 tokens] (unless shared ones are given in
-//   MatmulTask::packed_x) | lane sums [tile][lane][6 tokens][16 rows].
-// Each lane's weights are swept in sub-panels of kGemmChunkSteps steps (8 KiB, kept in
-// L1) by every token tile, whose activations (3 KiB) stream from L2. Measured on Zen 3:
-// 16 x 6 tiles beat 24 x 4, and 128-step sub-panels beat 256 and 512.
-constexpr int kGemmVecs = 2;  // weight vectors (8 rows each) per tile
-constexpr int kGemmRows = 8 * kGemmVecs;
-// Scratch: 2 x 16 weight rows per element, and the activations (kGemmBlockTokens rows of
-// k rounded up to whole chunks: at most 8 * kGemmChunkSteps floats each over kp) plus the
-// lane sums out of the 264 Ki spare floats.
-static_assert(2 * kGemmRows + kGemmBlockTokens <= kScratchRowsPerElement &&
-                  kGemmBlockTokens * 8 * kGemmChunkSteps +
-                          kGemmBlockTokens / kGemmTokens * 8 * kGemmTokens * kGemmRows <=
-                      264 * 1024,
-              "the GEMM's panels and lane sums fit in ScratchFloats(k)");
-
-// Lane sums of one 16 x 6 tile over `steps` steps: wl holds [step][16] weights, xl
-// [step][6] activations, sums [6 tokens][16 rows]; starts from zero when `first`, else
-// continues `sums`.
-inline void LaneTile(const float* wl, const float* xl, int64_t steps, bool first, float* sums) {
-  constexpr int V = kGemmVecs;
-  __m256 acc[kGemmTokens][V];
-  for (int c = 0; c < kGemmTokens; ++c) {
-    for (int h = 0; h < V; ++h) {
-      acc[c][h] = first ? _mm256_setzero_ps() : _mm256_load_ps(sums + (V * c + h) * 8);
-    }
-  }
-  const float* wq = wl;
-  const float* xq = xl;
-  for (int64_t s = 0; s < steps; ++s, wq += kGemmRows, xq += kGemmTokens) {
-    __m256 w[V];
-    for (int h = 0; h < V; ++h) w[h] = _mm256_load_ps(wq + 8 * h);
-    for (int c = 0; c < kGemmTokens; ++c) {
-      const __m256 b = _mm256_broadcast_ss(xq + c);
-      for (int h = 0; h < V; ++h) acc[c][h] = _mm256_fmadd_ps(w[h], b, acc[c][h]);
-    }
-  }
-  for (int c = 0; c < kGemmTokens; ++c) {
-    for (int h = 0; h < V; ++h) _mm256_store_ps(sums + (V * c + h) * 8, acc[c][h]);
-  }
-}
+// Many tokens (GEMM, gemm_lanes.h). The lane order above makes each output's eight lane
+// sums independent chains of FMAs over the steps s (element 8 * s + lane), so the GEMM runs
+// as eight matrix products of depth kp / 8, one per lane, each with the classic
+// outer-product register tile (16 weight rows in two vectors x 6 tokens broadcast one at a
+// time: 2 loads and 6 broadcasts per 12 FMAs), then adds each output's eight lane sums in
+// Hsum8's tree. Same FMAs in the same order as F32Tile, so the same bits; only the data
+// layout changes. Each lane's weights are swept in sub-panels of kGemmChunkSteps steps (8
+// KiB, kept in L1) by every token tile, whose activations (3 KiB) stream from L2. Measured
+// on Zen 3: 16 x 6 tiles beat 24 x 4, and 128-step sub-panels beat 256 and 512.
+struct Ymm {
+  static constexpr int kWidth = 8;
+  static constexpr bool kPairTiles = false;  // 16 registers: one 12-accumulator tile
+  using V = __m256;
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void StoreFirst(float* p, V v, int count) { _mm256_maskstore_ps(p, TailMask(count), v); }
+  static V Splat(const float* p) { return _mm256_broadcast_ss(p); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+};
 
 // Loads elements [8 * s, 8 * s + 8) of a row through L (zeros past k, or for no row).
 template <typename L>
@@ -256,72 +228,6 @@ void PackGemmTile(const MatmulTask& t, const GemmBlocks& g, int64_t b, int64_t t
   PackLaneMajor<LoadF32>(rows, g.k, g.steps, out + tile * kTileChunk, g.XLayout(b), kGemmTokens);
 }
 
-template <typename L, bool kDequant = false, TensorType kType = TensorType::kF32>
-void F32Gemm(const MatmulTask& t) {
-  const GemmBlocks g(t.n, t.k);
-  const int64_t kp = g.kp, steps = g.steps;
-  float* wp = t.scratch;                  // (lane, step, 16 rows)
-  float* deq = wp + kGemmRows * kp;       // (16, kp)
-  float* own_x = deq + kGemmRows * kp;    // one block, when t.packed_x is null
-  float* sums = own_x + g.BlockFloats();  // (tile, lane, 6, 16)
-  constexpr int64_t kTileSums = kGemmTokens * kGemmRows;
-  const LaneLayout w_at{steps * kGemmRows, kGemmChunkSteps * kGemmRows, kGemmRows};
-  for (int64_t b = 0; b < g.blocks; ++b) {
-    const int64_t i0 = b * g.nb, count = g.Count(b), tiles = g.Tiles(b);
-    const LaneLayout x_at = g.XLayout(b);
-    const float* xp = own_x;
-    if (t.packed_x != nullptr) {
-      xp = t.packed_x + b * g.BlockFloats();
-    } else {
-      for (int64_t tile = 0; tile < tiles; ++tile) PackGemmTile(t, g, b, tile, own_x);
-    }
-    for (int64_t r = t.r0; r < t.r1; r += kGemmRows) {
-      const int valid = static_cast<int>(std::min<int64_t>(kGemmRows, t.r1 - r));
-      for (int v = 0; v < kGemmVecs; ++v) {  // 8 rows per weight vector of the tile
-        const uint8_t* src[8] = {};
-        for (int q = 0; q < 8 && 8 * v + q < valid; ++q) {
-          src[q] = t.w + (r + 8 * v + q) * t.w_stride;
-          if constexpr (kDequant) {
-            float* d = deq + (8 * v + q) * kp;
-            DequantizeRow(kType, src[q], t.k, d);
-            src[q] = reinterpret_cast<const uint8_t*>(d);
-          }
-        }
-        PackLaneMajor<L>(src, t.k, steps, wp + 8 * v, w_at, 8);
-      }
-      for (int j = 0; j < 8; ++j) {
-        const float* wl = wp + j * steps * kGemmRows;
-        for (int64_t s0 = 0; s0 < steps; s0 += kGemmChunkSteps) {
-          const int64_t s1 = std::min(steps, s0 + kGemmChunkSteps);
-          for (int64_t tile = 0; tile < tiles; ++tile) {
-            LaneTile(wl + s0 * kGemmRows, xp + LaneAt(x_at, j, s0) + tile * kTileChunk, s1 - s0,
-                     s0 == 0, sums + (tile * 8 + j) * kTileSums);
-          }
-        }
-      }
-      // Each output's 8 lane sums in Hsum8's tree, 8 rows at a time.
-      for (int64_t tile = 0; tile < tiles; ++tile) {
-        const float* ts = sums + tile * 8 * kTileSums;
-        for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < count; ++c) {
-          float* y = t.y + (i0 + tile * kGemmTokens + c) * t.ldy + r;
-          for (int h = 0; h < kGemmVecs && 8 * h < valid; ++h) {
-            __m256 l[8];
-            for (int j = 0; j < 8; ++j)
-              l[j] = _mm256_load_ps(ts + j * kTileSums + (kGemmVecs * c + h) * 8);
-            const __m256 sum = avx2::Hsum8Columns(l);
-            const int n_out = std::min(8, valid - 8 * h);
-            if (n_out == 8) {
-              _mm256_storeu_ps(y + 8 * h, sum);
-            } else {
-              _mm256_maskstore_ps(y + 8 * h, TailMask(n_out), sum);
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
 // Fewer than kGemmMinTokens tokens: F32Direct, or its tiles in passes of equal token
 // groups (2 or 3), all of them over one chunk of kPassRows rows before the next.
 template <typename L>
@@ -346,12 +252,12 @@ void F32FewTokens(const MatmulTask& t) {
   }
 }
 
-template <typename L>
+template <typename L, TensorType kType>
 void MatmulF32Act(const MatmulTask& t) {
   if (t.n < kGemmMinTokens) {
     F32FewTokens<L>(t);
   } else {
-    F32Gemm<L>(t);
+    lanes::LaneGemm<Ymm>(t, kType);
   }
 }
 
@@ -364,7 +270,7 @@ static_assert(kDequantRows <= kScratchRowsPerElement, "dequantized rows fit in s
 template <TensorType kType>
 void MatmulDequantF32(const MatmulTask& t) {
   if (t.n >= kGemmMinTokens) {
-    F32Gemm<LoadF32, true, kType>(t);
+    lanes::LaneGemm<Ymm, true>(t, kType);
     return;
   }
   const int64_t kp = (t.k + 7) / 8 * 8;
@@ -403,11 +309,11 @@ MatmulFn Avx2Matmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kF32) {
     switch (type) {
       case TensorType::kF32:
-        return &MatmulF32Act<LoadF32>;
+        return &MatmulF32Act<LoadF32, TensorType::kF32>;
       case TensorType::kF16:
-        return &MatmulF32Act<LoadF16>;
+        return &MatmulF32Act<LoadF16, TensorType::kF16>;
       case TensorType::kBF16:
-        return &MatmulF32Act<LoadBF16>;
+        return &MatmulF32Act<LoadBF16, TensorType::kBF16>;
       case TensorType::kQ4_0:
         return &MatmulDequantF32<TensorType::kQ4_0>;
       case TensorType::kQ8_0:

@@ -46,6 +46,8 @@ namespace cascade::cpu {
 namespace {
 
 struct Zmm {
+  static constexpr int kWidth = 16;
+  static constexpr bool kPairTiles = true;  // 32 registers: two 24-accumulator tiles
   using V = __m512;
   static V Zero() { return _mm512_setzero_ps(); }
   static V Load(const float* p) { return _mm512_loadu_ps(p); }
@@ -125,7 +127,7 @@ void FromTokens(const MatmulTask& t) {
 // Float weights: the GEMM from kGemmMinTokens tokens on, where the AVX2 GEMM starts.
 template <TensorType kType>
 constexpr MatmulFn kGemm =
-    &FromTokens<kType, ActFormat::kF32, kGemmMinTokens, &lanes16::LaneGemm<Zmm>>;
+    &FromTokens<kType, ActFormat::kF32, kGemmMinTokens, &lanes::LaneGemm<Zmm>>;
 // Q8_0 / Q4_0: from 8 tokens, where the AVX2 kernels switch from streaming tiles to panels.
 template <TensorType kType>
 constexpr MatmulFn kDot = &FromTokens<kType, ActFormat::kQ8_0, 8, &dot16::QuantBlocked<ZmmDot>>;

@@ -32,6 +32,8 @@ using testing::TestWeight;
 
 // 16 float lanes in plain C++: what the AVX-512 instructions compute, lane by lane.
 struct Emulated16 {
+  static constexpr int kWidth = 16;
+  static constexpr bool kPairTiles = true;  // as Zmm
   struct V {
     float f[16];
   };
@@ -106,7 +108,7 @@ std::vector<float> RunMatmul(const TestWeight& w, const std::vector<float>& x, i
   if (fn != nullptr) {
     fn(t);
   } else {
-    cpu::lanes16::LaneGemm<Emulated16>(t, w.view.type);
+    cpu::lanes::LaneGemm<Emulated16>(t, w.view.type);
   }
   return y;
 }
