@@ -23,12 +23,11 @@
 #include "CLI/CLI.hpp"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "cascade/v1/worker.grpc.pb.h"
-#include "coordinator/scheduler.h"
 #include "tests/subprocess.h"
+#include "tools/local_engine.h"
+#include "transport/grpc_util.h"
 #include "util/logging.h"
 #include "util/runtime.h"
-#include "worker/grpc_util.h"
-#include "worker/local_pipeline.h"
 
 namespace cascade {
 namespace {
@@ -112,28 +111,16 @@ class LocalSetup : public Setup {
     auto src = ModelSource::Open(o.model);
     if (!src.ok()) Die(src.status());
     src_ = *std::move(src);
-    auto tok = Tokenizer::FromGguf(*src_->gguf());
+    auto tok = Tokenizer::FromSource(*src_);
     if (!tok.ok()) Die(tok.status());
     tok_ = *std::move(tok);
-    StageOptions so;
-    so.threads = o.threads;
-    so.kv_sequences = o.streams;
-    auto pipeline =
-        LocalPipeline::Create(*src_, EvenLayerRanges(src_->config().n_layers, o.stages), so, 1,
-                              [this](StepResult r) { sched_->OnResult(std::move(r)); });
-    if (!pipeline.ok()) Die(pipeline.status());
-    pipeline_ = *std::move(pipeline);
-    SchedulerOptions opt;
-    opt.num_stages = o.stages;
-    opt.kv_blocks = pipeline_->executor(0).stage().kv_cache().num_blocks();
-    opt.context_length = src_->config().context_length;
-    opt.vocab_size = src_->config().vocab_size;
-    sched_ = std::make_unique<Scheduler>(opt, *tok_, pipeline_->first());
-    sched_->Start();
-  }
-  ~LocalSetup() override {
-    sched_->Stop();
-    pipeline_->Stop();
+    LocalEngineOptions eo;
+    eo.stages = EvenLayerRanges(src_->config().n_layers, o.stages);
+    eo.stage.threads = o.threads;
+    eo.stage.kv_sequences = o.streams;
+    auto engine = LocalEngine::Create(*src_, *tok_, eo);
+    if (!engine.ok()) Die(engine.status());
+    engine_ = *std::move(engine);
   }
 
   std::string name() const override { return "local"; }
@@ -146,7 +133,7 @@ class LocalSetup : public Setup {
       r.max_tokens = o_.tokens;
       r.ignore_eos = true;
       r.sampling = SamplingParams::Greedy();
-      auto stream = sched_->Submit(std::move(r));
+      auto stream = engine_->scheduler().Submit(std::move(r));
       if (!stream.ok()) Die(stream.status());
       streams.push_back(*std::move(stream));
     }
@@ -171,8 +158,8 @@ class LocalSetup : public Setup {
   }
 
   void PrintStats() override {
-    for (int i = 0; i < pipeline_->num_stages(); ++i) {
-      const ExecutorStats st = pipeline_->executor(i).Stats();
+    for (int i = 0; i < engine_->pipeline().num_stages(); ++i) {
+      const ExecutorStats st = engine_->pipeline().executor(i).Stats();
       PrintStageStats(i, st.frames, st.tokens, st.busy_seconds, st.cpu_seconds);
     }
   }
@@ -186,8 +173,7 @@ class LocalSetup : public Setup {
   Options o_;
   std::unique_ptr<ModelSource> src_;
   std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<LocalPipeline> pipeline_;
-  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<LocalEngine> engine_;
 };
 
 // Processes: a coordinator and `stages` workers on loopback; K concurrent gRPC streams.

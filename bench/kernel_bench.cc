@@ -21,7 +21,7 @@
 
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade {
 namespace {

@@ -8,9 +8,15 @@ endif()
 
 # Applied per target through cascade_set_warnings() so that generated protobuf code and
 # third-party headers are not held to them.
+# With clang, the locking the code states (ABSL_GUARDED_BY, ABSL_EXCLUSIVE_LOCKS_REQUIRED on
+# absl::Mutex) is checked at compile time, and a violation is an error.
 function(cascade_set_warnings target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-Wthread-safety -Werror=thread-safety>)
+  endif()
 endfunction()
 
 if(CASCADE_SANITIZE)

@@ -1,103 +1,211 @@
 #include "coordinator/cluster_config.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cascade {
+namespace {
 
-void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o) {
-  app.add_option("--model,-m", o->model_path, "GGUF file or Hugging Face folder to serve");
-  app.add_option("--listen,-l", o->listen, "Address to listen on");
-  app.add_option("--http-listen", o->http_listen,
-                 "Also serve the OpenAI-compatible HTTP API here, e.g. 0.0.0.0:8080");
-  app.add_option("--advertise", o->advertise,
-                 "Address workers use to reach the coordinator (default: listen host:port)");
-  app.add_option("--workers,-w", o->workers, "Plan once this many workers have registered")
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--min-stages", o->min_stages, "Pipeline over at least this many workers")
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--threads-per-stage", o->threads_per_stage,
-                 "Compute threads per stage (0: each worker's own)");
-  app.add_option("--kv-sequences", o->kv_sequences,
-                 "Size the KV cache for this many full-context sequences")
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--kv-tokens", o->kv_tokens, "Or for exactly this many token positions");
-  app.add_option("--kv-block-size", o->kv_block_size, "Tokens per KV block")
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--max-batch-tokens", o->max_batch_tokens, "Tokens per micro-batch")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per sequence per micro-batch")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("--max-running", o->max_running, "Sequences decoding at once")
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--max-waiting", o->max_waiting,
-                 "Queued requests beyond which new ones get RESOURCE_EXHAUSTED")
-      ->check(CLI::Range(0, 1 << 20));
-  app.add_option("--data-plane", o->data_plane,
-                 "Activation and result transport: tcp (default) or grpc")
-      ->check(CLI::IsMember({"tcp", "grpc"}));
-  app.add_option("--data-listen", o->data_listen,
-                 "Where results arrive over TCP (default: the listen host, a free port)");
-  app.add_option("--device", o->device, "Device for the workers: cpu, auto, cuda:N");
+absl::Status Bad(const std::string& name, const std::string& value, const std::string& want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", name, ": '", value, "' is not ", want));
 }
 
-absl::Status LoadClusterConfig(const std::string& path, CoordinatorOptions* o) {
+// A flag name (without dashes) and its YAML key.
+ClusterOption Option(const std::string& name, std::string help,
+                     std::function<absl::Status(const std::string&)> set,
+                     std::function<std::string()> show) {
+  return {"--" + name, absl::StrReplaceAll(name, {{"-", "_"}}), std::move(help), std::move(set),
+          std::move(show)};
+}
+
+template <typename T>
+ClusterOption Integer(const std::string& name, T* v, T lo, T hi, std::string help) {
+  return Option(
+      name, std::move(help),
+      [=](const std::string& s) -> absl::Status {
+        int64_t x = 0;
+        if (!absl::SimpleAtoi(s, &x) || x < lo || x > hi) {
+          return Bad(name, s, absl::StrCat("an integer in [", lo, ", ", hi, "]"));
+        }
+        *v = static_cast<T>(x);
+        return absl::OkStatus();
+      },
+      [=] { return absl::StrCat(*v); });
+}
+
+ClusterOption Real(const std::string& name, double* v, double lo, double hi, std::string help) {
+  return Option(
+      name, std::move(help),
+      [=](const std::string& s) -> absl::Status {
+        double x = 0;
+        if (!absl::SimpleAtod(s, &x) || !std::isfinite(x) || x < lo || x > hi) {
+          return Bad(name, s, absl::StrCat("a number in [", lo, ", ", hi, "]"));
+        }
+        *v = x;
+        return absl::OkStatus();
+      },
+      [=] { return absl::StrCat(*v); });
+}
+
+ClusterOption Text(const std::string& name, std::string* v, std::string help) {
+  return Option(
+      name, std::move(help),
+      [=](const std::string& s) {
+        *v = s;
+        return absl::OkStatus();
+      },
+      [=] { return *v; });
+}
+
+ClusterOption Boolean(const std::string& name, bool* v, std::string help) {
+  return Option(
+      name, std::move(help),
+      [=](const std::string& s) -> absl::Status {
+        if (s == "true" || s == "1") {
+          *v = true;
+        } else if (s == "false" || s == "0") {
+          *v = false;
+        } else {
+          return Bad(name, s, "true or false");
+        }
+        return absl::OkStatus();
+      },
+      [=] { return std::string(*v ? "true" : "false"); });
+}
+
+}  // namespace
+
+const char* DataPlaneName(DataPlane d) {
+  switch (d) {
+    case DataPlane::kTcp:
+      return "tcp";
+    case DataPlane::kGrpc:
+      return "grpc";
+  }
+  return "?";
+}
+
+std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
+  constexpr int kMaxCount = 1 << 20;
+  std::vector<ClusterOption> t;
+  t.push_back(Text("model", &c->model, "GGUF file or Hugging Face folder to serve"));
+  // Server.
+  t.push_back(Text("listen", &c->server.listen, "Address of the gRPC API and control plane"));
+  t.push_back(Text("http-listen", &c->server.http_listen,
+                   "Also serve the OpenAI-compatible HTTP API here, e.g. 0.0.0.0:8080"));
+  t.push_back(Text("advertise", &c->server.advertise,
+                   "Address workers use to reach the coordinator (default: listen host:port)"));
+  // Data plane.
+  t.push_back(Option(
+      "data-plane", "Activation and result transport: tcp or grpc",
+      [c](const std::string& s) -> absl::Status {
+        if (s == "tcp") {
+          c->data_plane.kind = DataPlane::kTcp;
+        } else if (s == "grpc") {
+          c->data_plane.kind = DataPlane::kGrpc;
+        } else {
+          return Bad("data-plane", s, "tcp or grpc");
+        }
+        return absl::OkStatus();
+      },
+      [c] { return std::string(DataPlaneName(c->data_plane.kind)); }));
+  t.push_back(Text("data-listen", &c->data_plane.listen,
+                   "Where results arrive over TCP (default: the listen host, a free port)"));
+  // Bring-up.
+  t.push_back(Integer("workers", &c->bring_up.workers, 1, 4096,
+                      "Plan once this many workers have registered"));
+  t.push_back(Integer("worker-wait-s", &c->bring_up.worker_wait_s, 1, 86400 * 7,
+                      "Seconds to wait for the workers before giving up"));
+  t.push_back(Real("heartbeat-interval-s", &c->bring_up.heartbeat_interval_s, 0.05, 60,
+                   "Seconds between worker heartbeats"));
+  t.push_back(Real("drain-timeout-s", &c->bring_up.drain_timeout_s, 0, 3600,
+                   "On shutdown, seconds in-flight requests get to finish"));
+  // Plan.
+  t.push_back(Integer("min-stages", &c->plan.min_stages, 1, 4096,
+                      "Pipeline over at least this many workers"));
+  t.push_back(Integer("kv-sequences", &c->plan.kv_sequences, 1, kMaxCount,
+                      "Size the KV cache for this many full-context sequences"));
+  t.push_back(Integer<int64_t>("kv-tokens", &c->plan.kv_tokens, 0, int64_t{1} << 40,
+                               "Or for exactly this many token positions (0: use kv-sequences)"));
+  t.push_back(Integer("kv-block-size", &c->plan.kv_block_size, 1, 4096, "Tokens per KV block"));
+  t.push_back(Integer<int64_t>("max-batch-tokens", &c->plan.batch_tokens, 1, kMaxCount,
+                               "Tokens per micro-batch"));
+  t.push_back(Real("memory-reserve", &c->plan.reserve_fraction, 0, 0.9,
+                   "Fraction of each worker's memory the plan leaves free"));
+  // Scheduler.
+  t.push_back(Integer<int64_t>("prefill-chunk", &c->scheduler.prefill_chunk, 1, kMaxCount,
+                               "Prompt tokens per sequence per micro-batch"));
+  t.push_back(Integer("max-running", &c->scheduler.max_running, 1, kMaxCount,
+                      "Sequences decoding at once"));
+  t.push_back(Integer("max-waiting", &c->scheduler.max_waiting, 0, kMaxCount,
+                      "Queued requests beyond which new ones get RESOURCE_EXHAUSTED"));
+  // Stages.
+  t.push_back(Integer("threads-per-stage", &c->stage.threads, 0, 4096,
+                      "Compute threads per stage (0: each worker's own)"));
+  t.push_back(Option(
+      "device", "Device for the stages: auto, cpu, cuda or cuda:N (default: each worker's own)",
+      [c](const std::string& s) -> absl::Status {
+        if (s.empty()) {
+          c->stage.device.reset();
+          return absl::OkStatus();
+        }
+        auto d = ParseDevice(s);
+        if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--device: ", d.status().message()));
+        c->stage.device = *d;
+        return absl::OkStatus();
+      },
+      [c] { return c->stage.device ? DeviceName(*c->stage.device) : std::string(); }));
+  t.push_back(Boolean("quantized-activations", &c->stage.quantized_activations,
+                      "8-bit activations for quantized weights on CPUs (false: exact F32)"));
+  return t;
+}
+
+void AddClusterFlags(CLI::App& app, ClusterConfig* c) {
+  for (ClusterOption& o : ClusterOptions(c)) {
+    std::string names = o.flag;
+    if (o.flag == "--model") names = "--model,-m";
+    if (o.flag == "--listen") names = "--listen,-l";
+    if (o.flag == "--workers") names = "--workers,-w";
+    const std::string flag = o.flag;
+    auto set = o.set;
+    CLI::Option* opt = app.add_option_function<std::string>(
+        names,
+        [set, flag](const std::string& v) {
+          if (absl::Status st = set(v); !st.ok()) throw CLI::ValidationError(flag, std::string(st.message()));
+        },
+        o.help);
+    const std::string shown = o.show();
+    if (!shown.empty()) opt->default_str(shown);
+  }
+}
+
+absl::Status LoadClusterFile(const std::string& path, ClusterConfig* c) {
+  std::vector<ClusterOption> table = ClusterOptions(c);
   try {
     YAML::Node root = YAML::LoadFile(path);
+    if (root.IsNull()) return absl::OkStatus();  // an empty file sets nothing
     if (!root.IsMap()) return absl::InvalidArgumentError(path + ": not a YAML mapping");
     for (const auto& kv : root) {
       const std::string key = kv.first.as<std::string>();
-      const YAML::Node& v = kv.second;
-      auto bad = [&](const char* want) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": '", key, "' must be ", want));
-      };
-      try {
-        if (key == "model") {
-          o->model_path = v.as<std::string>();
-        } else if (key == "listen") {
-          o->listen = v.as<std::string>();
-        } else if (key == "http_listen") {
-          o->http_listen = v.as<std::string>();
-        } else if (key == "advertise") {
-          o->advertise = v.as<std::string>();
-        } else if (key == "workers") {
-          o->workers = v.as<int>();
-        } else if (key == "min_stages") {
-          o->min_stages = v.as<int>();
-        } else if (key == "worker_wait_s") {
-          o->worker_wait = std::chrono::seconds(v.as<int>());
-        } else if (key == "threads_per_stage") {
-          o->threads_per_stage = v.as<int>();
-        } else if (key == "kv_sequences") {
-          o->kv_sequences = v.as<int>();
-        } else if (key == "kv_tokens") {
-          o->kv_tokens = v.as<int64_t>();
-        } else if (key == "kv_block_size") {
-          o->kv_block_size = v.as<int>();
-        } else if (key == "max_batch_tokens") {
-          o->max_batch_tokens = v.as<int64_t>();
-        } else if (key == "prefill_chunk") {
-          o->prefill_chunk = v.as<int64_t>();
-        } else if (key == "max_running") {
-          o->max_running = v.as<int>();
-        } else if (key == "max_waiting") {
-          o->max_waiting = v.as<int>();
-        } else if (key == "data_plane") {
-          o->data_plane = v.as<std::string>();
-          if (o->data_plane != "tcp" && o->data_plane != "grpc") return bad("tcp or grpc");
-        } else if (key == "data_listen") {
-          o->data_listen = v.as<std::string>();
-        } else if (key == "device") {
-          o->device = v.as<std::string>();
-        } else if (key == "heartbeat_interval_s") {
-          o->heartbeat_interval_s = v.as<double>();
-        } else {
-          return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key '", key, "'"));
-        }
-      } catch (const YAML::Exception&) {
-        return bad("a value of the right type");
+      auto it = std::find_if(table.begin(), table.end(),
+                             [&](const ClusterOption& o) { return o.key == key; });
+      if (it == table.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key '", key, "'"));
+      }
+      if (!kv.second.IsScalar()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": '", key, "' must be a single value"));
+      }
+      if (absl::Status st = it->set(kv.second.Scalar()); !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": '", key, "': ", st.message()));
       }
     }
   } catch (const YAML::Exception& e) {

@@ -1,23 +1,97 @@
-// Coordinator configuration from flags and from a YAML cluster file.
+// ClusterConfig: every setting of a coordinator, as one tree whose parts are the very
+// structs their users take (the planner's PlanLimits, the scheduler's SchedulerConfig,
+// the stages' StageConfig), so nothing is copied by hand from struct to struct. Each
+// default is written once, in the member's initializer.
 //
-// Contract: LoadClusterConfig reads a YAML mapping whose keys are the flag names with
-// underscores (model, listen, workers, min_stages, kv_sequences, max_batch_tokens, ...);
-// an unknown key or a value of the wrong type is an error naming the file and key.
-// Flags given on the command line override the file (the file is read first).
+// One table (ClusterOptions) lists every setting with its flag, its YAML key (the flag
+// without dashes, '-' as '_'), its help text and its parser; both the command line
+// (AddClusterFlags) and cluster files (LoadClusterFile) are driven by it, so they accept
+// the same settings with the same checks.
+//
+// Contract:
+// - A bad value, from either source, is an error naming the setting and the value. A
+//   cluster file is a YAML mapping of scalars; an unknown key or a non-scalar value is an
+//   error naming the file and the key.
+// - Flags given on the command line override the file (read the file first).
+// - Plain data; thread-compatible.
 #ifndef CASCADE_COORDINATOR_CLUSTER_CONFIG_H_
 #define CASCADE_COORDINATOR_CLUSTER_CONFIG_H_
 
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
-#include "coordinator/coordinator_server.h"
+#include "coordinator/planner.h"
+#include "tensor/device.h"
 
 namespace cascade {
 
-// Registers the coordinator's flags, bound to *o.
-void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o);
-absl::Status LoadClusterConfig(const std::string& path, CoordinatorOptions* o);
+// How activation frames and results travel between the processes of a cluster.
+enum class DataPlane {
+  kTcp,   // length-prefixed frames on plain TCP (transport/tcp_link.h)
+  kGrpc,  // gRPC streams (transport/grpc_link.h)
+};
+const char* DataPlaneName(DataPlane d);
+
+struct ServerConfig {
+  std::string listen = "0.0.0.0:50051";  // public gRPC API and the workers' control plane
+  std::string http_listen;               // OpenAI-compatible HTTP API ("" = off)
+  std::string advertise;                 // address workers reach us at ("" = listen's)
+};
+
+struct DataPlaneConfig {
+  DataPlane kind = DataPlane::kTcp;
+  std::string listen;  // where results arrive over TCP ("" = listen host, a free port)
+};
+
+struct BringUpConfig {
+  int workers = 1;           // plan once this many workers have registered
+  int worker_wait_s = 600;   // give up waiting for them after this long
+  double heartbeat_interval_s = 1.0;
+  double drain_timeout_s = 30;  // in-flight requests get this long to finish on shutdown
+};
+
+struct SchedulerConfig {
+  int64_t prefill_chunk = 256;  // prompt tokens of one sequence per micro-batch
+  int max_running = 64;         // sequences admitted at once
+  int max_waiting = 256;        // queued requests beyond which Submit refuses
+};
+
+struct StageConfig {
+  int threads = 0;                    // compute threads per stage (0: each worker's own)
+  std::optional<DeviceSpec> device;   // none: each worker's own
+  bool quantized_activations = true;  // 8-bit activations for quantized weights (CPU)
+};
+
+struct ClusterConfig {
+  std::string model;  // GGUF file or Hugging Face folder
+  ServerConfig server;
+  DataPlaneConfig data_plane;
+  BringUpConfig bring_up;
+  PlanLimits plan;
+  SchedulerConfig scheduler;
+  StageConfig stage;
+};
+
+// One setting: where it lives in the tree and how to read and show it.
+struct ClusterOption {
+  std::string flag;  // "--max-running"
+  std::string key;   // "max_running"
+  std::string help;
+  std::function<absl::Status(const std::string&)> set;  // parses and stores a value
+  std::function<std::string()> show;                    // the current value, as text
+};
+
+// The table, bound to *c.
+std::vector<ClusterOption> ClusterOptions(ClusterConfig* c);
+
+// Registers every setting as a flag on `app` (with its current value as the default shown
+// by --help), bound to *c.
+void AddClusterFlags(CLI::App& app, ClusterConfig* c);
+absl::Status LoadClusterFile(const std::string& path, ClusterConfig* c);
 // Finds "--config PATH" (or --config=PATH) in argv; "" if absent.
 std::string FindConfigFlag(int argc, char** argv);
 

@@ -1,5 +1,7 @@
 // cascade-coordinator: plans the pipeline over the workers that register, loads the
-// stages, and serves the Inference API (gRPC, with health and reflection).
+// stages, and serves the Inference API (gRPC, with health and reflection). SIGTERM or
+// SIGINT drains: no new requests (health NOT_SERVING at once), running ones get
+// --drain-timeout-s to finish, then the stages are unloaded and the process exits 0.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -13,30 +15,34 @@ int main(int argc, char** argv) {
   cascade::ConfigureRuntime();
   cascade::BlockTerminationSignals();
   CLI::App app{"Cascade coordinator: plans, schedules and streams", "cascade-coordinator"};
-  cascade::CoordinatorOptions o;
-  std::string config = cascade::FindConfigFlag(argc, argv), log_level = "info";
-  if (!config.empty()) {
+  app.get_formatter()->column_width(40);
+  cascade::ClusterConfig config;
+  std::string config_file = cascade::FindConfigFlag(argc, argv), log_level = "info";
+  if (!config_file.empty()) {
     // The file first, so that flags given on the command line override it.
-    if (auto st = cascade::LoadClusterConfig(config, &o); !st.ok()) {
+    if (auto st = cascade::LoadClusterFile(config_file, &config); !st.ok()) {
       std::cerr << "cascade-coordinator: " << st.message() << "\n";
       return 2;
     }
   }
-  app.add_option("--config", config, "YAML cluster file (flags override it)");
-  cascade::AddCoordinatorFlags(app, &o);
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  app.add_option("--config", config_file, "YAML cluster file (flags override it)");
+  cascade::AddClusterFlags(app, &config);
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (auto st = cascade::InitLogging(log_level, "coordinator"); !st.ok()) {
     std::cerr << "cascade-coordinator: " << st.message() << "\n";
     return 2;
   }
-  auto server = cascade::CoordinatorServer::Start(o);
+  auto server = cascade::CoordinatorServer::Start(config);
   if (!server.ok()) {
     std::cerr << "cascade-coordinator: " << server.status().message() << "\n";
     return 1;
   }
   const int sig = cascade::WaitForTerminationSignal();
-  spdlog::info("signal {}: shutting down", sig);
-  (*server)->Shutdown();
+  spdlog::info("signal {}: draining (up to {} s)", sig, config.bring_up.drain_timeout_s);
+  (*server)->Drain(std::chrono::milliseconds(
+      static_cast<int64_t>(1000 * config.bring_up.drain_timeout_s)));
+  spdlog::info("stopped");
   return 0;
 }

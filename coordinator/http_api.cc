@@ -218,7 +218,7 @@ void HttpApi::Routes() {
         }
         messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
       }
-      auto prompt = RenderChat(DetectChatFormat(backend_->chat_template()), messages);
+      auto prompt = RenderChat(DetectChatFormat(backend_->model().chat_template()), messages);
       if (!prompt.ok()) return SendError(res, prompt.status());
       req.set_prompt(*prompt);
     } else {
@@ -247,8 +247,7 @@ void HttpApi::Routes() {
     }
     auto sched = backend_->scheduler();
     if (!sched.ok()) return SendError(res, sched.status());
-    const Tokenizer* tok = backend_->tokenizer();
-    auto sreq = ToSequenceRequest(req, *tok);
+    auto sreq = ToSequenceRequest(req, backend_->model().tokenizer());
     if (!sreq.ok()) return SendError(res, sreq.status());
     auto submitted = (*sched)->Submit(std::move(*sreq));
     if (!submitted.ok()) return SendError(res, submitted.status());

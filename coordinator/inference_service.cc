@@ -3,8 +3,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "worker/frame.h"
-#include "worker/grpc_util.h"
+#include "transport/frame.h"
+#include "transport/grpc_util.h"
 
 namespace cascade {
 namespace {
@@ -81,10 +81,10 @@ absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req
 
 absl::Status InferenceServiceImpl::CheckModel(const std::string& model) {
   if (model.empty()) return absl::OkStatus();
-  const v1::ModelInfo info = backend_->model_info();
-  if (model != info.id()) {
+  const std::string& id = backend_->model().id();
+  if (model != id) {
     return absl::NotFoundError(
-        absl::StrCat("model '", model, "' is not served here (serving '", info.id(), "')"));
+        absl::StrCat("model '", model, "' is not served here (serving '", id, "')"));
   }
   return absl::OkStatus();
 }
@@ -94,8 +94,7 @@ grpc::Status InferenceServiceImpl::Run(grpc::ServerContext* ctx, const v1::Gener
   if (absl::Status st = CheckModel(req.model()); !st.ok()) return ToGrpc(st);
   auto scheduler = backend_->scheduler();
   if (!scheduler.ok()) return ToGrpc(scheduler.status());
-  const Tokenizer* tok = backend_->tokenizer();
-  auto sreq = ToSequenceRequest(req, *tok);
+  auto sreq = ToSequenceRequest(req, backend_->model().tokenizer());
   if (!sreq.ok()) return ToGrpc(sreq.status());
   auto stream = (*scheduler)->Submit(std::move(*sreq));
   if (!stream.ok()) return ToGrpc(stream.status());
@@ -156,8 +155,7 @@ grpc::Status InferenceServiceImpl::Complete(grpc::ServerContext* ctx,
 grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,
                                             v1::TokenizeResponse* resp) {
   if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
-  const Tokenizer* tok = backend_->tokenizer();
-  if (tok == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");
+  const Tokenizer* tok = &backend_->model().tokenizer();
   if (req->text().size() > kMaxPromptBytes) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is too long");
   }
@@ -171,8 +169,7 @@ grpc::Status InferenceServiceImpl::Detokenize(grpc::ServerContext*,
                                               const v1::DetokenizeRequest* req,
                                               v1::DetokenizeResponse* resp) {
   if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
-  const Tokenizer* tok = backend_->tokenizer();
-  if (tok == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");
+  const Tokenizer* tok = &backend_->model().tokenizer();
   std::vector<int32_t> ids;
   for (int32_t id : req->ids()) {
     if (!tok->IsValid(id)) {

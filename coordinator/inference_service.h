@@ -14,21 +14,21 @@
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/served_model.h"
 #include "model/tokenizer.h"
 
 namespace cascade {
 
-// What the API needs from the serving cluster.
+// What the API adapters need from the coordinator.
 class ServingBackend {
  public:
   virtual ~ServingBackend() = default;
-  // The running scheduler, or Unavailable (with the reason) while the cluster loads.
-  virtual absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() = 0;
-  // The model's tokenizer once its files are read; null before.
-  virtual const Tokenizer* tokenizer() = 0;
-  virtual v1::ModelInfo model_info() = 0;
-  // The model's chat template (Jinja source from GGUF or tokenizer_config.json), or "".
-  virtual std::string chat_template() = 0;
+  // The served model: tokenizer, chat template, id.
+  virtual const ServedModel& model() const = 0;
+  // The scheduler while the cluster serves, or Unavailable with the reason.
+  virtual absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const = 0;
+  // The model's description with the cluster's stages and readiness.
+  virtual v1::ModelInfo model_info() const = 0;
 };
 
 // Converts an API request to a scheduler request (tokenizing the prompt).

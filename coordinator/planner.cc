@@ -32,7 +32,8 @@ uint64_t StageWeights(const ModelProfile& m, LayerRange r) {
 }
 
 StageMemory StageCost(const ModelProfile& m, LayerRange r, const PlanLimits& lim) {
-  return EstimateStageMemory(m.config, r, StageWeights(m, r), lim.kv_tokens, lim.batch_tokens);
+  return EstimateStageMemory(m.config, r, StageWeights(m, r), lim.KvTokens(m.config.context_length),
+                             lim.batch_tokens);
 }
 
 struct Candidate {
@@ -40,6 +41,10 @@ struct Candidate {
 };
 
 }  // namespace
+
+int64_t PlanLimits::KvTokens(int64_t context_length) const {
+  return kv_tokens > 0 ? kv_tokens : int64_t{kv_sequences} * context_length;
+}
 
 uint64_t ModelProfile::total_bytes() const {
   return std::accumulate(layer_bytes.begin(), layer_bytes.end(), uint64_t{0}) + embedding_bytes +
@@ -110,7 +115,11 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
     }
     return workers[a].gflops > workers[b].gflops;
   });
-  const uint64_t kv_per_layer = KvBytesPerToken(m.config, 1) * static_cast<uint64_t>(lim.kv_tokens);
+  const int64_t kv_tokens = lim.KvTokens(m.config.context_length);
+  if (kv_tokens <= 0 || lim.kv_block_size <= 0 || lim.batch_tokens <= 0) {
+    return absl::InvalidArgumentError("plan: the KV cache, block and batch sizes must be > 0");
+  }
+  const uint64_t kv_per_layer = KvBytesPerToken(m.config, 1) * static_cast<uint64_t>(kv_tokens);
   uint64_t layer_sum = 0;
   for (uint64_t b : m.layer_bytes) layer_sum += b;
   const double avg_layer = static_cast<double>(layer_sum) / L + static_cast<double>(kv_per_layer);
@@ -179,7 +188,9 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
     }
     if (total != L) continue;
     Plan plan;
-    plan.kv_blocks = (lim.kv_tokens + lim.kv_block_size - 1) / lim.kv_block_size;
+    plan.kv_blocks = (kv_tokens + lim.kv_block_size - 1) / lim.kv_block_size;
+    plan.kv_block_size = lim.kv_block_size;
+    plan.batch_tokens = lim.batch_tokens;
     int first = 0;
     bool fits = true;
     for (int i = 0; i < k; ++i) {
@@ -202,7 +213,7 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
   const uint64_t biggest = *std::max_element(usable.begin(), usable.end());
   std::string why = absl::StrCat(
       "plan: ", m.name, " does not fit: it needs ", HumanBytes(need.weights), " of weights + ",
-      HumanBytes(need.kv_cache), " of KV cache (", lim.kv_tokens, " tokens) + ",
+      HumanBytes(need.kv_cache), " of KV cache (", kv_tokens, " tokens) + ",
       HumanBytes(need.activations), " of activations = ", HumanBytes(need.total()), "; the ",
       workers.size(), " worker(s) offer ", HumanBytes(offered), " in all (largest ",
       HumanBytes(biggest), ")");

@@ -21,7 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/memory.h"
+#include "generation/batch.h"
+#include "model/memory.h"
 #include "model/model_config.h"
 #include "model/model_source.h"
 #include "model/synthetic.h"
@@ -53,11 +54,17 @@ struct WorkerSpec {
 };
 
 struct PlanLimits {
-  int64_t kv_tokens = 0;           // KV positions every stage holds (sum over sequences)
-  int64_t batch_tokens = 512;      // tokens per micro-batch (activation workspace)
+  // The KV cache every stage holds: room for kv_sequences full-context sequences, or
+  // exactly kv_tokens positions when that is set (> 0).
+  int kv_sequences = 8;
+  int64_t kv_tokens = 0;
+  int kv_block_size = kDefaultKvBlockSize;
+  int64_t batch_tokens = kDefaultMaxBatchTokens;  // tokens per micro-batch
   double reserve_fraction = 0.05;  // of each worker's memory kept free
-  int kv_block_size = 16;
   int min_stages = 1;  // pipeline over at least this many workers (throughput, tests)
+
+  // KV positions per stage for a model of this context length.
+  int64_t KvTokens(int64_t context_length) const;
 };
 
 struct StagePlan {
@@ -69,7 +76,10 @@ struct StagePlan {
 
 struct Plan {
   std::vector<StagePlan> stages;
+  // What every stage is loaded with and the scheduler plans by.
   int64_t kv_blocks = 0;  // per stage
+  int kv_block_size = kDefaultKvBlockSize;
+  int64_t batch_tokens = kDefaultMaxBatchTokens;
   std::string Table(const ModelProfile& model, const std::vector<WorkerSpec>& workers) const;
 };
 

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "absl/time/time.h"
+
 namespace cascade {
 
 v1::RegisterResponse WorkerRegistry::Register(const v1::RegisterRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WorkerRecord& w = workers_[req.worker_id()];
   if (w.id.empty()) w.registered_order = next_order_++;
   w.id = req.worker_id();
@@ -14,8 +16,8 @@ v1::RegisterResponse WorkerRegistry::Register(const v1::RegisterRequest& req) {
   w.data_address = req.data_address();
   w.resources = req.resources();
   w.state = v1::WORKER_STATE_IDLE;
-  w.last_seen = std::chrono::steady_clock::now();
-  cv_.notify_all();
+  w.error.clear();
+  w.last_seen = Clock::now();
   v1::RegisterResponse resp;
   resp.set_worker_id(w.id);
   resp.set_session(session_);
@@ -24,20 +26,19 @@ v1::RegisterResponse WorkerRegistry::Register(const v1::RegisterRequest& req) {
 }
 
 bool WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = workers_.find(req.worker_id());
   if (it == workers_.end() || req.session() != session_) return false;
   WorkerRecord& w = it->second;
   w.state = req.state();
   w.stats = req.stats();
   w.error = req.error();
-  w.last_seen = std::chrono::steady_clock::now();
-  cv_.notify_all();
+  w.last_seen = Clock::now();
   return true;
 }
 
 std::vector<WorkerRecord> WorkerRegistry::All() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<WorkerRecord> out;
   for (const auto& [id, w] : workers_) out.push_back(w);
   std::sort(out.begin(), out.end(),
@@ -45,18 +46,28 @@ std::vector<WorkerRecord> WorkerRegistry::All() const {
   return out;
 }
 
-std::vector<WorkerRecord> WorkerRegistry::Alive(std::chrono::milliseconds timeout) const {
-  const auto now = std::chrono::steady_clock::now();
+std::optional<WorkerRecord> WorkerRegistry::Find(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<WorkerRecord> WorkerRegistry::Alive() const {
+  const auto now = Clock::now();
   std::vector<WorkerRecord> out;
   for (WorkerRecord& w : All()) {
-    if (now - w.last_seen <= timeout) out.push_back(std::move(w));
+    if (IsAlive(w, now)) out.push_back(std::move(w));
   }
   return out;
 }
 
-size_t WorkerRegistry::WaitForWorkers(size_t n, std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_until(lock, deadline, [&] { return workers_.size() >= n; });
+size_t WorkerRegistry::WaitForWorkers(size_t n, Clock::time_point deadline) {
+  absl::MutexLock lock(&mu_);
+  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return workers_.size() >= n; };
+  mu_.AwaitWithDeadline(absl::Condition(&enough),
+                        absl::FromChrono(std::chrono::system_clock::now() +
+                                         (deadline - Clock::now())));
   return workers_.size();
 }
 

@@ -1,19 +1,22 @@
 // WorkerRegistry: the workers the coordinator knows, fed by Register and Heartbeat.
 //
-// Contract: thread-safe. A worker is alive while its last heartbeat is younger than the
-// timeout. Register assigns (or renews) a worker's entry; Heartbeat from an unknown worker
-// returns false so that it registers again (e.g. after a coordinator restart).
+// Contract: thread-safe. A worker is alive while its last heartbeat is younger than
+// liveness_timeout() (3 heartbeat intervals + 1 s: one late or lost heartbeat is not a
+// death); the one definition used by the controller's monitor and by status reports.
+// Register assigns (or renews) a worker's entry; Heartbeat from an unknown worker, or
+// with a session other than the one Register gave it, returns false so that it registers
+// again (e.g. after a coordinator restart).
 #ifndef CASCADE_COORDINATOR_REGISTRY_H_
 #define CASCADE_COORDINATOR_REGISTRY_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "cascade/v1/worker.pb.h"
 
 namespace cascade {
@@ -33,23 +36,30 @@ struct WorkerRecord {
 
 class WorkerRegistry {
  public:
+  using Clock = std::chrono::steady_clock;
   explicit WorkerRegistry(uint64_t session, double heartbeat_interval_s = 1.0)
       : session_(session), interval_(heartbeat_interval_s) {}
 
-  v1::RegisterResponse Register(const v1::RegisterRequest& req);
-  bool Heartbeat(const v1::HeartbeatRequest& req);
+  v1::RegisterResponse Register(const v1::RegisterRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Heartbeat(const v1::HeartbeatRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Workers seen within `timeout`, in registration order.
-  std::vector<WorkerRecord> Alive(std::chrono::milliseconds timeout) const;
-  std::vector<WorkerRecord> All() const;
+  std::chrono::milliseconds liveness_timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(1000 * (3 * interval_ + 1)));
+  }
+  bool IsAlive(const WorkerRecord& w, Clock::time_point now) const {
+    return now - w.last_seen <= liveness_timeout();
+  }
+  // Workers alive now, in registration order.
+  std::vector<WorkerRecord> Alive() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<WorkerRecord> All() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<WorkerRecord> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until `n` workers are alive or `deadline` passes; returns how many are.
-  size_t WaitForWorkers(size_t n, std::chrono::steady_clock::time_point deadline);
+  size_t WaitForWorkers(size_t n, Clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const uint64_t session_;
   const double interval_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable absl::Mutex mu_;
   std::map<std::string, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -1,19 +1,23 @@
 #include "coordinator/request_stream.h"
 
+#include "absl/time/time.h"
+
 namespace cascade {
 
 std::optional<StreamEvent> RequestStream::Next(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  if (!mu_.AwaitWithTimeout(absl::Condition(this, &RequestStream::HasEvent),
+                            absl::FromChrono(timeout))) {
+    return std::nullopt;
+  }
   StreamEvent e = std::move(events_.front());
   events_.pop_front();
   return e;
 }
 
 void RequestStream::Push(StreamEvent e) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   events_.push_back(std::move(e));
-  cv_.notify_one();
 }
 
 }  // namespace cascade

@@ -1,8 +1,8 @@
 // RequestStream: the events of one generation request, from the scheduler thread to the
 // API handler that streams them to the client.
 //
-// Contract: the scheduler Push()es events and Finish()es exactly once; the handler calls
-// Next() until it returns an event with `last` set (or nullopt on timeout). Cancel() may be
+// Contract: the scheduler Push()es events, the last one with `last` set, exactly once; the
+// handler calls Next() until it gets that event (or nullopt on timeout). Cancel() may be
 // called from any thread at any time; the scheduler then frees the sequence within one
 // step. Thread-safe.
 #ifndef CASCADE_COORDINATOR_REQUEST_STREAM_H_
@@ -10,17 +10,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "engine/generator.h"
+#include "absl/synchronization/mutex.h"
+#include "generation/sequence.h"
 
 namespace cascade {
 
@@ -30,6 +29,7 @@ struct StreamUsage {
   uint64_t seed = 0;
   double time_to_first_token_s = 0;
   double total_time_s = 0;
+  double queue_time_s = 0;  // from submission to admission
 };
 
 struct StreamEvent {
@@ -45,15 +45,15 @@ struct StreamEvent {
 class RequestStream {
  public:
   // Waits up to `timeout` for the next event.
-  std::optional<StreamEvent> Next(std::chrono::milliseconds timeout);
+  std::optional<StreamEvent> Next(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
   void Cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
 
-  void Push(StreamEvent e);
+  void Push(StreamEvent e) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
+  bool HasEvent() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); }
+  absl::Mutex mu_;
   std::deque<StreamEvent> events_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> cancelled_{false};
 };

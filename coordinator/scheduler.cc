@@ -3,23 +3,19 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "util/logging.h"
 
 namespace cascade {
-namespace {
 
-constexpr size_t kMaxStopStrings = 16;
-constexpr size_t kMaxStopBytes = 256;
-
-bool PenaltiesActive(const SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
-}
-
-}  // namespace
-
-Scheduler::Scheduler(const SchedulerOptions& options, const Tokenizer& tokenizer,
-                     std::shared_ptr<ActivationSender> to_first_stage)
-    : options_(options), tokenizer_(tokenizer), out_(std::move(to_first_stage)) {}
+Scheduler::Scheduler(const SchedulerConfig& config, const Tokenizer& tokenizer,
+                     int64_t context_length, int64_t vocab_size,
+                     std::chrono::milliseconds batch_timeout)
+    : config_(config),
+      tokenizer_(tokenizer),
+      context_length_(context_length),
+      vocab_size_(vocab_size),
+      batch_timeout_(batch_timeout) {}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -28,197 +24,147 @@ void Scheduler::Start() {
 }
 
 void Scheduler::Stop() {
+  std::shared_ptr<ActivationSender> link;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
+    link = link_;
   }
-  cv_.notify_all();
   // Nothing is sent after a stop; closing the link first also ends a send that is stuck
   // (e.g. reconnecting to a dead first stage), so the join below does not wait for it.
-  out_->Close();
+  if (link) link->Close();
   if (thread_.joinable()) thread_.join();
 }
 
+void Scheduler::Attach(PipelineSpec pipeline) {
+  absl::MutexLock lock(&mu_);
+  inbox_.attach = std::move(pipeline);
+}
+
+void Scheduler::Detach(const absl::Status& why) {
+  std::shared_ptr<ActivationSender> link;
+  {
+    absl::MutexLock lock(&mu_);
+    inbox_.detach = why.ok() ? absl::UnavailableError("the pipeline was detached") : why;
+    inbox_.attach.reset();
+    attached_ = false;
+    link = std::move(link_);
+  }
+  // A send stuck connecting to a dead stage gives up now.
+  if (link) link->StopReconnecting();
+}
+
+void Scheduler::FailAll(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  inbox_.fail_all = status;
+}
+
+void Scheduler::StopAdmitting(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  not_admitting_ = why.ok() ? absl::UnavailableError("the server is not admitting requests") : why;
+}
+
+int64_t Scheduler::BlocksFor(int32_t prompt_len, int32_t max_tokens) const {
+  const int64_t total = std::min<int64_t>(int64_t{prompt_len} + max_tokens, context_length_);
+  return (total + kv_block_size_ - 1) / kv_block_size_;
+}
+
 absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Submit(SequenceRequest req) {
-  const int64_t ctx = options_.context_length;
-  if (req.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
-  for (int32_t id : req.prompt) {
-    if (id < 0 || id >= options_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prompt token id ", id, " is outside the vocabulary of ", options_.vocab_size));
-    }
+  if (absl::Status st = ValidateSequenceRequest(req, vocab_size_, context_length_); !st.ok()) {
+    return st;
   }
-  if (static_cast<int64_t>(req.prompt.size()) >= ctx) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt of ", req.prompt.size(), " tokens does not fit the context of ", ctx, " tokens"));
-  }
-  if (req.max_tokens < 0 || req.max_tokens > options_.max_tokens_limit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_tokens ", req.max_tokens, " is outside [0, ", options_.max_tokens_limit, "]"));
-  }
-  if (absl::Status st = req.sampling.Validate(); !st.ok()) return st;
-  if (req.stop.size() > kMaxStopStrings) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(req.stop.size(), " stop strings; at most ", kMaxStopStrings));
-  }
-  for (const auto& s : req.stop) {
-    if (s.size() > kMaxStopBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a stop string of ", s.size(), " bytes; at most ", kMaxStopBytes));
-    }
-  }
-  // KV needed for the whole sequence, within the context and the cluster's cache.
-  const int64_t bs = options_.kv_block_size;
-  const int64_t budget_tokens = options_.kv_blocks * bs;
-  if (static_cast<int64_t>(req.prompt.size()) >= budget_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", req.prompt.size(),
-                                                   " tokens exceeds the KV cache of ",
-                                                   budget_tokens, " tokens"));
-  }
-  int64_t total =
-      req.max_tokens > 0 ? static_cast<int64_t>(req.prompt.size()) + req.max_tokens : ctx;
-  total = std::min({total, ctx, budget_tokens});
   Pending p;
   p.stream = std::make_shared<RequestStream>();
   p.submitted = Clock::now();
-  p.blocks = (total + bs - 1) / bs;
+  const int32_t prompt = static_cast<int32_t>(req.prompt.size());
+  const int64_t room = context_length_ - prompt;
+  p.max_tokens = static_cast<int32_t>(req.max_tokens > 0 ? std::min<int64_t>(req.max_tokens, room)
+                                                         : room);
   p.req = std::move(req);
-  if (p.req.max_tokens == 0 ||
-      p.req.max_tokens > total - static_cast<int64_t>(p.req.prompt.size())) {
-    p.req.max_tokens = static_cast<int32_t>(total - static_cast<int64_t>(p.req.prompt.size()));
-  }
   std::shared_ptr<RequestStream> stream = p.stream;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return absl::UnavailableError("the scheduler is shutting down");
-    if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
-      ++stats_.rejected;
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the request queue is full (", options_.max_waiting, " waiting); retry later"));
-    }
-    waiting_.push_back(std::move(p));
+  absl::MutexLock lock(&mu_);
+  if (stop_) return absl::UnavailableError("the server is shutting down");
+  if (!not_admitting_.ok()) return not_admitting_;
+  if (attached_ && prompt >= kv_blocks_ * kv_block_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt,
+                                                   " tokens exceeds the KV cache of ",
+                                                   kv_blocks_ * kv_block_size_, " tokens"));
   }
-  cv_.notify_all();
+  if (static_cast<int>(waiting_.size()) >= config_.max_waiting) {
+    ++stats_.rejected;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request queue is full (", config_.max_waiting, " waiting); retry later"));
+  }
+  waiting_.push_back(std::move(p));
   return stream;
 }
 
 void Scheduler::OnResult(StepResult result) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    results_.push_back(std::move(result));
-  }
-  cv_.notify_all();
-}
-
-void Scheduler::FailAll(const absl::Status& status) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    fail_all_ = status;
-  }
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  inbox_.results.push_back(std::move(result));
 }
 
 SchedulerStats Scheduler::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   SchedulerStats s = stats_;
   s.waiting = static_cast<int64_t>(waiting_.size());
   s.running = running_count_;
   s.kv_blocks_reserved = blocks_reserved_;
+  s.kv_blocks_total = kv_blocks_;
   return s;
 }
 
+bool Scheduler::Idle() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_.empty() && running_count_ == 0;
+}
+
+bool Scheduler::HasWork() const {
+  return stop_ || !inbox_.results.empty() || !inbox_.fail_all.ok() || !inbox_.detach.ok() ||
+         inbox_.attach.has_value() ||
+         (attached_ && !waiting_.empty() && running_count_ < config_.max_running);
+}
+
 void Scheduler::Admit() {
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running &&
-         blocks_reserved_ + waiting_.front().blocks <= options_.kv_blocks) {
-    Pending p = std::move(waiting_.front());
-    waiting_.pop_front();
-    if (p.stream->cancelled()) {
+  const int64_t budget_tokens = kv_blocks_ * kv_block_size_;
+  while (!waiting_.empty() && running_count_ < config_.max_running) {
+    Pending& p = waiting_.front();
+    const int32_t prompt = static_cast<int32_t>(p.req.prompt.size());
+    if (p.stream->cancelled() || prompt >= budget_tokens) {
       StreamEvent e;
       e.last = true;
       e.finish = FinishReason::kCancelled;
-      p.stream->Push(std::move(e));
-      continue;
-    }
-    Sequence s;
-    s.id = next_seq_++;
-    s.tokens = p.req.prompt;
-    s.prompt_len = static_cast<int32_t>(p.req.prompt.size());
-    s.max_total = s.prompt_len + p.req.max_tokens;
-    s.blocks = p.blocks;
-    s.text = std::make_unique<TextStream>(tokenizer_, p.req.stop, p.req.prompt);
-    s.stream = std::move(p.stream);
-    s.submitted = p.submitted;
-    s.req = std::move(p.req);
-    blocks_reserved_ += s.blocks;
-    stats_.prompt_tokens += s.prompt_len;
-    const SeqId id = s.id;
-    running_.emplace(id, std::move(s));
-  }
-  running_count_ = static_cast<int64_t>(running_.size());
-}
-
-void Scheduler::Loop() {
-  for (;;) {
-    std::deque<StepResult> results;
-    absl::Status fail;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [&] {
-        return stop_ || !results_.empty() || !fail_all_.ok() ||
-               (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running);
-      };
-      if (!running_.empty() && flights_.empty()) {
-        // Sequences none of which could be sent: look again every few ms (cancellations).
-        cv_.wait_for(lock, std::chrono::milliseconds(5), ready);
-      } else {
-        // Idle, or batches in flight: each ends in a result or a failure, which wakes this
-        // loop, and cancellations are handled at every result. No timed wake-ups: at batch
-        // 1 a 5 ms tick cost ~50 us of CPU each, taken from the stage computing beside it.
-        cv_.wait(lock, ready);
-      }
-      if (stop_) break;
-      results.swap(results_);
-      std::swap(fail, fail_all_);
-      Admit();
-    }
-    if (!fail.ok()) {
-      for (auto& [id, s] : running_) Finish(s, FinishReason::kCancelled, fail);
-      std::lock_guard<std::mutex> lock(mu_);
-      while (!waiting_.empty()) {
-        StreamEvent e;
-        e.last = true;
-        e.status = fail;
-        waiting_.front().stream->Push(std::move(e));
-        waiting_.pop_front();
+      if (!p.stream->cancelled()) {
+        e.status = absl::InvalidArgumentError(absl::StrCat(
+            "prompt of ", prompt, " tokens exceeds the KV cache of ", budget_tokens, " tokens"));
         ++stats_.failed;
       }
-      flights_.clear();
+      p.stream->Push(std::move(e));
+      waiting_.pop_front();
+      continue;
     }
-    for (const StepResult& r : results) HandleResult(r);
-    CheckCancellations();
-    // Drop finished sequences.
-    for (auto it = running_.begin(); it != running_.end();) {
-      it = it->second.stream == nullptr ? running_.erase(it) : std::next(it);
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_count_ = static_cast<int64_t>(running_.size());
-      stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
-    }
-    bool sent = false;
-    while (static_cast<int>(flights_.size()) < options_.num_stages && SendBatch()) sent = true;
-    if (!sent && !release_.empty()) SendReleases();
+    // A sequence longer than the whole cache is capped to what the cache holds.
+    const int32_t max_tokens =
+        static_cast<int32_t>(std::min<int64_t>(p.max_tokens, budget_tokens - prompt));
+    const int64_t blocks = BlocksFor(prompt, max_tokens);
+    if (blocks_reserved_ + blocks > kv_blocks_) break;
+    Running s;
+    s.id = next_seq_++;
+    s.seq = std::make_unique<Sequence>(tokenizer_, std::move(p.req), max_tokens, context_length_);
+    s.blocks = blocks;
+    s.stream = std::move(p.stream);
+    s.submitted = p.submitted;
+    s.admitted = Clock::now();
+    waiting_.pop_front();
+    blocks_reserved_ += s.blocks;
+    stats_.prompt_tokens += static_cast<uint64_t>(prompt);
+    const SeqId id = s.id;
+    running_.emplace(id, std::move(s));
+    ++running_count_;
   }
-  // Shutting down: whoever still waits learns why.
-  absl::Status why;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    why = fail_all_.ok() ? absl::UnavailableError("the server is shutting down") : fail_all_;
-  }
-  for (auto& [id, s] : running_) {
-    if (s.stream) Finish(s, FinishReason::kCancelled, why);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
+}
+
+void Scheduler::EndWaiting(const absl::Status& why) {
   while (!waiting_.empty()) {
     StreamEvent e;
     e.last = true;
@@ -229,11 +175,144 @@ void Scheduler::Loop() {
   }
 }
 
+void Scheduler::Loop() {
+  for (;;) {
+    Inbox in;
+    {
+      absl::MutexLock lock(&mu_);
+      absl::Time deadline = absl::InfiniteFuture();
+      if (!running_.empty() && flights_.empty()) {
+        // Sequences none of which could be sent: look again every few ms (cancellations).
+        deadline = absl::Now() + absl::Milliseconds(5);
+      } else if (!flights_.empty()) {
+        // Batches in flight end in a result or a failure, which wakes this loop, and
+        // cancellations are handled at every result: the only timed wake-up is the
+        // earliest batch's deadline (a 5 ms tick cost a stage computing beside it ~1 ms
+        // a token at batch 1).
+        auto earliest = Clock::time_point::max();
+        for (const auto& [id, f] : flights_) earliest = std::min(earliest, f.deadline);
+        deadline = absl::Now() + absl::FromChrono(earliest - Clock::now());
+      }
+      mu_.AwaitWithDeadline(absl::Condition(this, &Scheduler::HasWork), deadline);
+      if (stop_) break;
+      std::swap(in, inbox_);
+    }
+    if (!in.detach.ok()) ApplyDetach(in.detach);
+    if (in.attach) ApplyAttach(std::move(*in.attach));
+    if (!in.fail_all.ok()) ApplyFailAll(in.fail_all);
+    for (const StepResult& r : in.results) HandleResult(r);
+    ExpireFlights(Clock::now());
+    CheckCancellations();
+    for (auto it = running_.begin(); it != running_.end();) {
+      it = it->second.stream == nullptr ? running_.erase(it) : std::next(it);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (attached_) Admit();
+      stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
+    }
+    if (!pipeline_) continue;
+    bool sent = false;
+    while (static_cast<int>(flights_.size()) < pipeline_->num_stages && SendBatch()) sent = true;
+    if (!sent && !release_.empty()) SendReleases();
+  }
+  // Shutting down: whoever still waits learns why.
+  const absl::Status why = absl::UnavailableError("the server is shutting down");
+  for (auto& [id, s] : running_) {
+    if (s.stream) Finish(s, FinishReason::kCancelled, why);
+  }
+  if (pipeline_ && pipeline_->first_stage) pipeline_->first_stage->Close();
+  absl::MutexLock lock(&mu_);
+  EndWaiting(why);
+  running_count_ = 0;
+}
+
+void Scheduler::ApplyAttach(PipelineSpec p) {
+  if (pipeline_) ApplyDetach(absl::UnavailableError("the pipeline was replaced"));
+  uint64_t resumed = 0;
+  for (auto& [id, s] : running_) {
+    if (s.stream != nullptr && s.seq->generated() > 0) ++resumed;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    kv_blocks_ = p.kv_blocks;
+    kv_block_size_ = p.kv_block_size;
+    attached_ = true;
+    link_ = p.first_stage;
+    stats_.resumed += resumed;
+    // The new pipeline's cache may differ: reserve again, youngest sequences first to go
+    // when it is smaller than what runs.
+    blocks_reserved_ = 0;
+    for (auto& [id, s] : running_) {
+      if (s.stream == nullptr) continue;
+      s.blocks = BlocksFor(s.seq->prompt_len(), s.seq->max_tokens());
+      blocks_reserved_ += s.blocks;
+    }
+  }
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    int64_t reserved, total;
+    {
+      absl::MutexLock lock(&mu_);
+      reserved = blocks_reserved_;
+      total = kv_blocks_;
+    }
+    if (reserved <= total) break;
+    if (it->second.stream != nullptr) {
+      Finish(it->second, FinishReason::kCancelled,
+             absl::UnavailableError("the cluster's KV cache shrank below what was running"));
+    }
+  }
+  pipeline_ = std::move(p);
+  if (resumed > 0) {
+    spdlog::info("scheduler: {} sequence(s) resume on plan {}", resumed, pipeline_->plan_id);
+  }
+}
+
+void Scheduler::ApplyDetach(const absl::Status& why) {
+  if (pipeline_ && pipeline_->first_stage) pipeline_->first_stage->Abort();
+  pipeline_.reset();
+  flights_.clear();
+  release_.clear();  // the stages that held them are gone
+  for (auto& [id, s] : running_) {
+    s.in_flight = false;
+    s.processed = 0;  // prefilled again (prompt + generated) on the next pipeline
+  }
+  spdlog::warn("scheduler: pipeline detached ({}); {} sequence(s) wait for the next one",
+               why.message(), running_.size());
+}
+
+void Scheduler::ApplyFailAll(const absl::Status& why) {
+  for (auto& [id, s] : running_) {
+    if (s.stream) Finish(s, FinishReason::kCancelled, why);
+  }
+  flights_.clear();
+  absl::MutexLock lock(&mu_);
+  EndWaiting(why);
+}
+
 void Scheduler::CheckCancellations() {
   for (auto& [id, s] : running_) {
     if (s.stream != nullptr && !s.in_flight && s.stream->cancelled()) {
       Finish(s, FinishReason::kCancelled, absl::CancelledError("request cancelled"));
     }
+  }
+}
+
+void Scheduler::ExpireFlights(Clock::time_point now) {
+  for (auto it = flights_.begin(); it != flights_.end();) {
+    if (it->second.deadline > now) {
+      ++it;
+      continue;
+    }
+    spdlog::warn("scheduler: batch {} got no result within {} ms; sending its sequences again",
+                 it->first, batch_timeout_.count());
+    for (const auto& [seq, processed] : it->second.seqs) {
+      auto sit = running_.find(seq);
+      if (sit != running_.end()) sit->second.in_flight = false;  // processed stays: resend
+    }
+    it = flights_.erase(it);
+    absl::MutexLock lock(&mu_);
+    ++stats_.lost_batches;
   }
 }
 
@@ -254,6 +333,10 @@ void Scheduler::FailFlight(uint64_t batch_id, const absl::Status& status) {
 }
 
 void Scheduler::HandleResult(const StepResult& r) {
+  if (!pipeline_ || r.plan_id != pipeline_->plan_id) {
+    spdlog::debug("scheduler: result of plan {} ignored", r.plan_id);
+    return;
+  }
   if (!r.error.empty()) {
     FailFlight(r.batch_id, absl::InternalError(absl::StrCat("pipeline step failed: ", r.error)));
     return;
@@ -267,10 +350,11 @@ void Scheduler::HandleResult(const StepResult& r) {
   flights_.erase(fit);
   std::map<SeqId, const SampledToken*> sampled;
   for (const SampledToken& t : r.tokens) sampled[t.seq] = &t;
+  uint64_t generated = 0;
   for (const auto& [id, processed] : flight.seqs) {
     auto sit = running_.find(id);
     if (sit == running_.end() || sit->second.stream == nullptr) continue;
-    Sequence& s = sit->second;
+    Running& s = sit->second;
     s.in_flight = false;
     s.processed = processed;
     if (s.stream->cancelled()) {
@@ -279,117 +363,108 @@ void Scheduler::HandleResult(const StepResult& r) {
     }
     auto t = sampled.find(id);
     if (t == sampled.end()) continue;  // a prefill chunk that samples nothing yet
-    const int32_t tok = t->second->token;
     if (!s.got_first) {
       s.got_first = true;
       s.first_token = Clock::now();
     }
-    if (!s.req.ignore_eos && tokenizer_.IsEndOfGeneration(tok)) {
-      Finish(s, FinishReason::kEndOfSequence, absl::OkStatus());
-      continue;
+    const Sequence::Step step = s.seq->Accept(t->second->token);
+    if (step.appended) {
+      StreamEvent e;
+      e.text = step.text;
+      e.ids.push_back(t->second->token);
+      if (s.seq->request().logprobs) e.logprobs.push_back(t->second->logprob);
+      s.stream->Push(std::move(e));
+      ++generated;
     }
-    s.tokens.push_back(tok);
-    bool stopped = false;
-    StreamEvent e;
-    e.text = s.text->Push(tok, &stopped);
-    e.ids.push_back(tok);
-    if (s.req.logprobs) e.logprobs.push_back(t->second->logprob);
-    s.stream->Push(std::move(e));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.generated_tokens;
-    }
-    const int32_t generated = static_cast<int32_t>(s.tokens.size()) - s.prompt_len;
-    if (stopped) {
-      Finish(s, FinishReason::kStop, absl::OkStatus());
-    } else if (generated >= s.req.max_tokens) {
-      Finish(s,
-             static_cast<int64_t>(s.tokens.size()) >= options_.context_length
-                 ? FinishReason::kContextFull
-                 : FinishReason::kLength,
-             absl::OkStatus());
-    } else if (static_cast<int64_t>(s.tokens.size()) >= options_.context_length) {
-      Finish(s, FinishReason::kContextFull, absl::OkStatus());
-    }
+    if (step.finished) Finish(s, step.reason, absl::OkStatus());
   }
+  absl::MutexLock lock(&mu_);
+  stats_.generated_tokens += generated;
 }
 
-void Scheduler::Finish(Sequence& s, FinishReason reason, const absl::Status& status) {
+void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& status) {
   if (s.stream == nullptr) return;
   StreamEvent e;
   e.last = true;
   e.finish = reason;
   e.status = status;
   if (status.ok() && reason != FinishReason::kStop && reason != FinishReason::kCancelled) {
-    e.text = s.text->Finish();
+    e.text = s.seq->Flush();
   }
   const auto now = Clock::now();
-  e.usage.prompt_tokens = s.prompt_len;
-  e.usage.completion_tokens = static_cast<int32_t>(s.tokens.size()) - s.prompt_len;
-  e.usage.seed = s.req.sampling.seed;
-  e.usage.total_time_s = std::chrono::duration<double>(now - s.submitted).count();
-  e.usage.time_to_first_token_s =
-      s.got_first ? std::chrono::duration<double>(s.first_token - s.submitted).count() : 0.0;
+  auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  e.usage.prompt_tokens = s.seq->prompt_len();
+  e.usage.completion_tokens = s.seq->generated();
+  e.usage.seed = s.seq->request().sampling.seed;
+  e.usage.total_time_s = seconds(now - s.submitted);
+  e.usage.queue_time_s = seconds(s.admitted - s.submitted);
+  e.usage.time_to_first_token_s = s.got_first ? seconds(s.first_token - s.submitted) : 0.0;
+  if (s.processed > 0 || s.in_flight) release_.push_back(s.id);
+  {
+    // Accounted before the client hears of it: whoever reads the last event sees the
+    // scheduler's books already closed for it.
+    absl::MutexLock lock(&mu_);
+    blocks_reserved_ -= s.blocks;
+    --running_count_;
+    if (status.ok() || reason == FinishReason::kCancelled) {
+      ++stats_.completed;
+    } else {
+      ++stats_.failed;
+    }
+  }
   s.stream->Push(std::move(e));
   s.stream = nullptr;  // erased by the loop
-  if (s.processed > 0 || s.in_flight) release_.push_back(s.id);
-  std::lock_guard<std::mutex> lock(mu_);
-  blocks_reserved_ -= s.blocks;
-  if (status.ok() || reason == FinishReason::kCancelled) {
-    ++stats_.completed;
-  } else {
-    ++stats_.failed;
-  }
 }
 
 bool Scheduler::SendBatch() {
-  std::vector<Sequence*> ready;
+  std::vector<std::pair<SeqId, Running*>> ready;
+  int64_t active = 0;
   for (auto& [id, s] : running_) {
-    if (s.stream != nullptr && !s.in_flight &&
-        s.processed < static_cast<int32_t>(s.tokens.size())) {
-      ready.push_back(&s);
+    if (s.stream == nullptr) continue;
+    ++active;
+    if (!s.in_flight && s.processed < static_cast<int32_t>(s.seq->tokens().size())) {
+      ready.emplace_back(id, &s);
     }
   }
   if (ready.empty()) return false;
+  const PipelineSpec& p = *pipeline_;
   // Spread the running sequences over S micro-batches so every stage has work.
-  int64_t active = 0;
-  for (auto& [id, s] : running_) active += s.stream != nullptr ? 1 : 0;
-  const int64_t per_batch =
-      std::max<int64_t>(1, (active + options_.num_stages - 1) / options_.num_stages);
+  const int64_t per_batch = std::max<int64_t>(1, (active + p.num_stages - 1) / p.num_stages);
   StageFrame frame;
-  frame.plan_id = options_.plan_id;
+  frame.plan_id = p.plan_id;
   frame.batch_id = next_batch_++;
   frame.stage = 0;
   Flight flight;
-  int64_t budget = options_.max_batch_tokens;
+  flight.deadline = Clock::now() + batch_timeout_;
+  int64_t budget = p.max_batch_tokens;
   const size_t start = rr_cursor_ % ready.size();
   for (size_t k = 0; k < ready.size() && static_cast<int64_t>(flight.seqs.size()) < per_batch;
        ++k) {
-    Sequence& s = *ready[(start + k) % ready.size()];
-    const int32_t pending = static_cast<int32_t>(s.tokens.size()) - s.processed;
+    const auto& [id, sp] = ready[(start + k) % ready.size()];
+    Running& s = *sp;
+    const std::vector<int32_t>& tokens = s.seq->tokens();
+    const int32_t pending = static_cast<int32_t>(tokens.size()) - s.processed;
     const int32_t chunk =
-        static_cast<int32_t>(std::min<int64_t>({pending, options_.prefill_chunk, budget}));
+        static_cast<int32_t>(std::min<int64_t>({pending, config_.prefill_chunk, budget}));
     if (chunk <= 0) break;
     const int32_t end = s.processed + chunk;
-    const bool samples = end == static_cast<int32_t>(s.tokens.size());
-    for (int32_t p = s.processed; p < end; ++p) {
-      frame.slots.push_back({s.tokens[p], s.id, p, samples && p + 1 == end});
+    const bool samples = end == static_cast<int32_t>(tokens.size());
+    for (int32_t pos = s.processed; pos < end; ++pos) {
+      frame.slots.push_back({tokens[pos], id, pos, samples && pos + 1 == end});
     }
     if (samples) {
       SeqSampling ss;
-      ss.seq = s.id;
-      ss.params = s.req.sampling;
+      ss.seq = id;
+      ss.params = s.seq->request().sampling;
       ss.draw_index = static_cast<uint64_t>(end);
-      ss.logprobs = s.req.logprobs;
-      if (PenaltiesActive(s.req.sampling)) {
-        const size_t n = std::min<size_t>(s.tokens.size(), s.req.sampling.penalty_last_n);
-        ss.recent_tokens.assign(s.tokens.end() - static_cast<std::ptrdiff_t>(n), s.tokens.end());
-      }
+      ss.logprobs = s.seq->request().logprobs;
+      const auto window = s.seq->PenaltyWindow();
+      ss.recent_tokens.assign(window.begin(), window.end());
       frame.sampling.push_back(std::move(ss));
     }
     budget -= chunk;
     s.in_flight = true;
-    flight.seqs.emplace_back(s.id, end);
+    flight.seqs.emplace_back(id, end);
   }
   rr_cursor_ = start + flight.seqs.size();
   if (flight.seqs.empty()) return false;
@@ -397,24 +472,14 @@ bool Scheduler::SendBatch() {
   const uint64_t batch_id = frame.batch_id;
   flights_.emplace(batch_id, std::move(flight));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++stats_.batches;
     stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
   }
-  if (absl::Status st = out_->Send(std::move(frame)); !st.ok()) {
+  if (absl::Status st = p.first_stage->Send(std::move(frame)); !st.ok()) {
     spdlog::error("scheduler: cannot send batch {} to the first stage: {}", batch_id, st.message());
-    // If the pipeline was declared down (FailAll) or the scheduler is stopping meanwhile,
-    // that is the reason to give.
-    absl::Status why;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      why = fail_all_;
-      if (why.ok() && stop_) why = absl::UnavailableError("the server is shutting down");
-    }
-    if (why.ok()) {
-      why = absl::UnavailableError(absl::StrCat("cannot reach the first stage: ", st.message()));
-    }
-    FailFlight(batch_id, why);
+    FailFlight(batch_id,
+               absl::UnavailableError(absl::StrCat("cannot reach the first stage: ", st.message())));
     return false;
   }
   return true;
@@ -422,12 +487,13 @@ bool Scheduler::SendBatch() {
 
 void Scheduler::SendReleases() {
   StageFrame frame;
-  frame.plan_id = options_.plan_id;
+  frame.plan_id = pipeline_->plan_id;
   frame.batch_id = next_batch_++;
   frame.stage = 0;
   frame.release.swap(release_);
-  if (absl::Status st = out_->Send(std::move(frame)); !st.ok()) {
-    spdlog::warn("scheduler: cannot send releases to the first stage: {}", st.message());
+  if (absl::Status st = pipeline_->first_stage->Send(std::move(frame)); !st.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (!stop_) spdlog::warn("scheduler: cannot send releases to the first stage: {}", st.message());
   }
 }
 

@@ -3,65 +3,61 @@
 // Each iteration it forms micro-batches from the running sequences (one decode token per
 // sequence, or a chunk of its prompt: chunked prefill), keeps up to S micro-batches in
 // flight so that every stage works at once, and turns the sampled tokens that come back
-// into text for each client (stop strings, max tokens, EOS). New sequences join between
-// iterations and finished ones leave; admission reserves KV blocks for a sequence's whole
-// length (prompt + max_tokens), so an admitted sequence never runs out of cache.
+// into text for each client (generation/sequence.h: stop strings, max tokens, EOS). New
+// sequences join between iterations and finished ones leave; admission reserves KV blocks
+// for a sequence's whole length (prompt + max_tokens), so an admitted sequence never runs
+// out of cache.
+//
+// The pipeline is attached, not owned for life: Attach() gives the scheduler a pipeline
+// (its first stage's link and its shape); Detach() takes it away and keeps every sequence,
+// rewound to be prefilled again (prompt + the tokens already streamed) on the next pipeline,
+// which continues each stream exactly where it stopped (draws are counter-based, stages
+// batch-invariant); FailAll() ends every sequence instead.
 //
 // Contract:
 // - Submit() validates the request (INVALID_ARGUMENT naming the problem), refuses at once
-//   with RESOURCE_EXHAUSTED when the waiting queue is full, and otherwise returns the
-//   RequestStream the caller reads events from. Thread-safe.
-// - OnResult() is called by the link from the last stage; any thread.
+//   with RESOURCE_EXHAUSTED when the waiting queue is full or UNAVAILABLE when it no longer
+//   admits (StopAdmitting), and otherwise returns the RequestStream the caller reads
+//   events from. Thread-safe.
+// - OnResult() is called by the link from the last stage; any thread. Results of another
+//   plan or of unknown batches are ignored.
+// - A batch that gets no result within `batch_timeout` is lost: its sequences are sent
+//   again (the stages' KV caches rewind), never waited on forever.
 // - All sequence state is owned by the scheduler thread (Start/Stop); the other entry
 //   points only post to its inbox. A finished or cancelled sequence's KV blocks are
 //   released on every stage by the next frame (or a release-only frame) it sends.
-// - Greedy and seeded sampling give the same tokens as a single-process run: stages are
-//   batch-invariant and draws are counter-based (engine/sampler.h).
 #ifndef CASCADE_COORDINATOR_SCHEDULER_H_
 #define CASCADE_COORDINATOR_SCHEDULER_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/cluster_config.h"
 #include "coordinator/request_stream.h"
-#include "engine/sampler.h"
-#include "engine/text_stream.h"
+#include "generation/sequence.h"
 #include "model/tokenizer.h"
-#include "worker/activation_channel.h"
+#include "transport/link.h"
 
 namespace cascade {
 
-struct SchedulerOptions {
-  uint64_t plan_id = 1;
+// A pipeline the scheduler sends batches to.
+struct PipelineSpec {
+  uint64_t plan_id = 0;
   int num_stages = 1;
   int64_t kv_blocks = 0;  // blocks every stage holds (the admission budget)
-  int kv_block_size = 16;
-  int64_t max_batch_tokens = 512;  // tokens per micro-batch
-  int64_t prefill_chunk = 256;     // prompt tokens of one sequence per micro-batch
-  int max_running = 64;            // sequences admitted at once
-  int max_waiting = 256;           // queued requests beyond which Submit refuses
-  int64_t context_length = 0;
-  int64_t vocab_size = 0;
-  int32_t max_tokens_limit = 1 << 20;  // absurd max_tokens are refused
-};
-
-struct SequenceRequest {
-  std::vector<int32_t> prompt;  // ids (BOS included when wanted)
-  SamplingParams sampling;
-  int32_t max_tokens = 0;  // 0: up to the context
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
-  bool logprobs = false;
+  int kv_block_size = kDefaultKvBlockSize;
+  int64_t max_batch_tokens = kDefaultMaxBatchTokens;
+  std::shared_ptr<ActivationSender> first_stage;
 };
 
 struct SchedulerStats {
@@ -69,86 +65,117 @@ struct SchedulerStats {
   int64_t running = 0;
   int64_t in_flight_batches = 0;
   int64_t kv_blocks_reserved = 0;
+  int64_t kv_blocks_total = 0;
   uint64_t completed = 0;
   uint64_t failed = 0;
   uint64_t rejected = 0;
   uint64_t generated_tokens = 0;
   uint64_t prompt_tokens = 0;
   uint64_t batches = 0;
+  uint64_t lost_batches = 0;  // timed out and sent again
+  uint64_t resumed = 0;       // sequences moved to a new pipeline
 };
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerOptions& options, const Tokenizer& tokenizer,
-            std::shared_ptr<ActivationSender> to_first_stage);
+  Scheduler(const SchedulerConfig& config, const Tokenizer& tokenizer, int64_t context_length,
+            int64_t vocab_size,
+            std::chrono::milliseconds batch_timeout = std::chrono::seconds(120));
   ~Scheduler();
 
   void Start();
-  // Stops the scheduler thread and closes the link to the first stage (a send in progress
-  // gives up); requests still running or waiting end with UNAVAILABLE.
-  void Stop();
+  // Stops the scheduler thread and closes the pipeline's link (a send in progress gives
+  // up); requests still running or waiting end with UNAVAILABLE.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(SequenceRequest request);
-  void OnResult(StepResult result);
-  // Fails every running and waiting sequence (e.g. the pipeline broke) with `status`.
-  void FailAll(const absl::Status& status);
+  void Attach(PipelineSpec pipeline) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops using the pipeline (its link is closed); sequences wait, rewound, for the next.
+  void Detach(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends every running and waiting sequence with `status`; the pipeline stays attached.
+  void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // From now on Submit answers UNAVAILABLE with `why`; what runs or waits goes on.
+  void StopAdmitting(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
-  SchedulerStats Stats() const;
-  const SchedulerOptions& options() const { return options_; }
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(SequenceRequest request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnResult(StepResult result) ABSL_LOCKS_EXCLUDED(mu_);
+
+  SchedulerStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // True when nothing runs or waits.
+  bool Idle() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Sequence {
+  struct Running {
     SeqId id = 0;
-    SequenceRequest req;
-    std::vector<int32_t> tokens;  // prompt, then generated
-    int32_t prompt_len = 0;
+    std::unique_ptr<Sequence> seq;
     int32_t processed = 0;  // tokens whose KV entries exist on every stage
-    int32_t max_total = 0;  // prompt_len + max tokens, capped by the context
     int64_t blocks = 0;     // reserved KV blocks
     bool in_flight = false;
-    std::unique_ptr<TextStream> text;
-    std::shared_ptr<RequestStream> stream;
-    Clock::time_point submitted, first_token;
+    std::shared_ptr<RequestStream> stream;  // null once finished
+    Clock::time_point submitted, admitted, first_token;
     bool got_first = false;
   };
   struct Pending {
     std::shared_ptr<RequestStream> stream;
     SequenceRequest req;
+    int32_t max_tokens = 0;  // resolved: > 0, within the context
     Clock::time_point submitted;
-    int64_t blocks = 0;
   };
   struct Flight {
     std::vector<std::pair<SeqId, int32_t>> seqs;  // sequence, processed after this batch
+    Clock::time_point deadline;
+  };
+  // What other threads post to the scheduler thread.
+  struct Inbox {
+    std::deque<StepResult> results;
+    absl::Status fail_all;
+    absl::Status detach;
+    std::optional<PipelineSpec> attach;
   };
 
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t BlocksFor(int32_t prompt_len, int32_t max_tokens) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyAttach(PipelineSpec p);
+  void ApplyDetach(const absl::Status& why);
+  void ApplyFailAll(const absl::Status& why);
   void HandleResult(const StepResult& r);
-  // Ends every sequence of in-flight batch `batch_id` with `status`.
+  void ExpireFlights(Clock::time_point now);
   void FailFlight(uint64_t batch_id, const absl::Status& status);
-  void Finish(Sequence& s, FinishReason reason, const absl::Status& status);
+  void Finish(Running& s, FinishReason reason, const absl::Status& status);
   bool SendBatch();
   void SendReleases();
   void CheckCancellations();
+  void EndWaiting(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const SchedulerOptions options_;
+  const SchedulerConfig config_;
   const Tokenizer& tokenizer_;
-  std::shared_ptr<ActivationSender> out_;
+  const int64_t context_length_;
+  const int64_t vocab_size_;
+  const std::chrono::milliseconds batch_timeout_;
 
-  // Inbox, shared with other threads.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  // Shared with other threads.
+  mutable absl::Mutex mu_;
   std::deque<Pending> waiting_ ABSL_GUARDED_BY(mu_);
-  std::deque<StepResult> results_ ABSL_GUARDED_BY(mu_);
+  Inbox inbox_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status fail_all_ ABSL_GUARDED_BY(mu_);
+  absl::Status not_admitting_ ABSL_GUARDED_BY(mu_);
   SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
+  // The budget Submit and Admit check against (the attached pipeline's).
+  int64_t kv_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  int kv_block_size_ ABSL_GUARDED_BY(mu_) = kDefaultKvBlockSize;
+  bool attached_ ABSL_GUARDED_BY(mu_) = false;
+  // The attached pipeline's link, for Stop/Detach to unblock a Send stuck connecting.
+  std::shared_ptr<ActivationSender> link_ ABSL_GUARDED_BY(mu_);
   int64_t blocks_reserved_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t running_count_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Owned by the scheduler thread.
-  std::map<SeqId, Sequence> running_;
+  std::optional<PipelineSpec> pipeline_;
+  std::map<SeqId, Running> running_;
   std::map<uint64_t, Flight> flights_;
   std::vector<SeqId> release_;
   SeqId next_seq_ = 1;

@@ -1,201 +1,285 @@
+// The scheduler against a fake pipeline (coordinator/fake_pipeline.h): batching, finish
+// rules, admission, cancellation, lost batches, and moving sequences to a new pipeline.
+// The same scheduler over real stages is tested in tests/pipeline_test.cc.
 #include "coordinator/scheduler.h"
 
-#include <thread>
-
+#include "coordinator/fake_pipeline.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/model_source.h"
 #include "model/test_models.h"
-#include "worker/local_pipeline.h"
 
 namespace cascade {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::FakePipeline;
 
-// A scheduler over an in-process pipeline of the bundled model.
-class Harness {
- public:
-  explicit Harness(int stages, SchedulerOptions opt = {}) {
-    src_ = std::move(*ModelSource::Open(testing::BundledModel()));
-    tok_ = std::move(*Tokenizer::FromGguf(*src_->gguf()));
-    StageOptions so;
-    so.kv_sequences = 8;
-    so.max_batch_tokens = 512;
-    pipeline_ = std::move(
-        *LocalPipeline::Create(*src_, EvenLayerRanges(5, stages), so, 1,
-                               [this](StepResult r) { scheduler_->OnResult(std::move(r)); }));
-    opt.plan_id = 1;
-    opt.num_stages = stages;
-    if (opt.kv_blocks == 0) opt.kv_blocks = pipeline_->executor(0).stage().kv_cache().num_blocks();
-    opt.kv_block_size = 16;
-    opt.context_length = src_->config().context_length;
-    opt.vocab_size = src_->config().vocab_size;
-    scheduler_ = std::make_unique<Scheduler>(opt, *tok_, pipeline_->first());
-    scheduler_->Start();
-  }
-  ~Harness() {
-    scheduler_->Stop();
-    pipeline_->Stop();
-  }
+struct Output {
+  std::string text;
+  std::vector<int32_t> ids;
+  FinishReason finish = FinishReason::kCancelled;
+  absl::Status status;
+  StreamUsage usage;
+};
 
-  struct Output {
-    std::string text;
-    std::vector<int32_t> ids;
-    FinishReason finish;
-    absl::Status status;
-  };
-  static Output Drain(RequestStream& s) {
-    Output o;
-    for (;;) {
-      auto e = s.Next(std::chrono::seconds(60));
-      if (!e) {
-        o.status = absl::DeadlineExceededError("no event in 60 s");
-        return o;
-      }
-      o.text += e->text;
-      o.ids.insert(o.ids.end(), e->ids.begin(), e->ids.end());
-      if (e->last) {
-        o.finish = e->finish;
-        o.status = e->status;
-        return o;
-      }
+Output Drain(RequestStream& s) {
+  Output o;
+  for (;;) {
+    auto e = s.Next(std::chrono::seconds(30));
+    if (!e) {
+      o.status = absl::DeadlineExceededError("no event in 30 s");
+      return o;
+    }
+    o.text += e->text;
+    o.ids.insert(o.ids.end(), e->ids.begin(), e->ids.end());
+    if (e->last) {
+      o.finish = e->finish;
+      o.status = e->status;
+      o.usage = e->usage;
+      return o;
     }
   }
-  SequenceRequest Request(const std::string& prompt, int max_tokens, float temperature,
-                          uint64_t seed) {
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Make({}); }
+  void TearDown() override { Reset(); }
+  // The scheduler stops first (it sends to the pipeline), then the pipeline (it answers
+  // into the scheduler).
+  void Reset() {
+    if (scheduler_) scheduler_->Stop();
+    pipeline_.reset();
+    scheduler_.reset();
+  }
+  void Make(SchedulerConfig config, std::chrono::milliseconds batch_timeout = std::chrono::seconds(60),
+            int64_t kv_blocks = 256) {
+    Reset();
+    if (!tok_) {
+      auto src = ModelSource::Open(testing::BundledModel());
+      ASSERT_TRUE(src.ok()) << src.status();
+      auto tok = Tokenizer::FromSource(**src);
+      ASSERT_TRUE(tok.ok());
+      tok_ = std::move(*tok);
+    }
+    scheduler_ = std::make_unique<Scheduler>(config, *tok_, /*context=*/512, /*vocab=*/512,
+                                             batch_timeout);
+    pipeline_ = std::make_unique<FakePipeline>([this](StepResult r) { scheduler_->OnResult(r); });
+    scheduler_->Start();
+    Attach(1, 3, kv_blocks);
+  }
+  void Attach(uint64_t plan, int stages, int64_t kv_blocks) {
+    PipelineSpec p;
+    p.plan_id = plan;
+    p.num_stages = stages;
+    p.kv_blocks = kv_blocks;
+    p.kv_block_size = 16;
+    p.max_batch_tokens = 64;
+    p.first_stage = pipeline_->MakeSender(plan);
+    scheduler_->Attach(std::move(p));
+  }
+  SequenceRequest Request(int max_tokens, uint64_t seed, int prompt_len = 5) {
     SequenceRequest r;
-    r.prompt = *tok_->Encode(prompt, true, false);
+    for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(300 + i % 100);
     r.max_tokens = max_tokens;
-    r.sampling.temperature = temperature;
+    r.sampling.temperature = 0.8f;
     r.sampling.seed = seed;
     return r;
+  }
+  // What an undisturbed run gives: the fake's tokens from the end of the prompt on.
+  static std::vector<int32_t> Expected(const SequenceRequest& r, int n) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(FakePipeline::TokenFor(r.sampling.seed, r.prompt.size() + i));
+    return ids;
   }
   Output Run(SequenceRequest r) {
     auto s = scheduler_->Submit(std::move(r));
     EXPECT_TRUE(s.ok()) << s.status();
-    return Drain(**s);
+    return s.ok() ? Drain(**s) : Output{};
   }
 
-  std::unique_ptr<ModelSource> src_;
   std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<LocalPipeline> pipeline_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<FakePipeline> pipeline_;
 };
 
-TEST(Scheduler, GreedyThroughThreeStagesMatchesSingleProcess) {
-  Harness h(3);
-  auto one = Stage::Create(*h.src_, {});
-  ASSERT_TRUE(one.ok());
-  GenerationRequest g;
-  g.prompt = *h.tok_->Encode("Once upon a time", true, false);
-  g.sampling = SamplingParams::Greedy();
-  g.max_tokens = 60;
-  auto want = Generate(**one, *h.tok_, g, nullptr);
-  ASSERT_TRUE(want.ok());
-  Harness::Output got = h.Run(h.Request("Once upon a time", 60, 0.0f, 0));
-  ASSERT_TRUE(got.status.ok()) << got.status;
-  EXPECT_EQ(got.ids, want->tokens);
-  EXPECT_EQ(got.text, want->text);
-  EXPECT_EQ(got.finish, FinishReason::kLength);
-}
-
-TEST(Scheduler, ConcurrentStreamsGetExactlyTheirSoloText) {
-  const char* prompts[] = {"Once upon a time", "The dog",       "Lily and Tom",   "One day",
-                           "The sun",          "A little bird", "Sam had a ball", "Mom said"};
-  std::vector<Harness::Output> solo;
-  {
-    Harness h(3);
-    for (int i = 0; i < 16; ++i) {
-      solo.push_back(h.Run(h.Request(prompts[i % 8], 40, i % 2 ? 0.9f : 0.0f, 1000 + i)));
-    }
-  }
-  Harness h(3);
+TEST_F(SchedulerTest, ManyStreamsEachGetTheirTokensInTheirOrder) {
   std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < 16; ++i) {
-    auto s = h.scheduler_->Submit(h.Request(prompts[i % 8], 40, i % 2 ? 0.9f : 0.0f, 1000 + i));
+  std::vector<SequenceRequest> reqs;
+  for (int i = 0; i < 20; ++i) {
+    reqs.push_back(Request(10 + i, 100 + i, 3 + i));
+    auto s = scheduler_->Submit(reqs.back());
     ASSERT_TRUE(s.ok());
     streams.push_back(*s);
   }
-  for (int i = 0; i < 16; ++i) {
-    Harness::Output o = Harness::Drain(*streams[i]);
+  for (int i = 0; i < 20; ++i) {
+    Output o = Drain(*streams[i]);
     ASSERT_TRUE(o.status.ok()) << o.status;
-    EXPECT_EQ(o.text, solo[i].text) << "stream " << i;
-    EXPECT_EQ(o.ids, solo[i].ids) << "stream " << i;
+    EXPECT_EQ(o.ids, Expected(reqs[i], 10 + i)) << i;
+    EXPECT_EQ(o.finish, FinishReason::kLength);
+    EXPECT_EQ(o.usage.completion_tokens, 10 + i);
+    EXPECT_EQ(o.usage.prompt_tokens, 3 + i);
   }
-  EXPECT_GT(h.scheduler_->Stats().batches, 40u);
+  // Every batch respected the micro-batch size, and at most 3 were in flight.
+  for (const StageFrame& f : pipeline_->frames()) EXPECT_LE(f.slots.size(), 64u);
+  const SchedulerStats st = scheduler_->Stats();
+  EXPECT_EQ(st.completed, 20u);
+  EXPECT_EQ(st.kv_blocks_reserved, 0);
 }
 
-TEST(Scheduler, StopStringsEosAndMaxTokens) {
-  Harness h(2);
-  SequenceRequest r = h.Request("Once upon a time", 200, 0.0f, 0);
-  r.stop = {"Lily"};
-  Harness::Output o = h.Run(r);
-  EXPECT_EQ(o.finish, FinishReason::kStop);
-  EXPECT_EQ(o.text, ", there was a little girl named ");
-  Harness::Output m = h.Run(h.Request("Once upon a time", 3, 0.0f, 0));
-  EXPECT_EQ(m.finish, FinishReason::kLength);
-  EXPECT_EQ(m.ids.size(), 3u);
+TEST_F(SchedulerTest, APromptLongerThanTheChunkIsPrefilledInChunks) {
+  SchedulerConfig c;
+  c.prefill_chunk = 16;
+  Make(c);
+  SequenceRequest r = Request(4, 7, /*prompt_len=*/100);
+  Output o = Run(r);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.ids, Expected(r, 4));
+  // 100 prompt tokens in chunks of 16 (positions consecutive across frames), then decode.
+  std::vector<StageFrame> frames = pipeline_->frames();
+  int32_t next = 0;
+  int prefill_frames = 0;
+  for (const StageFrame& f : frames) {
+    if (f.slots.empty()) continue;
+    EXPECT_LE(f.slots.size(), 16u);
+    EXPECT_EQ(f.slots.front().pos, next);
+    next = f.slots.back().pos + 1;
+    if (next <= 100) ++prefill_frames;
+  }
+  EXPECT_EQ(prefill_frames, 7);  // ceil(100 / 16)
 }
 
-TEST(Scheduler, CancelFreesKvOnEveryStage) {
-  Harness h(3);
-  auto s = h.scheduler_->Submit(h.Request("Once upon a time", 400, 0.0f, 0));
-  ASSERT_TRUE(s.ok());
-  ASSERT_TRUE((*s)->Next(std::chrono::seconds(30)).has_value());  // generating
-  (*s)->Cancel();
-  Harness::Output o = Harness::Drain(**s);
-  EXPECT_EQ(o.finish, FinishReason::kCancelled);
-  // The release travels with the next frames; give the pipeline a moment to apply it.
-  for (int i = 0; i < 200; ++i) {
-    bool any = false;
-    for (int st = 0; st < 3; ++st) {
-      any |= h.pipeline_->executor(st).stage().kv_cache().num_sequences() > 0;
-    }
-    if (!any) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  for (int st = 0; st < 3; ++st) {
-    EXPECT_EQ(h.pipeline_->executor(st).stage().kv_cache().num_sequences(), 0u) << st;
-  }
-  EXPECT_EQ(h.scheduler_->Stats().kv_blocks_reserved, 0);
+TEST_F(SchedulerTest, StopStringsEosAndLimits) {
+  SequenceRequest eos = Request(50, 2000);  // the fake draws EOS at draw index 20
+  Output o = Run(eos);
+  EXPECT_EQ(o.finish, FinishReason::kEndOfSequence);
+  EXPECT_EQ(o.ids.size(), 15u);  // draws 5..19; EOS is not shown
+  // A stop string made of the first generated token's text.
+  SequenceRequest first = Request(1, 17);  // a text token (259), not a byte token
+  const std::string piece = Run(first).text;
+  ASSERT_FALSE(piece.empty());
+  SequenceRequest stop = Request(50, 17);
+  stop.stop = {piece};
+  Output s = Run(stop);
+  EXPECT_EQ(s.finish, FinishReason::kStop);
+  EXPECT_EQ(s.text, "");
+  // max_tokens 0 means up to the context.
+  SequenceRequest all = Request(0, 12, 500);
+  Output a = Run(all);
+  EXPECT_EQ(a.ids.size(), 12u);
+  EXPECT_EQ(a.finish, FinishReason::kContextFull);
 }
 
-TEST(Scheduler, BadRequestsAreRefusedAndOthersUnaffected) {
-  SchedulerOptions opt;
-  opt.max_waiting = 2;
-  opt.max_running = 1;
-  Harness h(2, opt);
-  SequenceRequest empty;
-  EXPECT_THAT(std::string(h.scheduler_->Submit(empty).status().message()), HasSubstr("empty"));
-  SequenceRequest long_prompt = h.Request("x", 1, 0.0f, 0);
-  long_prompt.prompt.assign(600, 403);
-  auto st = h.scheduler_->Submit(long_prompt).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(st.message()), HasSubstr("does not fit the context of 512"));
-  SequenceRequest bad_id = h.Request("x", 1, 0.0f, 0);
-  bad_id.prompt.push_back(9999);
-  EXPECT_THAT(std::string(h.scheduler_->Submit(bad_id).status().message()),
-              HasSubstr("outside the vocabulary"));
-  SequenceRequest absurd = h.Request("x", 1, 0.0f, 0);
-  absurd.max_tokens = 2000000000;
-  EXPECT_THAT(std::string(h.scheduler_->Submit(absurd).status().message()),
-              HasSubstr("max_tokens"));
-  SequenceRequest hot = h.Request("x", 1, 0.0f, 0);
-  hot.sampling.temperature = -3;
-  EXPECT_THAT(std::string(h.scheduler_->Submit(hot).status().message()), HasSubstr("temperature"));
-  // Fill the queue: one running, two waiting, the next is refused at once.
+TEST_F(SchedulerTest, RefusesBadRequestsAndAFullQueueAtOnce) {
+  SchedulerConfig c;
+  c.max_running = 1;
+  c.max_waiting = 2;
+  Make(c);
+  EXPECT_THAT(std::string(scheduler_->Submit(SequenceRequest{}).status().message()),
+              HasSubstr("empty"));
+  SequenceRequest big = Request(1, 1, 600);
+  EXPECT_THAT(std::string(scheduler_->Submit(big).status().message()),
+              HasSubstr("does not fit the context of 512"));
+  pipeline_->Pause();
   std::vector<std::shared_ptr<RequestStream>> ok;
   absl::Status refused;
   for (int i = 0; i < 6 && refused.ok(); ++i) {
-    auto s = h.scheduler_->Submit(h.Request("Once upon a time", 100, 0.0f, 0));
+    auto s = scheduler_->Submit(Request(5, i));
     if (s.ok()) {
       ok.push_back(*s);
     } else {
       refused = s.status();
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let one be admitted
   }
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
-  for (auto& s : ok) EXPECT_TRUE(Harness::Drain(*s).status.ok());
+  EXPECT_EQ(scheduler_->Stats().rejected, 1u);
+  pipeline_->Resume();
+  for (auto& s : ok) EXPECT_TRUE(Drain(*s).status.ok());
+}
+
+TEST_F(SchedulerTest, StopAdmittingRefusesNewOnesAndFinishesTheRest) {
+  pipeline_->Pause();
+  auto running = scheduler_->Submit(Request(5, 1));
+  ASSERT_TRUE(running.ok());
+  scheduler_->StopAdmitting(absl::UnavailableError("draining"));
+  auto late = scheduler_->Submit(Request(5, 2));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(scheduler_->Idle());
+  pipeline_->Resume();
+  EXPECT_TRUE(Drain(**running).status.ok());
+  EXPECT_TRUE(scheduler_->Idle());
+}
+
+TEST_F(SchedulerTest, ACancelledSequenceIsReleasedOnTheStages) {
+  auto s = scheduler_->Submit(Request(400, 5));
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Next(std::chrono::seconds(30)).has_value());  // on the stages now
+  (*s)->Cancel();
+  Output o = Drain(**s);
+  EXPECT_EQ(o.finish, FinishReason::kCancelled);
+  // The release goes out with the next frame, or alone when nothing else runs.
+  for (int i = 0; i < 500 && pipeline_->released().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(pipeline_->released().size(), 1u);
+  EXPECT_EQ(scheduler_->Stats().kv_blocks_reserved, 0);
+}
+
+TEST_F(SchedulerTest, ALostBatchIsSentAgainAfterItsDeadline) {
+  Make({}, std::chrono::milliseconds(300));
+  pipeline_->Lose(1);
+  SequenceRequest r = Request(6, 9);
+  Output o = Run(r);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.ids, Expected(r, 6));
+  EXPECT_EQ(scheduler_->Stats().lost_batches, 1u);
+}
+
+TEST_F(SchedulerTest, DetachedSequencesResumeOnTheNextPipelineWithTheSameText) {
+  SequenceRequest r = Request(40, 77, 10);
+  auto s = scheduler_->Submit(r);
+  ASSERT_TRUE(s.ok());
+  // Take a few tokens, then pull the pipeline away mid-stream.
+  std::vector<int32_t> got;
+  while (got.size() < 5) {
+    auto e = (*s)->Next(std::chrono::seconds(30));
+    ASSERT_TRUE(e.has_value());
+    got.insert(got.end(), e->ids.begin(), e->ids.end());
+  }
+  pipeline_->Pause();
+  scheduler_->Detach(absl::UnavailableError("stage 1 lost"));
+  EXPECT_EQ(scheduler_->Submit(Request(1, 1)).ok(), true);  // still queued, not refused
+  pipeline_->Resume();
+  Attach(2, 2, 256);
+  Output rest = Drain(**s);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  got.insert(got.end(), rest.ids.begin(), rest.ids.end());
+  EXPECT_EQ(got, Expected(r, 40));  // nothing repeated, nothing missing
+  EXPECT_EQ(scheduler_->Stats().resumed, 1u);
+  // On the new plan the sequence was prefilled again from position 0: prompt + generated.
+  bool reprefilled = false;
+  for (const StageFrame& f : pipeline_->frames()) {
+    if (f.plan_id == 2 && !f.slots.empty() && f.slots.front().pos == 0 && f.slots.size() > 10) {
+      reprefilled = true;
+    }
+  }
+  EXPECT_TRUE(reprefilled);
+}
+
+TEST_F(SchedulerTest, FailAllEndsEverySequenceWithTheReason) {
+  pipeline_->Pause();
+  auto a = scheduler_->Submit(Request(50, 1));
+  auto b = scheduler_->Submit(Request(50, 2));
+  ASSERT_TRUE(a.ok() && b.ok());
+  scheduler_->FailAll(absl::UnavailableError("stage 2 (worker w2) stopped responding"));
+  for (auto* s : {&*a, &*b}) {
+    Output o = Drain(**s);
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(o.status.message()), HasSubstr("worker w2"));
+  }
+  pipeline_->Resume();
 }
 
 // A first stage that cannot be reached (its worker died): every send fails.
@@ -207,35 +291,20 @@ class DeadLink : public ActivationSender {
   void Close() override {}
 };
 
-TEST(Scheduler, AnUnreachableFirstStageFailsRequestsWithUnavailable) {
-  auto src = ModelSource::Open(testing::BundledModel());
-  ASSERT_TRUE(src.ok()) << src.status();
-  auto tok = Tokenizer::FromGguf(*(*src)->gguf());
-  ASSERT_TRUE(tok.ok()) << tok.status();
-  SchedulerOptions opt;
-  opt.plan_id = 1;
-  opt.num_stages = 2;
-  opt.kv_blocks = 64;
-  opt.kv_block_size = 16;
-  opt.context_length = (*src)->config().context_length;
-  opt.vocab_size = (*src)->config().vocab_size;
-  Scheduler sched(opt, **tok, std::make_shared<DeadLink>());
-  sched.Start();
-  // Each request ends at once with UNAVAILABLE naming the unreachable stage (not a hang,
-  // not INTERNAL), and the scheduler keeps taking requests.
+TEST_F(SchedulerTest, AnUnreachableFirstStageFailsRequestsWithUnavailable) {
+  PipelineSpec p;
+  p.plan_id = 5;
+  p.num_stages = 2;
+  p.kv_blocks = 64;
+  p.first_stage = std::make_shared<DeadLink>();
+  scheduler_->Attach(std::move(p));
   for (int i = 0; i < 2; ++i) {
-    SequenceRequest r;
-    r.prompt = *(*tok)->Encode("Once upon a time", true, false);
-    r.max_tokens = 8;
-    auto stream = sched.Submit(std::move(r));
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    Harness::Output out = Harness::Drain(**stream);
-    EXPECT_EQ(out.status.code(), absl::StatusCode::kUnavailable) << out.status;
-    EXPECT_THAT(out.status.message(), HasSubstr("cannot reach the first stage"));
-    EXPECT_THAT(out.status.message(), HasSubstr("10.0.0.9:7001"));
-    EXPECT_TRUE(out.ids.empty());
+    Output o = Run(Request(8, 1));
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
+    EXPECT_THAT(o.status.message(), HasSubstr("cannot reach the first stage"));
+    EXPECT_THAT(o.status.message(), HasSubstr("10.0.0.9:7001"));
+    EXPECT_TRUE(o.ids.empty());
   }
-  sched.Stop();
 }
 
 }  // namespace

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/batch.h"
+#include "generation/batch.h"
 #include "kernels/backend.h"
 
 namespace cascade {

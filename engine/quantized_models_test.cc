@@ -17,7 +17,7 @@
 #include "engine/stage_test_util.h"
 #include "gtest/gtest.h"
 #include "model/gguf.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 #include "model/quantize.h"
 #include "model/test_util.h"
 #include "util/npy.h"

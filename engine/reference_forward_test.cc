@@ -8,7 +8,7 @@
 #include "engine/stage.h"
 #include "gtest/gtest.h"
 #include "model/model_source.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 #include "model/synthetic.h"
 
 namespace cascade {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/batch.h"
+#include "generation/batch.h"
 #include "engine/kv_cache.h"
 #include "kernels/backend.h"
 #include "model/model_source.h"
@@ -30,10 +30,10 @@ struct StageOptions {
   LayerRange layers;  // empty (0, 0) means the whole model
   int threads = 1;
   bool quantized_activations = true;
-  int kv_block_size = 16;
+  int kv_block_size = kDefaultKvBlockSize;
   int64_t kv_blocks = 0;  // 0: enough for kv_sequences full-context sequences
   int kv_sequences = 1;
-  int64_t max_batch_tokens = 4096;
+  int64_t max_batch_tokens = kDefaultMaxBatchTokens;
 };
 
 class Stage {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/sampler.h"
+#include "generation/sampler.h"
 #include "engine/stage_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "generation/sampler.h"
 #include "engine/stage.h"
 #include "gtest/gtest.h"
 

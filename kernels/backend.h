@@ -27,8 +27,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/model_config.h"
-#include "model/model_source.h"
+#include "tensor/tensor.h"
 
 namespace cascade {
 

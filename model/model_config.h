@@ -11,14 +11,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "tensor/tensor.h"
 
 namespace cascade {
-
-// How the q/k projection rows pair up the dimensions that RoPE rotates together.
-enum class RopeLayout {
-  kAdjacentPairs,  // (2i, 2i+1): GGUF "llama" files (rows permuted by the converter)
-  kHalves,         // (i, i + d/2): Hugging Face checkpoints, GGUF "qwen2"
-};
 
 enum class RopeScalingType { kNone, kLinear, kLlama3 };
 

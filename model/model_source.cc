@@ -29,11 +29,6 @@ bool FileExists(const std::string& path) {
 
 }  // namespace
 
-std::string TensorView::ShapeString() const {
-  std::vector<int64_t> dims(ne, ne + n_dims);
-  return absl::StrCat("[", absl::StrJoin(dims, ", "), "] ", TensorTypeName(type));
-}
-
 std::string CanonicalTensorName(std::string_view hf_name) {
   static const std::pair<std::string_view, std::string_view> kTop[] = {
       {"model.embed_tokens.weight", "token_embd.weight"},

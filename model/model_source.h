@@ -23,23 +23,9 @@
 #include "model/gguf.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
-#include "model/tensor_type.h"
+#include "tensor/tensor.h"
 
 namespace cascade {
-
-struct TensorView {
-  std::string name;  // canonical name
-  TensorType type = TensorType::kF32;
-  int n_dims = 0;
-  int64_t ne[4] = {1, 1, 1, 1};  // ne[0] = row length (contiguous)
-  const uint8_t* data = nullptr;
-  uint64_t nbytes = 0;
-
-  int64_t cols() const { return ne[0]; }
-  int64_t rows() const { return ne[1] * ne[2] * ne[3]; }
-  uint64_t row_bytes() const { return nbytes / static_cast<uint64_t>(rows()); }
-  std::string ShapeString() const;  // e.g. "[64, 512] F32"
-};
 
 class ModelSource {
  public:

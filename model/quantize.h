@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 namespace cascade {
 

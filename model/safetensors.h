@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 #include "util/mapped_file.h"
 
 namespace cascade {

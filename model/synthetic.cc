@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 #include "util/status_macros.h"
 
 namespace cascade {

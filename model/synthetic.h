@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "model/model_config.h"
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 namespace cascade {
 

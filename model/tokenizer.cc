@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "model/model_source.h"
 #include "model/tokenizer/loaders.h"
 #include "model/tokenizer/pipeline.h"
 #include "model/tokenizer/text_util.h"
@@ -64,6 +65,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfJson(const std::stri
   CASCADE_ASSIGN_OR_RETURN(tok::VocabSpec spec,
                            tok::LoadHfVocab(tokenizer_path, json, config_path, config));
   return tok::PipelineTokenizer::Create(std::move(spec));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSource(const ModelSource& source) {
+  if (source.gguf() != nullptr) return FromGguf(*source.gguf());
+  return FromPath(source.hf_dir());
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromPath(const std::string& path) {

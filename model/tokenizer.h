@@ -27,6 +27,8 @@
 
 namespace cascade {
 
+class ModelSource;
+
 // Token kinds, numbered as GGUF tokenizer.ggml.token_type.
 enum class TokenKind : uint8_t {
   kUndefined = 0,
@@ -46,6 +48,8 @@ class Tokenizer {
                                                                const std::string& config_path);
   // A .gguf file, or a folder holding tokenizer.json (and tokenizer_config.json).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromPath(const std::string& path);
+  // The tokenizer of an opened model: its GGUF metadata or its folder's tokenizer.json.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromSource(const ModelSource& source);
 
   virtual ~Tokenizer() = default;
 

@@ -4,8 +4,10 @@
 #   2. ctest: unit, integration, multi-process and CLI tests (tests needing a GPU are
 #      labelled "gpu" and skip themselves without one; tests needing ../shared skip
 #      themselves, saying so, when it is absent),
-#   3. the model readers' tests and the corrupted-file suite again under ASan + UBSan
-#      (clang), and each libFuzzer target for a bounded time.
+#   3. a clang build of every library and binary with the thread-safety analysis as errors
+#      (the locking the code states is checked) and ASan + UBSan; under it the model
+#      readers', the data plane's and the coordinator's tests and the corrupted-file suite
+#      run again; then each libFuzzer target for a bounded time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -13,15 +15,20 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 900
 
-# Sanitizer + fuzzing build (clang). Only the reader and engine libraries are built.
+# Clang: thread-safety analysis (-Werror=thread-safety, see cmake/CascadeCompiler.cmake),
+# sanitizers and fuzzers in one build.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCASCADE_SANITIZE=address,undefined -DCASCADE_FUZZ=ON -DCASCADE_CUDA=OFF \
   -DCASCADE_BUILD_BENCH=OFF ${CMAKE_ARGS:-}
-cmake --build build-fuzz -j"$JOBS" --target cascade_model_tests cascade_corrupt_tests \
-  fuzz_gguf fuzz_safetensors fuzz_hf_config fuzz_tokenizer_json
+SANITIZED_TESTS=(cascade_model_tests cascade_corrupt_tests cascade_generation_tests
+                 cascade_transport_tests cascade_coordinator_tests)
+cmake --build build-fuzz -j"$JOBS" --target cascade cascade-coordinator cascade-worker \
+  "${SANITIZED_TESTS[@]}" fuzz_gguf fuzz_safetensors fuzz_hf_config fuzz_tokenizer_json
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-./build-fuzz/bin/cascade_model_tests
-./build-fuzz/bin/cascade_corrupt_tests
+for t in "${SANITIZED_TESTS[@]}"; do
+  echo "$t (ASan + UBSan)"
+  ./build-fuzz/bin/"$t" --gtest_brief=1
+done
 
 SECONDS_PER_FUZZER=${CASCADE_FUZZ_SECONDS:-60}
 corpus=build-fuzz/corpus

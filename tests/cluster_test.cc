@@ -4,7 +4,6 @@
 #include <future>
 #include <thread>
 
-#include "engine/generator.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -15,7 +14,9 @@
 #include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/cluster_fixture.h"
-#include "worker/tcp_link.h"
+#include "tools/local_engine.h"
+#include "transport/factory.h"
+#include "transport/tcp_link.h"
 
 namespace cascade {
 namespace {
@@ -106,20 +107,29 @@ TEST_P(ClusterTest, ThreeStagesGiveTheSingleProcessGreedyIds) {
     EXPECT_EQ(s.data_address().rfind("tcp://", 0) == 0, std::string(GetParam().data_plane) == "tcp")
         << s.data_address();
   }
-  // The single-process engine on the same prompt.
+  // The single process (one stage, in-process) on the same prompt.
   auto src = ModelSource::Open(TestModel());
   ASSERT_TRUE(src.ok());
-  auto tok = Tokenizer::FromGguf(*(*src)->gguf());
-  auto stage = Stage::Create(**src, {});
-  ASSERT_TRUE(tok.ok() && stage.ok());
-  GenerationRequest g;
+  auto tok = Tokenizer::FromSource(**src);
+  ASSERT_TRUE(tok.ok());
+  auto local = LocalEngine::Create(**src, **tok, {});
+  ASSERT_TRUE(local.ok()) << local.status();
+  SequenceRequest g;
   g.prompt =
       *(*tok)->Encode("The quick brown fox jumps over the lazy dog. Once upon a time", true, true);
   g.sampling = SamplingParams::Greedy();
   g.max_tokens = 32;
   g.ignore_eos = true;
-  auto want = Generate(**stage, **tok, g, nullptr);
-  ASSERT_TRUE(want.ok());
+  auto one = (*local)->scheduler().Submit(g);
+  ASSERT_TRUE(one.ok());
+  Generated want;
+  for (;;) {
+    auto e = (*one)->Next(std::chrono::seconds(60));
+    ASSERT_TRUE(e.has_value());
+    want.text += e->text;
+    want.ids.insert(want.ids.end(), e->ids.begin(), e->ids.end());
+    if (e->last) break;
+  }
 
   v1::GenerateRequest req;
   for (int32_t id : g.prompt) req.add_prompt_ids(id);
@@ -129,8 +139,8 @@ TEST_P(ClusterTest, ThreeStagesGiveTheSingleProcessGreedyIds) {
   auto stub = cluster_->Inference();
   Generated got = Generate(*stub, req);
   ASSERT_TRUE(got.status.ok()) << got.status.error_message();
-  EXPECT_EQ(got.ids, want->tokens);
-  EXPECT_EQ(got.text, want->text);
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.text, want.text);
   const std::string ref = testing::SharedPath("models/tiny-llama/f16.greedy32.ids");
   if (TestModel() != testing::BundledModel() && testing::PathExists(ref)) {
     std::ifstream in(ref);
@@ -334,11 +344,10 @@ TEST_F(ClusterFaults, GarbageAndMisshapenFramesAreRejectedWhileServingContinues)
   // 3. The same on the stage's TCP data plane: bytes that are not a frame close that
   //    connection; a misshapen frame is answered with a rejection.
   const std::string tcp_stage1 = status.stages(1).data_address();
-  ASSERT_TRUE(IsTcpAddress(tcp_stage1)) << tcp_stage1;
+  auto tcp_address = ParseAddress(tcp_stage1);
+  ASSERT_TRUE(tcp_address.ok() && tcp_address->scheme == Scheme::kTcp) << tcp_stage1;
   {
-    auto hp = ParseHostPort(tcp_stage1);
-    ASSERT_TRUE(hp.ok());
-    auto fd = ConnectTcp(*hp, std::chrono::seconds(5));
+    auto fd = ConnectTcp(tcp_address->host_port, std::chrono::seconds(5));
     ASSERT_TRUE(fd.ok()) << fd.status();
     const std::string junk = "\xff\xff\xff\xff garbage that is not a frame at all";
     ASSERT_EQ(::send(fd->get(), junk.data(), junk.size(), MSG_NOSIGNAL), ssize_t(junk.size()));
@@ -348,7 +357,8 @@ TEST_F(ClusterFaults, GarbageAndMisshapenFramesAreRejectedWhileServingContinues)
     EXPECT_EQ(::recv(fd->get(), &c, 1, 0), 0) << "the stage kept a garbage connection open";
   }
   {
-    TcpActivationSender sender(tcp_stage1, std::chrono::seconds(5));
+    auto owned = MakeTcpActivationSender(tcp_address->host_port, std::chrono::seconds(5));
+    ActivationSender& sender = *owned;
     StageFrame f;
     f.plan_id = status.plan_id();
     f.stage = 1;

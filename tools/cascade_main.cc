@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Cascade: serve large language models from a cluster", "cascade"};
   app.require_subcommand(1);
   app.fallthrough();  // global options (--log-level) may follow the subcommand
+  // --help shows each option's default (subcommands inherit this).
+  app.option_defaults()->always_capture_default();
+  app.get_formatter()->column_width(40);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   cascade::cli::Action action;

@@ -14,7 +14,7 @@
 #include "util/logging.h"
 #include "util/signals.h"
 #include "util/units.h"
-#include "worker/grpc_util.h"
+#include "transport/grpc_util.h"
 #include "worker/worker_server.h"
 
 namespace cascade::cli {
@@ -23,15 +23,15 @@ namespace {
 // ---------------------------------------------------------------- serve
 
 struct ServeFlags {
-  CoordinatorOptions coordinator;
+  ClusterConfig config;
   int threads = 0;
 };
 
 int RunServe(ServeFlags f) {
   BlockTerminationSignals();
-  const int n = f.coordinator.workers;
-  if (f.coordinator.min_stages == 1 && n > 1) f.coordinator.min_stages = n;
-  auto coordinator = CoordinatorServer::Start(f.coordinator);
+  const int n = f.config.bring_up.workers;
+  if (f.config.plan.min_stages == 1 && n > 1) f.config.plan.min_stages = n;
+  auto coordinator = CoordinatorServer::Start(f.config);
   if (!coordinator.ok()) {
     std::cerr << "cascade serve: " << coordinator.status().message() << "\n";
     return 1;
@@ -46,7 +46,7 @@ int RunServe(ServeFlags f) {
     w.worker_id = absl::StrCat("local-", i);
     w.threads = f.threads > 0 ? f.threads : std::max(1, cores / n);
     w.memory_bytes = AvailableMemoryBytes() / static_cast<uint64_t>(n);
-    w.device = f.coordinator.device.empty() ? "cpu" : f.coordinator.device;
+    w.device = f.config.stage.device.value_or(DeviceSpec{DeviceKind::kCpu, 0});
     auto s = WorkerServer::Start(w);
     if (!s.ok()) {
       std::cerr << "cascade serve: " << s.status().message() << "\n";
@@ -59,10 +59,12 @@ int RunServe(ServeFlags f) {
     std::cerr << "cascade serve: " << st.message() << "\n";
     return 1;
   }
-  std::cerr << "cascade serve: serving " << f.coordinator.model_path << " on "
+  std::cerr << "cascade serve: serving " << f.config.model << " on "
             << (*coordinator)->address() << " with " << n << " worker(s); Ctrl-C stops\n";
   WaitForTerminationSignal();
-  (*coordinator)->Shutdown();
+  std::cerr << "cascade serve: draining (up to " << f.config.bring_up.drain_timeout_s << " s)\n";
+  (*coordinator)->Drain(
+      std::chrono::milliseconds(static_cast<int64_t>(1000 * f.config.bring_up.drain_timeout_s)));
   for (auto& w : workers) w->Shutdown();
   return 0;
 }
@@ -96,7 +98,8 @@ int RunStatus(const std::string& server) {
     std::cerr << "cascade status: " << server << ": " << st.error_message() << "\n";
     return 1;
   }
-  std::printf("model    %s\nserving  %s\n", s.model().c_str(), s.serving() ? "yes" : "no");
+  std::printf("model    %s\nserving  %s\nstate    %s\n", s.model().c_str(),
+              s.serving() ? "yes" : "no", s.state().c_str());
   if (!s.error().empty()) std::printf("error    %s\n", s.error().c_str());
   std::printf("\n%-5s %-22s %-9s %-9s %10s %12s %14s %9s %9s  %s\n", "stage", "worker", "layers",
               "state", "frames", "tokens", "kv blocks", "busy s", "cpu s", "frames arrive at");
@@ -137,9 +140,9 @@ int RunStatus(const std::string& server) {
 
 struct PlanFlags {
   std::string model, shape, type = "F16", workers;
-  int kv_sequences = 8;
+  int kv_sequences = PlanLimits().kv_sequences;
   int64_t ctx = 0;
-  int64_t batch = 512;
+  int64_t batch = PlanLimits().batch_tokens;
   int min_stages = 1;
 };
 
@@ -171,6 +174,7 @@ int RunPlan(const PlanFlags& f) {
   }
   PlanLimits lim;
   const int64_t ctx = f.ctx > 0 ? f.ctx : profile.config.context_length;
+  lim.kv_sequences = f.kv_sequences;
   lim.kv_tokens = ctx * f.kv_sequences;
   lim.batch_tokens = f.batch;
   lim.min_stages = f.min_stages;
@@ -228,8 +232,8 @@ void AddServe(CLI::App& app, Action* action) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "Run a coordinator and N local workers in this process (one command cluster)");
-  AddCoordinatorFlags(*cmd, &f->coordinator);
-  f->coordinator.listen = "127.0.0.1:50051";
+  f->config.server.listen = "127.0.0.1:50051";
+  AddClusterFlags(*cmd, &f->config);
   cmd->add_option("--threads", f->threads, "Threads per worker (default: cores / workers)");
   cmd->callback([f, action] { *action = [f] { return RunServe(*f); }; });
 }

@@ -5,8 +5,9 @@
 #include <string>
 
 #include "absl/strings/str_join.h"
-#include "engine/generator.h"
+#include "generation/sequence.h"
 #include "tools/commands.h"
+#include "tools/local_engine.h"
 #include "tools/model_loader.h"
 #include "util/logging.h"
 
@@ -54,21 +55,28 @@ int RunGenerate(const GenerateFlags& f) {
     std::cerr << "cascade generate: give --model (run here) or --server (a running cluster)\n";
     return 2;
   }
+  auto device = ParseDevice(f.device);
+  if (!device.ok()) {
+    std::cerr << "cascade generate: --device: " << device.status().message() << "\n";
+    return 2;
+  }
   StageOptions so;
   so.threads = f.threads > 0 ? f.threads : DefaultThreads();
   so.quantized_activations = !f.exact;
-  auto model = LoadModel(f.model, so, true, f.device);
+  so.kv_sequences = 1;
+  auto model = LoadModel(f.model, so, /*with_stage=*/false, *device);
   if (!model.ok()) {
     std::cerr << "cascade generate: " << model.status().message() << "\n";
     return 1;
   }
   const Tokenizer& tok = *model->tokenizer;
+  const ModelConfig& config = model->source->config();
   auto prompt = tok.Encode(f.prompt, /*add_special=*/true, /*parse_special=*/true);
   if (!prompt.ok()) {
     std::cerr << "cascade generate: " << prompt.status().message() << "\n";
     return 1;
   }
-  GenerationRequest req;
+  SequenceRequest req;
   req.prompt = *prompt;
   req.max_tokens = f.max_tokens;
   req.stop = f.stop;
@@ -81,37 +89,72 @@ int RunGenerate(const GenerateFlags& f) {
   req.sampling.presence_penalty = f.presence_penalty;
   req.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
   spdlog::info("prompt: {} tokens; sampling: {}", req.prompt.size(), req.sampling.DebugString());
+  if (f.max_tokens == 0) {
+    std::cout << (f.ids || f.no_echo ? "" : f.prompt) << "\n";
+    return 0;
+  }
 
+  // The same path a cluster takes: the scheduler, over a pipeline of one stage that holds
+  // every layer, in this process.
+  LocalEngineOptions eo;
+  eo.stage = so;
+  eo.device = *device;
+  eo.scheduler.prefill_chunk = so.max_batch_tokens;
+  eo.scheduler.max_running = 1;
+  eo.scheduler.max_waiting = 1;
+  auto engine = LocalEngine::Create(*model->source, tok, eo);
+  if (!engine.ok()) {
+    std::cerr << "cascade generate: " << engine.status().message() << "\n";
+    return 1;
+  }
+  spdlog::info("{}: {} ({} layers, dim {}, vocab {}), backend {}", f.model, config.arch,
+               config.n_layers, config.dim, config.vocab_size,
+               (*engine)->pipeline().executor(0).stage().backend().name());
+  Scheduler* scheduler = &(*engine)->scheduler();
+  auto stream = scheduler->Submit(std::move(req));
+  if (!stream.ok()) {
+    std::cerr << "cascade generate: " << stream.status().message() << "\n";
+    return 1;
+  }
   if (!f.ids && !f.no_echo) {
     std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
     std::fflush(stdout);
   }
-  auto on_token = [&](int32_t, const std::string& text) {
-    if (!f.ids && !text.empty()) {
-      std::fwrite(text.data(), 1, text.size(), stdout);
+  std::vector<int32_t> ids;
+  StreamEvent last;
+  for (;;) {
+    std::optional<StreamEvent> e = (*stream)->Next(std::chrono::seconds(1));
+    if (!e) continue;
+    ids.insert(ids.end(), e->ids.begin(), e->ids.end());
+    if (!f.ids && !e->text.empty()) {
+      std::fwrite(e->text.data(), 1, e->text.size(), stdout);
       std::fflush(stdout);
     }
-    return true;
-  };
-  auto result = Generate(*model->stage, tok, req, on_token);
-  if (!result.ok()) {
-    std::cerr << "\ncascade generate: " << result.status().message() << "\n";
+    if (e->last) {
+      last = std::move(*e);
+      break;
+    }
+  }
+  engine->reset();
+  if (!last.status.ok()) {
+    std::cerr << "\ncascade generate: " << last.status.message() << "\n";
     return 1;
   }
   if (f.ids) {
-    std::cout << absl::StrJoin(result->tokens, " ") << "\n";
+    std::cout << absl::StrJoin(ids, " ") << "\n";
   } else {
     std::cout << "\n";
   }
-  const double prefill_tps = req.prompt.size() / std::max(result->prefill_seconds, 1e-9);
-  const double decode_tps = result->tokens.size() > 1 ? (result->tokens.size() - 1) /
-                                                            std::max(result->decode_seconds, 1e-9)
-                                                      : 0.0;
+  const StreamUsage& u = last.usage;
+  const double prefill_s = u.time_to_first_token_s;
+  const double decode_s = u.total_time_s - u.time_to_first_token_s;
+  const double prefill_tps = u.prompt_tokens / std::max(prefill_s, 1e-9);
+  const double decode_tps = u.completion_tokens > 1 ? (u.completion_tokens - 1) / std::max(decode_s, 1e-9) : 0.0;
   spdlog::info(
       "finish: {}; prefill {} tokens in {:.3f}s ({:.1f} tok/s); decode {} tokens in "
       "{:.3f}s ({:.1f} tok/s)",
-      FinishReasonName(result->finish), req.prompt.size(), result->prefill_seconds, prefill_tps,
-      result->tokens.size(), result->decode_seconds, decode_tps);
+      FinishReasonName(last.finish), u.prompt_tokens, prefill_s, prefill_tps,
+      u.completion_tokens, decode_s, decode_tps);
   return 0;
 }
 
@@ -123,7 +166,7 @@ void AddGenerate(CLI::App& app, Action* action) {
   cmd->add_option("--model,-m", f->model, "GGUF file or Hugging Face folder");
   cmd->add_option("--server", f->server, "Generate on a running cluster (coordinator address)");
   cmd->add_option("--prompt,-p", f->prompt, "Prompt text (BOS is added as the model asks)");
-  cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate")
+  cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate (0: none)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--temperature,-t", f->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--top-k", f->top_k, "0 = off")->check(CLI::NonNegativeNumber);

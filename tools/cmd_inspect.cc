@@ -3,7 +3,7 @@
 #include <iostream>
 #include <map>
 
-#include "engine/memory.h"
+#include "model/memory.h"
 #include "model/tokenizer.h"
 #include "tools/commands.h"
 
@@ -48,8 +48,7 @@ int RunInspect(const InspectFlags& f) {
   std::printf("embeddings     %s\n", c.tied_embeddings ? "tied" : "separate output head");
   std::printf("qkv bias       %s\n", c.qkv_bias ? "yes" : "no");
 
-  auto tok =
-      (*src)->gguf() ? Tokenizer::FromGguf(*(*src)->gguf()) : Tokenizer::FromPath((*src)->hf_dir());
+  auto tok = Tokenizer::FromSource(**src);
   if (tok.ok()) {
     std::printf("tokenizer      %s, %d tokens, bos %d, eos %d\n", (*tok)->Describe().c_str(),
                 (*tok)->vocab_size(), (*tok)->bos_id(), (*tok)->eos_id());

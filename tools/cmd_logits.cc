@@ -38,7 +38,12 @@ int RunLogits(const LogitsFlags& f) {
   so.threads = f.threads > 0 ? f.threads : DefaultThreads();
   so.quantized_activations = !f.exact;
   so.max_batch_tokens = static_cast<int64_t>(ids.size());
-  auto model = LoadModel(f.model, so, true, f.device);
+  auto device = ParseDevice(f.device);
+  if (!device.ok()) {
+    std::cerr << "cascade logits: --device: " << device.status().message() << "\n";
+    return 2;
+  }
+  auto model = LoadModel(f.model, so, true, *device);
   if (!model.ok()) {
     std::cerr << "cascade logits: " << model.status().message() << "\n";
     return 1;

@@ -13,24 +13,20 @@
 #include "engine/stage.h"
 #include "model/model_source.h"
 #include "model/tokenizer.h"
+#include "tensor/device.h"
 
 namespace cascade::cli {
 
 struct LoadedModel {
   std::unique_ptr<ModelSource> source;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<Stage> stage;
+  std::unique_ptr<Stage> stage;  // only when asked for
 };
 
-// Opens the model and its tokenizer; with `with_stage`, also pages in the weights and
-// builds a Stage over all layers on `device`: "auto" (a GPU when one is usable, else the
-// CPU, saying why), "cpu", or "cuda" / "cuda:N".
+// Opens the model and its tokenizer and pages its weights in (a progress bar on a
+// terminal); with `with_stage`, also builds a Stage over all layers on `device`.
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const StageOptions& options,
-                                      bool with_stage, const std::string& device = "auto");
-
-// The backend for a --device value (see LoadModel).
-absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device,
-                                                     const StageOptions& options);
+                                      bool with_stage, const DeviceSpec& device);
 
 // Number of hardware threads (at least 1).
 int DefaultThreads();

@@ -1,6 +1,8 @@
 #include "worker/local_pipeline.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/make_backend.h"
+#include "transport/inproc.h"
 #include "util/status_macros.h"
 
 namespace cascade {
@@ -15,7 +17,7 @@ std::vector<LayerRange> EvenLayerRanges(int n_layers, int stages) {
 
 absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     const ModelSource& source, const std::vector<LayerRange>& ranges, const StageOptions& options,
-    uint64_t plan_id, std::function<void(StepResult)> on_result) {
+    uint64_t plan_id, std::function<void(StepResult)> on_result, DeviceSpec device) {
   if (ranges.empty()) return absl::InvalidArgumentError("a pipeline needs at least one stage");
   std::unique_ptr<LocalPipeline> p(new LocalPipeline());
   auto results = std::make_shared<CallbackResultSender>([on_result](StepResult r) {
@@ -29,7 +31,12 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
   for (size_t i = 0; i < ranges.size(); ++i) {
     StageOptions so = options;
     so.layers = ranges[i];
-    CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage, Stage::Create(source, so));
+    CASCADE_ASSIGN_OR_RETURN(
+        std::unique_ptr<Backend> backend,
+        MakeBackend(device, {.threads = so.threads,
+                             .quantized_activations = so.quantized_activations}));
+    CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage,
+                             Stage::Create(source, so, std::move(backend)));
     std::unique_ptr<ActivationSender> out;
     if (i + 1 < ranges.size()) out = std::move(links[i + 1].sender);
     p->executors_.push_back(

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "generation/sampler.h"
 #include "util/logging.h"
 
 namespace cascade {
@@ -49,7 +50,7 @@ void StageExecutor::Stop() {
 }
 
 ExecutorStats StageExecutor::Stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   return stats_;
 }
 
@@ -59,7 +60,7 @@ void StageExecutor::Loop() {
 
 void StageExecutor::Fail(const StageFrame& in, const std::string& error) {
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    absl::MutexLock lock(&stats_mu_);
     ++stats_.failed_batches;
   }
   spdlog::warn("stage {}: batch {} failed: {}", stage_index_, in.batch_id, error);
@@ -89,7 +90,7 @@ void StageExecutor::Process(StageFrame frame) {
   const double cpu0 = ThreadCpuSeconds();
   if (!frame.release.empty()) {
     for (SeqId seq : frame.release) stage_->FreeSequence(seq);
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    absl::MutexLock lock(&stats_mu_);
     stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
     stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
   }
@@ -163,7 +164,7 @@ void StageExecutor::RecordFrame(size_t tokens, std::chrono::steady_clock::time_p
                                 double cpu0) {
   const double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double cpu = ThreadCpuSeconds() - cpu0;
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   ++stats_.frames;
   stats_.tokens += tokens;
   stats_.busy_seconds += busy;

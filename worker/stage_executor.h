@@ -13,14 +13,15 @@
 #ifndef CASCADE_WORKER_STAGE_EXECUTOR_H_
 #define CASCADE_WORKER_STAGE_EXECUTOR_H_
 
-#include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <thread>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/stage.h"
-#include "worker/activation_channel.h"
+#include "transport/link.h"
 
 namespace cascade {
 
@@ -47,7 +48,7 @@ class StageExecutor {
   // already queued still reach a live next stage or coordinator, but a send waiting on an
   // unreachable one gives up at once.
   void Stop();
-  ExecutorStats Stats() const;
+  ExecutorStats Stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
   Stage& stage() { return *stage_; }
 
   // Processes one frame on the calling thread (the loop calls this; tests may too).
@@ -67,7 +68,7 @@ class StageExecutor {
   std::unique_ptr<ActivationSender> out_;
   std::shared_ptr<ResultSender> results_;
   std::thread thread_;
-  mutable std::mutex stats_mu_;
+  mutable absl::Mutex stats_mu_;
   ExecutorStats stats_ ABSL_GUARDED_BY(stats_mu_);
   std::vector<float> buffer_;
 };

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/test_models.h"
+#include "generation/sampler.h"
 #include "worker/local_pipeline.h"
 
 namespace cascade {

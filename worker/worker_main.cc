@@ -1,5 +1,6 @@
 // cascade-worker: a worker process. It registers with the coordinator, which tells it
-// which pipeline stage to load; then it runs that stage until stopped (SIGINT/SIGTERM).
+// which pipeline stage to load; then it runs that stage until stopped. SIGTERM or SIGINT
+// drains it first: the frames it holds are finished, the stage unloaded, then it exits 0.
 #include <iostream>
 #include <thread>
 
@@ -14,11 +15,13 @@ int main(int argc, char** argv) {
   cascade::ConfigureRuntime();
   cascade::BlockTerminationSignals();
   CLI::App app{"Cascade worker: runs one pipeline stage", "cascade-worker"};
+  app.get_formatter()->column_width(40);
   cascade::WorkerOptions o;
-  std::string memory, log_level = "info";
+  std::string memory, device = "auto", log_level = "info";
   o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("--coordinator,-c", o.coordinator, "Coordinator address (host:port)")->required();
-  app.add_option("--listen,-l", o.listen, "Address to listen on (port 0 picks one)");
+  app.add_option("--listen,-l", o.listen, "Address to listen on (port 0 picks one)")
+      ->capture_default_str();
   app.add_option("--advertise", o.advertise,
                  "Address other processes use to reach this worker (default: listen host:port)");
   app.add_option("--data-listen", o.data_listen,
@@ -26,16 +29,25 @@ int main(int argc, char** argv) {
                  "only)");
   app.add_option("--id", o.worker_id, "Stable worker name (default: the advertised address)");
   app.add_option("--node", o.node, "Node name (default: host name)");
-  app.add_option("--threads,-t", o.threads, "Compute threads")->check(CLI::Range(1, 4096));
+  app.add_option("--threads,-t", o.threads, "Compute threads")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--memory", memory, "Memory this worker may use, e.g. 8GiB (default: available)");
   app.add_option("--gflops", o.gflops, "Relative speed for planning (default: --threads)");
-  app.add_option("--device", o.device, "cpu, auto or cuda:N");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  app.add_option("--device", device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (auto st = cascade::InitLogging(log_level, "worker"); !st.ok()) {
     std::cerr << "cascade-worker: " << st.message() << "\n";
     return 2;
   }
+  auto parsed_device = cascade::ParseDevice(device);
+  if (!parsed_device.ok()) {
+    std::cerr << "cascade-worker: --device: " << parsed_device.status().message() << "\n";
+    return 2;
+  }
+  o.device = *parsed_device;
   if (!memory.empty()) {
     auto bytes = cascade::ParseBytes(memory);
     if (!bytes.ok()) {
@@ -50,7 +62,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int sig = cascade::WaitForTerminationSignal();
-  spdlog::info("signal {}: shutting down", sig);
+  spdlog::info("signal {}: draining", sig);
+  (*server)->Drain();
   (*server)->Shutdown();
   return 0;
 }

@@ -1,34 +1,32 @@
-// WorkerServer: a worker process's gRPC services (Worker control plane and StagePipe data
-// plane), its TCP data plane (worker/tcp_link.h; the same frames without HTTP/2) and its
-// registration with the coordinator.
+// WorkerServer: a worker process put together: its gRPC server (the Worker control
+// service and the StagePipe data-plane service), its TCP data plane, the StageHost that
+// holds its stage, and its registration with the coordinator.
 //
 // Contract:
-// - Start() binds the listen address (port 0 picks a free port) and, when a coordinator is
-//   given, registers with it (retrying until it answers) and sends heartbeats; a
-//   coordinator that forgot the worker (restart) gets a new registration. Unless
-//   data_listen is "off", it also listens for data-plane frames over TCP and registers
-//   that address as tcp://<advertised host>:<port>; frames from either transport reach
-//   the same stage with the same checks.
-// - LoadStage replaces any loaded stage: the old executor finishes the frames it holds,
-//   then the new stage starts. Requests are validated (layer range, KV size, addresses)
-//   and errors come back as grpc::Status with the reason.
-// - Thread-safe; Shutdown() stops serving and joins every thread.
+// - Start() binds the listen address (port 0 picks a free port; a taken port is an error)
+//   and, when a coordinator is given, registers with it (retrying until it answers) and
+//   sends heartbeats; a coordinator that forgot the worker (restart) gets a new
+//   registration. Unless data_listen is "off", it also listens for data-plane frames over
+//   TCP and registers that address as tcp://<advertised host>:<port>; frames from either
+//   transport reach the same stage with the same checks.
+// - Drain() finishes the frames the stage holds and unloads it (see StageHost); Shutdown()
+//   stops serving and joins every thread. Thread-safe.
 #ifndef CASCADE_WORKER_WORKER_SERVER_H_
 #define CASCADE_WORKER_WORKER_SERVER_H_
 
-#include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cascade/v1/worker.grpc.pb.h"
-#include "worker/grpc_link.h"
-#include "worker/stage_executor.h"
-#include "worker/tcp_link.h"
+#include "tensor/device.h"
+#include "transport/data_plane_server.h"
+#include "transport/grpc_link.h"
+#include "transport/inbox.h"
+#include "worker/stage_host.h"
 
 namespace cascade {
 
@@ -44,7 +42,7 @@ struct WorkerOptions {
   int threads = 1;
   uint64_t memory_bytes = 0;  // 0: MemAvailable of this machine
   double gflops = 0;          // relative speed for planning; 0: threads
-  std::string device = "cpu";
+  DeviceSpec device{DeviceKind::kAuto, 0};
 };
 
 class WorkerServer {
@@ -56,25 +54,27 @@ class WorkerServer {
   // tcp://host:port of the TCP data plane, or "" when it is off.
   const std::string& data_address() const { return data_advertise_; }
   const std::string& worker_id() const { return options_.worker_id; }
-  void Wait();
-  void Shutdown();
+  v1::WorkerState state() const { return host_->state(); }
+  void Drain();
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  class WorkerServiceImpl;
+  class WorkerService;
   WorkerServer() = default;
-  void RegistrationLoop();
+  void RegistrationLoop() ABSL_LOCKS_EXCLUDED(mu_);
   v1::WorkerResources Resources() const;
 
   WorkerOptions options_;
   std::string advertise_;
   std::string data_advertise_;
-  std::unique_ptr<WorkerServiceImpl> worker_service_;
-  StagePipeService pipe_service_;
+  FrameRouter router_;
+  std::unique_ptr<StageHost> host_;
+  std::unique_ptr<WorkerService> worker_service_;
+  std::unique_ptr<StagePipeService> pipe_service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<TcpFrameServer> data_server_;
+  std::unique_ptr<DataPlaneServer> data_;
   std::thread registration_;
-  std::mutex mu_;
-  std::condition_variable cv_;
+  absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -5,7 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "worker/grpc_util.h"
+#include "transport/grpc_util.h"
+#include "transport/tcp_wire.h"
 
 namespace cascade {
 namespace {
@@ -19,11 +20,11 @@ TEST(WorkerServer, AdvertisesItsTcpDataPlaneUnlessOff) {
   auto w = WorkerServer::Start(o);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_THAT((*w)->data_address(), StartsWith("tcp://127.0.0.1:"));
-  auto hp = ParseHostPort((*w)->data_address());
-  ASSERT_TRUE(hp.ok()) << hp.status();
-  EXPECT_GT(hp->port, 0);
+  auto a = ParseAddress((*w)->data_address());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_GT(a->host_port.port, 0);
   // Something listens there.
-  EXPECT_TRUE(ConnectTcp(*hp, std::chrono::seconds(2)).ok());
+  EXPECT_TRUE(ConnectTcp(a->host_port, std::chrono::seconds(2)).ok());
   (*w)->Shutdown();
 
   o.data_listen = "off";

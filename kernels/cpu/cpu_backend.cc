@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/kernel_table.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade {
 namespace {

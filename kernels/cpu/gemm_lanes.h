@@ -27,7 +27,7 @@
 
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/kernel_table.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade::cpu::lanes {
 

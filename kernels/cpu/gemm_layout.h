@@ -25,7 +25,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/kernel_table.h"
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 namespace cascade::cpu {
 

@@ -1,6 +1,6 @@
 #include "kernels/cpu/kernel_table.h"
 
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade::cpu {
 

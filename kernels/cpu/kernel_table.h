@@ -33,7 +33,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 namespace cascade::cpu {
 

@@ -19,7 +19,7 @@
 #include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/kernel_table.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade::cpu {
 namespace {

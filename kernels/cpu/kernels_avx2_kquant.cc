@@ -19,7 +19,7 @@
 
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/gemm_layout.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade::cpu::avx2 {
 namespace {
@@ -593,7 +593,7 @@ MatmulFn KQuantMatmul(TensorType type) {
   }
 }
 
-// Same blocks as QuantizeQ8K (model/quant.cc): the scale comes from the first element of
+// Same blocks as QuantizeQ8K (tensor/quant.cc): the scale comes from the first element of
 // largest magnitude, codes are round-half-to-even of x * (-127 / max) in float.
 void QuantizeQ8KRow(const float* x, int64_t k, void* out) {
   auto* y = static_cast<BlockQ8K*>(out);

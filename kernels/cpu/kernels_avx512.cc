@@ -22,8 +22,8 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/kernel_table.h"
-#include "model/quant.h"
-#include "model/tensor_type.h"
+#include "tensor/quant.h"
+#include "tensor/tensor_type.h"
 #include "util/fp16.h"
 
 // CASCADE_TARGET_BEGIN("isa,..."): every function defined until CASCADE_TARGET_END() is

@@ -21,7 +21,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kernels_test_util.h"
 #include "kernels/cpu/quant_lanes.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "kernels/cpu/kernel_table.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 #include "util/fp16.h"
 
 namespace cascade::cpu {

@@ -20,7 +20,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kernels_test_util.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 #include "util/fp16.h"
 
 namespace cascade {

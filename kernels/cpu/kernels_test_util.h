@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade::testing {
 

@@ -43,8 +43,8 @@
 
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/kernel_table.h"
-#include "model/quant.h"
-#include "model/tensor_type.h"
+#include "tensor/quant.h"
+#include "tensor/tensor_type.h"
 #include "util/fp16.h"
 
 namespace cascade::cpu::dot16 {

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade {
 namespace {

@@ -4,7 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/cuda_kernels.h"
-#include "model/quant.h"
+#include "tensor/quant.h"
 
 namespace cascade::cuda {
 namespace {

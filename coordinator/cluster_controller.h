@@ -1,0 +1,160 @@
+// ClusterController: the coordinator's control loop, an explicit state machine that owns
+// the worker registry, the plan and the scheduler's lifecycle. The gRPC and HTTP services
+// only translate requests into calls on it (and on the scheduler it hands out).
+//
+//   kWaitingForWorkers --enough workers--> kPlanning --plan--> kLoading --all loaded-->
+//   kServing --a stage's worker lost--> kDegraded --(re-plan)--> kReplanning --> kLoading
+//   any state --Drain()--> kDraining --in-flight done or timed out--> kStopped
+//   any state --Shutdown(), or bring-up failed--> kStopped (reason() says why)
+//
+// Contract:
+// - Start() runs the loop on a thread of its own; Shutdown() stops it at once (running
+//   requests end with UNAVAILABLE) and Drain() first lets what runs finish; both join it
+//   and unload the stages of the plan. Thread-safe.
+// - scheduler() hands the scheduler out only in kServing; otherwise UNAVAILABLE with the
+//   reason (loading, a lost stage, draining, the bring-up error).
+// - A worker counts as lost when its heartbeats stop (WorkerRegistry::liveness_timeout) or
+//   it reports WORKER_STATE_FAILED; the running and waiting requests then end with
+//   UNAVAILABLE naming the stage and worker, and health goes NOT_SERVING.
+// - Every external effect goes through the injected WorkerClient and sender factory, so
+//   the machine is tested with fakes and no network.
+#ifndef CASCADE_COORDINATOR_CLUSTER_CONTROLLER_H_
+#define CASCADE_COORDINATOR_CLUSTER_CONTROLLER_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cascade/v1/worker.pb.h"
+#include "coordinator/cluster_config.h"
+#include "coordinator/planner.h"
+#include "coordinator/registry.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/served_model.h"
+#include "transport/link.h"
+
+namespace cascade {
+
+enum class ClusterState {
+  kWaitingForWorkers,
+  kPlanning,
+  kLoading,
+  kServing,
+  kDegraded,
+  kReplanning,
+  kDraining,
+  kStopped,
+};
+const char* ClusterStateName(ClusterState s);
+
+// How the controller reaches the workers' control services.
+class WorkerClient {
+ public:
+  virtual ~WorkerClient() = default;
+  // Blocks until the worker has loaded the stage (or failed to).
+  virtual absl::Status LoadStage(const WorkerRecord& worker, const v1::LoadStageRequest& req) = 0;
+  virtual absl::Status Unload(const WorkerRecord& worker, uint64_t plan_id) = 0;
+};
+
+// Makes the link to a pipeline's first stage from its data-plane address.
+using SenderFactory =
+    std::function<absl::StatusOr<std::unique_ptr<ActivationSender>>(const std::string& address)>;
+
+// A consistent view of the cluster for status reports.
+struct ClusterSnapshot {
+  ClusterState state = ClusterState::kWaitingForWorkers;
+  std::string reason;  // why not serving; "" while serving
+  uint64_t plan_id = 0;
+  Plan plan;
+  std::vector<WorkerSpec> plan_workers;  // indexed by StagePlan::worker
+  std::vector<std::string> stage_addresses;  // where each stage's frames are sent
+  std::vector<WorkerRecord> workers;     // every registered worker
+  std::vector<bool> alive;               // per entry of `workers`
+  SchedulerStats scheduler;
+  double uptime_s = 0;
+};
+
+class ClusterController {
+ public:
+  // `model` and `workers` must outlive the controller. Workers may register before Start.
+  ClusterController(const ClusterConfig& config, const ServedModel& model, WorkerClient* workers,
+                    SenderFactory make_sender);
+  ~ClusterController();
+
+  // `results_address` is where the last stage is told to send results.
+  void Start(std::string results_address);
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops admitting, lets running requests finish for up to `timeout`, ends the rest with
+  // UNAVAILABLE, then stops. Returns when stopped.
+  void Drain(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The control plane.
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
+  bool Heartbeat(const v1::HeartbeatRequest& req);
+  // A step result from the last stage (any transport); checked against the current plan.
+  void OnResult(const v1::StepResult& wire, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const ABSL_LOCKS_EXCLUDED(mu_);
+  ClusterState state() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the state is one of `states`; false on timeout.
+  bool WaitForState(std::initializer_list<ClusterState> states, std::chrono::milliseconds timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Called (on the controller's thread, without its lock) after every transition.
+  void OnStateChange(std::function<void(ClusterState)> fn) ABSL_LOCKS_EXCLUDED(mu_);
+  ClusterSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  const WorkerRegistry& registry() const { return registry_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void Run();
+  void SetState(ClusterState s, std::string reason = "") ABSL_LOCKS_EXCLUDED(mu_);
+  bool Stopping() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Each returns the next state.
+  ClusterState WaitForWorkers();
+  ClusterState PlanPipeline();
+  ClusterState LoadPipeline();
+  ClusterState Serve();
+  ClusterState Degraded();
+  void Fail(const absl::Status& st);
+  // The first lost worker of the plan, described; "" when all are well.
+  std::string FindLostStage() ABSL_LOCKS_EXCLUDED(mu_);
+  void UnloadPlan() ABSL_LOCKS_EXCLUDED(mu_);
+  // The current plan, its workers and its id, copied under the lock.
+  struct PlanCopy {
+    Plan plan;
+    std::vector<WorkerSpec> workers;
+    uint64_t id = 0;
+  };
+  PlanCopy CurrentPlan() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string DataAddress(const WorkerSpec& w) const;
+
+  const ClusterConfig config_;
+  const ServedModel& model_;
+  WorkerClient* const workers_;
+  const SenderFactory make_sender_;
+  std::string results_address_;  // set by Start, before the thread
+  WorkerRegistry registry_;
+  std::shared_ptr<Scheduler> scheduler_;  // created at start, lives as long as the controller
+  const Clock::time_point started_ = Clock::now();
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  ClusterState state_ ABSL_GUARDED_BY(mu_) = ClusterState::kWaitingForWorkers;
+  std::string reason_ ABSL_GUARDED_BY(mu_) = "starting";
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  Plan plan_ ABSL_GUARDED_BY(mu_);
+  std::vector<WorkerSpec> plan_workers_ ABSL_GUARDED_BY(mu_);
+  uint64_t plan_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::function<void(ClusterState)>> listeners_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_COORDINATOR_CLUSTER_CONTROLLER_H_

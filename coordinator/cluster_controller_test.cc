@@ -1,0 +1,369 @@
+// The cluster controller's state machine with fake workers and a fake pipeline: no
+// network, no engine. Every transition: bring-up to serving, bring-up failures (too few
+// workers, a plan that does not fit, a failed load), a worker lost while serving (by its
+// heartbeats stopping or by its own report), drain (finishing or timing out) and shutdown.
+#include "coordinator/cluster_controller.h"
+
+#include <future>
+
+#include "coordinator/fake_pipeline.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/test_models.h"
+#include "transport/frame.h"
+
+namespace cascade {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::FakePipeline;
+using std::chrono::milliseconds;
+
+class FakeWorkers : public WorkerClient {
+ public:
+  absl::Status LoadStage(const WorkerRecord& w, const v1::LoadStageRequest& req) override {
+    absl::MutexLock l(&mu_);
+    loads_.push_back({w.id, req});
+    if (w.id == fail_id_) return absl::InternalError("out of memory (fake)");
+    return absl::OkStatus();
+  }
+  absl::Status Unload(const WorkerRecord& w, uint64_t) override {
+    absl::MutexLock l(&mu_);
+    unloads_.push_back(w.id);
+    return absl::OkStatus();
+  }
+  void FailLoadsOn(const std::string& id) {
+    absl::MutexLock l(&mu_);
+    fail_id_ = id;
+  }
+  std::vector<std::pair<std::string, v1::LoadStageRequest>> loads() {
+    absl::MutexLock l(&mu_);
+    return loads_;
+  }
+  std::vector<std::string> unloads() {
+    absl::MutexLock l(&mu_);
+    return unloads_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::string fail_id_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, v1::LoadStageRequest>> loads_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> unloads_ ABSL_GUARDED_BY(mu_);
+};
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = ServedModel::Open(testing::BundledModel());
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    config_.model = testing::BundledModel();
+    config_.bring_up.workers = 2;
+    config_.bring_up.heartbeat_interval_s = 0.05;
+    config_.plan.min_stages = 2;
+    config_.plan.kv_sequences = 2;
+  }
+  void TearDown() override {
+    StopHeartbeats();
+    if (controller_) controller_->Shutdown();
+  }
+
+  void Start() {
+    controller_ = std::make_unique<ClusterController>(
+        config_, *model_, &workers_, [this](const std::string& address) {
+          first_stage_address_ = address;
+          return absl::StatusOr<std::unique_ptr<ActivationSender>>(
+              pipeline_.MakeSender(controller_->Snapshot().plan_id));
+        });
+    controller_->OnStateChange([this](ClusterState s) {
+      absl::MutexLock l(&mu_);
+      states_.push_back(s);
+    });
+    controller_->Start("tcp://127.0.0.1:9");
+  }
+
+  // Registers a worker and keeps it heartbeating (in `state`) until StopHeartbeats(id).
+  void AddWorker(const std::string& id, uint64_t memory = 1 << 30) {
+    v1::RegisterRequest r;
+    r.set_protocol_version(kFrameVersion);
+    r.set_worker_id(id);
+    r.set_listen_address(id + ".local:5000");
+    r.set_data_address("tcp://" + id + ".local:5001");
+    r.mutable_resources()->set_memory_bytes(memory);
+    r.mutable_resources()->set_gflops(1);
+    auto resp = controller_->Register(r);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    {
+      absl::MutexLock l(&mu_);
+      beating_[id] = v1::WORKER_STATE_IDLE;
+    }
+    beats_.emplace_back([this, id, session = resp->session()] {
+      for (;;) {
+        v1::HeartbeatRequest hb;
+        {
+          absl::MutexLock l(&mu_);
+          auto it = beating_.find(id);
+          if (it == beating_.end() || stop_all_) return;
+          hb.set_state(it->second);
+          hb.set_error(it->second == v1::WORKER_STATE_FAILED ? "CUDA error (fake)" : "");
+        }
+        hb.set_worker_id(id);
+        hb.set_session(session);
+        controller_->Heartbeat(hb);
+        std::this_thread::sleep_for(milliseconds(20));
+      }
+    });
+  }
+  void SetWorkerState(const std::string& id, v1::WorkerState s) {
+    absl::MutexLock l(&mu_);
+    beating_[id] = s;
+  }
+  void StopHeartbeats(const std::string& id = "") {
+    {
+      absl::MutexLock l(&mu_);
+      if (id.empty()) {
+        stop_all_ = true;
+      } else {
+        beating_.erase(id);
+      }
+    }
+    if (id.empty()) {
+      for (auto& t : beats_) t.join();
+      beats_.clear();
+    }
+  }
+  std::vector<ClusterState> States() {
+    absl::MutexLock l(&mu_);
+    return states_;
+  }
+  ClusterConfig config_;
+  std::unique_ptr<ServedModel> model_;
+  FakeWorkers workers_;
+  std::unique_ptr<ClusterController> controller_;
+  // Destroyed before the controller: its thread calls into it.
+  FakePipeline pipeline_{[this](StepResult r) {
+    v1::StepResult wire;
+    EncodeResult(r, &wire);
+    controller_->OnResult(wire, "fake last stage");
+  }};
+  std::string first_stage_address_;
+  absl::Mutex mu_;
+  std::vector<ClusterState> states_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, v1::WorkerState> beating_ ABSL_GUARDED_BY(mu_);
+  bool stop_all_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> beats_;
+};
+
+struct Output {
+  std::vector<int32_t> ids;
+  absl::Status status;
+};
+
+Output Drain(RequestStream& s) {
+  Output o;
+  for (;;) {
+    auto e = s.Next(std::chrono::seconds(30));
+    if (!e) return {o.ids, absl::DeadlineExceededError("no event")};
+    o.ids.insert(o.ids.end(), e->ids.begin(), e->ids.end());
+    if (e->last) {
+      o.status = e->status;
+      return o;
+    }
+  }
+}
+
+SequenceRequest Request(int max_tokens, uint64_t seed) {
+  SequenceRequest r;
+  r.prompt = {1, 403, 407};
+  r.max_tokens = max_tokens;
+  r.sampling.seed = seed;
+  return r;
+}
+
+TEST_F(ControllerTest, BringUpGoesFromWaitingThroughPlanningAndLoadingToServing) {
+  Start();
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kWaitingForWorkers}, milliseconds(5000)));
+  EXPECT_THAT(std::string(controller_->scheduler().status().message()), HasSubstr("loading"));
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)))
+      << ClusterStateName(controller_->state());
+  // Listeners run just after each transition: wait for the last one to be heard.
+  for (int i = 0; i < 500 && States().size() < 4; ++i) std::this_thread::sleep_for(milliseconds(2));
+  EXPECT_THAT(States(), ElementsAre(ClusterState::kWaitingForWorkers, ClusterState::kPlanning,
+                                    ClusterState::kLoading, ClusterState::kServing));
+  // Two stages covering every layer, chained by data address, the last to the results.
+  auto loads = workers_.loads();
+  ASSERT_EQ(loads.size(), 2u);
+  std::sort(loads.begin(), loads.end(), [](const auto& a, const auto& b) {
+    return a.second.stage_index() < b.second.stage_index();
+  });
+  EXPECT_EQ(loads[0].second.first_layer(), 0);
+  EXPECT_EQ(loads[0].second.last_layer(), loads[1].second.first_layer());
+  EXPECT_EQ(loads[1].second.last_layer(), 5);
+  EXPECT_EQ(loads[0].second.next_address(), "tcp://" + loads[1].first + ".local:5001");
+  EXPECT_EQ(loads[1].second.coordinator_address(), "tcp://127.0.0.1:9");
+  EXPECT_EQ(loads[0].second.plan_id(), loads[1].second.plan_id());
+  EXPECT_EQ(first_stage_address_, "tcp://" + loads[0].first + ".local:5001");
+  // Requests run.
+  auto sched = controller_->scheduler();
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto s = (*sched)->Submit(Request(6, 3));
+  ASSERT_TRUE(s.ok());
+  Output o = Drain(**s);
+  EXPECT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.ids.size(), 6u);
+  const ClusterSnapshot snap = controller_->Snapshot();
+  EXPECT_EQ(snap.plan.stages.size(), 2u);
+  EXPECT_EQ(snap.scheduler.completed, 1u);
+}
+
+TEST_F(ControllerTest, TooFewWorkersInTimeStopsWithTheReason) {
+  config_.bring_up.worker_wait_s = 1;
+  Start();
+  AddWorker("w0");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kStopped}, milliseconds(10000)));
+  EXPECT_THAT(std::string(controller_->scheduler().status().message()),
+              HasSubstr("only 1 of 2 workers registered"));
+}
+
+TEST_F(ControllerTest, APlanThatDoesNotFitStopsNamingTheShortfall) {
+  Start();
+  AddWorker("w0", 1 << 20);
+  AddWorker("w1", 1 << 20);
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kStopped}, milliseconds(10000)));
+  EXPECT_THAT(std::string(controller_->scheduler().status().message()), HasSubstr("does not fit"));
+  EXPECT_TRUE(workers_.loads().empty());
+}
+
+TEST_F(ControllerTest, AFailedLoadStopsNamingTheStageAndWorker) {
+  workers_.FailLoadsOn("w1");
+  Start();
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kStopped}, milliseconds(10000)));
+  const std::string why(controller_->scheduler().status().message());
+  EXPECT_THAT(why, HasSubstr("the cluster failed to start"));
+  EXPECT_THAT(why, HasSubstr("on w1"));
+  EXPECT_THAT(why, HasSubstr("out of memory (fake)"));
+}
+
+TEST_F(ControllerTest, AWorkerWhoseHeartbeatsStopDegradesTheClusterAndEndsItsRequests) {
+  Start();
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  pipeline_.Pause();
+  auto s = (*controller_->scheduler())->Submit(Request(50, 9));
+  ASSERT_TRUE(s.ok());
+  const auto lost = std::chrono::steady_clock::now();
+  StopHeartbeats("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kDegraded}, milliseconds(10000)));
+  // Noticed within the liveness timeout (3 intervals + 1 s), plus one monitor tick.
+  EXPECT_LT(std::chrono::steady_clock::now() - lost, milliseconds(1150 + 1000));
+  Output o = Drain(**s);
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(o.status.message()), HasSubstr("worker w1"));
+  EXPECT_THAT(std::string(o.status.message()), HasSubstr("stopped responding"));
+  auto after = controller_->scheduler();
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(after.status().message()), HasSubstr("worker w1"));
+  pipeline_.Resume();
+  EXPECT_EQ(States().back(), ClusterState::kDegraded);
+}
+
+TEST_F(ControllerTest, AWorkerReportingFailureDegradesTheCluster) {
+  Start();
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  SetWorkerState("w0", v1::WORKER_STATE_FAILED);
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kDegraded}, milliseconds(10000)));
+  EXPECT_THAT(std::string(controller_->scheduler().status().message()),
+              HasSubstr("worker w0) failed: CUDA error (fake)"));
+}
+
+TEST_F(ControllerTest, DrainLetsRunningRequestsFinishThenStopsAndUnloads) {
+  Start();
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  auto sched = *controller_->scheduler();
+  pipeline_.Pause();
+  auto running = sched->Submit(Request(8, 4));
+  ASSERT_TRUE(running.ok());
+  auto drained = std::async(std::launch::async, [&] { controller_->Drain(milliseconds(20000)); });
+  // Not serving at once, and new requests are refused.
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kDraining}, milliseconds(5000)));
+  EXPECT_EQ(controller_->scheduler().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(sched->Submit(Request(1, 1)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(drained.wait_for(milliseconds(200)), std::future_status::timeout);
+  pipeline_.Resume();
+  Output o = Drain(**running);
+  EXPECT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.ids.size(), 8u);
+  drained.get();
+  EXPECT_EQ(controller_->state(), ClusterState::kStopped);
+  auto unloads = workers_.unloads();
+  std::sort(unloads.begin(), unloads.end());
+  EXPECT_THAT(unloads, ElementsAre("w0", "w1"));
+}
+
+TEST_F(ControllerTest, DrainEndsWhatIsLeftWhenItsTimeRunsOut) {
+  Start();
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  pipeline_.Pause();
+  auto running = (*controller_->scheduler())->Submit(Request(8, 4));
+  ASSERT_TRUE(running.ok());
+  controller_->Drain(milliseconds(200));
+  Output o = Drain(**running);
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(o.status.message()), HasSubstr("drain timeout"));
+  pipeline_.Resume();
+  EXPECT_EQ(controller_->state(), ClusterState::kStopped);
+}
+
+TEST_F(ControllerTest, ShutdownWhileWaitingStops) {
+  Start();
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kWaitingForWorkers}, milliseconds(5000)));
+  controller_->Shutdown();
+  EXPECT_EQ(controller_->state(), ClusterState::kStopped);
+  EXPECT_TRUE(workers_.unloads().empty());
+}
+
+TEST_F(ControllerTest, RegistrationIsCheckedAndResultsOfAnotherPlanAreIgnored) {
+  Start();
+  v1::RegisterRequest r;
+  r.set_protocol_version(kFrameVersion);
+  EXPECT_EQ(controller_->Register(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.set_worker_id("x");
+  r.set_listen_address("x:1");
+  r.set_protocol_version(kFrameVersion + 1);
+  EXPECT_EQ(controller_->Register(r).status().code(), absl::StatusCode::kFailedPrecondition);
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  pipeline_.Pause();
+  auto s = (*controller_->scheduler())->Submit(Request(3, 8));
+  ASSERT_TRUE(s.ok());
+  // A result claiming another plan changes nothing for this stream.
+  v1::StepResult forged;
+  forged.set_plan_id(controller_->Snapshot().plan_id + 1);
+  forged.set_batch_id(1);
+  forged.add_tokens()->set_token(5);
+  controller_->OnResult(forged, "a stranger");
+  pipeline_.Resume();
+  Output o = Drain(**s);
+  ASSERT_TRUE(o.status.ok());
+  EXPECT_EQ(o.ids.size(), 3u);
+  for (size_t i = 0; i < o.ids.size(); ++i) {
+    EXPECT_EQ(o.ids[i], FakePipeline::TokenFor(8, 3 + i));
+  }
+}
+
+}  // namespace
+}  // namespace cascade

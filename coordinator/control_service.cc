@@ -1,0 +1,87 @@
+#include "coordinator/control_service.h"
+
+#include "transport/grpc_util.h"
+
+namespace cascade {
+
+grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+                                      v1::RegisterResponse* resp) {
+  auto r = controller_->Register(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                                       v1::HeartbeatResponse* resp) {
+  resp->set_known(controller_->Heartbeat(*req));
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::Results(grpc::ServerContext* ctx,
+                                     grpc::ServerReader<v1::StepResult>* reader,
+                                     v1::ResultsAck*) {
+  v1::StepResult wire;
+  while (reader->Read(&wire)) controller_->OnResult(wire, ctx->peer());
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::ClusterStatus(grpc::ServerContext*, const v1::ClusterStatusRequest*,
+                                           v1::ClusterStatusResponse* resp) {
+  FillClusterStatus(controller_->Snapshot(), model_id_, resp);
+  return grpc::Status::OK;
+}
+
+void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
+                       v1::ClusterStatusResponse* out) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!model_id.empty()) out->set_model(model_id);
+  out->set_serving(s.state == ClusterState::kServing);
+  out->set_state(ClusterStateName(s.state));
+  out->set_plan_id(s.plan_id);
+  if (!s.reason.empty() && s.state != ClusterState::kServing) out->set_error(s.reason);
+  for (size_t i = 0; i < s.workers.size(); ++i) {
+    const WorkerRecord& w = s.workers[i];
+    v1::WorkerInfo* wi = out->add_workers();
+    wi->set_worker_id(w.id);
+    wi->set_node(w.node);
+    wi->set_address(w.address);
+    *wi->mutable_resources() = w.resources;
+    wi->set_state(w.state);
+    wi->set_seconds_since_heartbeat(std::chrono::duration<double>(now - w.last_seen).count());
+    wi->set_alive(s.alive[i]);
+  }
+  for (size_t i = 0; i < s.plan.stages.size(); ++i) {
+    const StagePlan& st = s.plan.stages[i];
+    const WorkerSpec& spec = s.plan_workers[st.worker];
+    v1::StageStatus* ss = out->add_stages();
+    ss->set_index(static_cast<int32_t>(i));
+    ss->set_first_layer(st.layers.first);
+    ss->set_last_layer(st.layers.last);
+    ss->set_planned_bytes(st.memory.total());
+    ss->set_worker_id(spec.id);
+    ss->set_address(spec.address);
+    ss->set_data_address(s.stage_addresses[i]);
+    for (size_t j = 0; j < s.workers.size(); ++j) {
+      if (s.workers[j].id != spec.id) continue;
+      ss->set_state(s.workers[j].state);
+      *ss->mutable_stats() = s.workers[j].stats;
+      ss->set_alive(s.alive[j]);
+    }
+  }
+  const SchedulerStats& st = s.scheduler;
+  v1::SchedulerStatus* o = out->mutable_scheduler();
+  o->set_waiting(st.waiting);
+  o->set_running(st.running);
+  o->set_in_flight_batches(st.in_flight_batches);
+  o->set_kv_blocks_reserved(st.kv_blocks_reserved);
+  o->set_kv_blocks_total(st.kv_blocks_total);
+  o->set_completed(st.completed);
+  o->set_failed(st.failed);
+  o->set_rejected(st.rejected);
+  o->set_generated_tokens(st.generated_tokens);
+  o->set_prompt_tokens(st.prompt_tokens);
+  o->set_uptime_s(s.uptime_s);
+}
+
+}  // namespace cascade

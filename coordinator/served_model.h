@@ -1,0 +1,49 @@
+// ServedModel: the model a coordinator serves, opened once at start: its files (mapped,
+// validated), its tokenizer, its chat template, the id clients use for it, and the profile
+// the planner works from. The coordinator never computes with the weights; workers do.
+//
+// Contract: Open fails with the reason (missing file, corrupt header, no tokenizer) before
+// anything listens. Immutable after Open; thread-safe.
+#ifndef CASCADE_COORDINATOR_SERVED_MODEL_H_
+#define CASCADE_COORDINATOR_SERVED_MODEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cascade/v1/inference.pb.h"
+#include "coordinator/planner.h"
+#include "model/model_source.h"
+#include "model/tokenizer.h"
+
+namespace cascade {
+
+class ServedModel {
+ public:
+  // `served_name` is the id clients use; "" means the model's own name, or else its file
+  // or folder name without the extension.
+  static absl::StatusOr<std::unique_ptr<ServedModel>> Open(const std::string& path,
+                                                           const std::string& served_name = "");
+
+  const std::string& path() const { return path_; }
+  const std::string& id() const { return id_; }
+  const ModelSource& source() const { return *source_; }
+  const ModelConfig& config() const { return source_->config(); }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Jinja source from GGUF tokenizer.chat_template or tokenizer_config.json; "" if none.
+  const std::string& chat_template() const { return chat_template_; }
+  const ModelProfile& profile() const { return profile_; }
+  // Id, architecture and sizes (the cluster fills in stages and readiness).
+  v1::ModelInfo Info() const;
+
+ private:
+  ServedModel() = default;
+  std::string path_, id_, chat_template_;
+  std::unique_ptr<ModelSource> source_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelProfile profile_;
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_COORDINATOR_SERVED_MODEL_H_

@@ -1,0 +1,33 @@
+// Batches: the unit of work of a forward pass. A batch is a flat list of token slots,
+// each naming its sequence and position, so prefill chunks and decode steps of many
+// sequences share one pass (continuous batching, chunked prefill, pipeline micro-batches).
+//
+// Contract: plain data. Within a batch, the slots of one sequence must have consecutive,
+// increasing positions (Stage::Forward checks this, and everything else, before it runs).
+#ifndef CASCADE_GENERATION_BATCH_H_
+#define CASCADE_GENERATION_BATCH_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace cascade {
+
+using SeqId = int64_t;
+
+// Defaults of the two sizes every layer agrees on (planner, scheduler, stage): tokens per
+// KV-cache block, and tokens per forward pass. Written once, here.
+constexpr int kDefaultKvBlockSize = 16;
+constexpr int64_t kDefaultMaxBatchTokens = 512;
+
+struct TokenSlot {
+  int32_t token = 0;         // input token id (read by the first stage only)
+  SeqId seq = 0;             // sequence the token belongs to
+  int32_t pos = 0;           // position of the token in its sequence
+  bool want_logits = false;  // the last stage returns logits for this slot
+};
+
+using Batch = std::vector<TokenSlot>;
+
+}  // namespace cascade
+
+#endif  // CASCADE_GENERATION_BATCH_H_

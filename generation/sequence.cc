@@ -1,0 +1,104 @@
+#include "generation/sequence.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace cascade {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEndOfSequence:
+      return "eos";
+    case FinishReason::kContextFull:
+      return "context";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "?";
+}
+
+absl::Status ValidateSequenceRequest(const SequenceRequest& req, int64_t vocab_size,
+                                     int64_t context_length) {
+  if (req.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  for (int32_t id : req.prompt) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt token id ", id, " is outside the vocabulary of ", vocab_size));
+    }
+  }
+  if (static_cast<int64_t>(req.prompt.size()) >= context_length) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", req.prompt.size(),
+                                                   " tokens does not fit the context of ",
+                                                   context_length, " tokens"));
+  }
+  if (req.max_tokens < 0 || req.max_tokens > kMaxTokensLimit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens ", req.max_tokens, " is outside [0, ", kMaxTokensLimit, "]"));
+  }
+  if (absl::Status st = req.sampling.Validate(); !st.ok()) return st;
+  if (req.stop.size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(req.stop.size(), " stop strings; at most ", kMaxStopStrings));
+  }
+  for (const auto& s : req.stop) {
+    if (s.size() > kMaxStopBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a stop string of ", s.size(), " bytes; at most ", kMaxStopBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Sequence::Sequence(const Tokenizer& tokenizer, SequenceRequest request, int32_t max_tokens,
+                   int64_t context_length)
+    : tokenizer_(&tokenizer),
+      request_(std::move(request)),
+      tokens_(request_.prompt),
+      prompt_len_(static_cast<int32_t>(request_.prompt.size())),
+      max_tokens_(max_tokens),
+      context_length_(context_length),
+      text_(tokenizer, request_.stop, request_.prompt) {}
+
+Sequence::Step Sequence::Accept(int32_t token) {
+  Step step;
+  if (!request_.ignore_eos && tokenizer_->IsEndOfGeneration(token)) {
+    finished_ = step.finished = true;
+    step.reason = FinishReason::kEndOfSequence;
+    return step;
+  }
+  tokens_.push_back(token);
+  step.appended = true;
+  bool stopped = false;
+  step.text = text_.Push(token, &stopped);
+  const bool context_full = static_cast<int64_t>(tokens_.size()) >= context_length_;
+  if (stopped) {
+    step.finished = true;
+    step.reason = FinishReason::kStop;
+  } else if (generated() >= max_tokens_) {
+    step.finished = true;
+    step.reason = context_full ? FinishReason::kContextFull : FinishReason::kLength;
+  } else if (context_full) {
+    step.finished = true;
+    step.reason = FinishReason::kContextFull;
+  }
+  finished_ = step.finished;
+  return step;
+}
+
+std::string Sequence::Flush() { return text_.Finish(); }
+
+std::span<const int32_t> Sequence::PenaltyWindow() const {
+  const SamplingParams& p = request_.sampling;
+  const bool active = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+                      p.presence_penalty != 0.0f;
+  if (!active) return {};
+  const size_t n = std::min<size_t>(tokens_.size(), static_cast<size_t>(p.penalty_last_n));
+  return std::span<const int32_t>(tokens_).subspan(tokens_.size() - n);
+}
+
+}  // namespace cascade

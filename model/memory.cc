@@ -1,0 +1,44 @@
+#include "model/memory.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace cascade {
+
+uint64_t KvBytesPerToken(const ModelConfig& c, int layers) {
+  return 2ull * sizeof(float) * static_cast<uint64_t>(layers) * static_cast<uint64_t>(c.kv_dim());
+}
+
+uint64_t StageWeightBytes(const ModelSource& source, LayerRange range) {
+  const ModelConfig& c = source.config();
+  uint64_t total = 0;
+  for (const TensorView& t : source.tensors()) {
+    const std::string& n = t.name;
+    if (n.rfind("blk.", 0) == 0) {
+      const int layer = std::atoi(n.c_str() + 4);
+      if (layer >= range.first && layer < range.last) total += t.nbytes;
+    } else if (n == "token_embd.weight") {
+      const bool head_uses_it = range.last == c.n_layers && c.tied_embeddings;
+      if (range.first == 0 || head_uses_it) total += t.nbytes;
+    } else if (n == "output.weight" || n == "output_norm.weight") {
+      if (range.last == c.n_layers) total += t.nbytes;
+    }
+  }
+  return total;
+}
+
+StageMemory EstimateStageMemory(const ModelConfig& c, LayerRange range, uint64_t weight_bytes,
+                                int64_t kv_tokens, int64_t batch_tokens) {
+  StageMemory m;
+  m.weights = weight_bytes;
+  m.kv_cache = KvBytesPerToken(c, range.size()) * static_cast<uint64_t>(kv_tokens);
+  // Per token: x, xb (dim), q, att (q_dim), k, v (kv_dim), two FFN buffers; the last stage
+  // adds a row of logits and the activation-quantization scratch is at most one more row.
+  uint64_t per_token = 2 * c.dim + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.ffn_dim + c.ffn_dim;
+  if (range.last == c.n_layers) per_token += c.vocab_size;
+  m.activations = per_token * sizeof(float) * static_cast<uint64_t>(batch_tokens);
+  return m;
+}
+
+}  // namespace cascade

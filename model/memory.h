@@ -1,0 +1,38 @@
+// Memory needed by a pipeline stage: weights of its layers, its KV cache and its
+// activation/workspace buffers. Used by `cascade inspect`, the planner and the worker
+// (which sizes its KV cache from what is left).
+//
+// Contract: pure arithmetic on a ModelConfig; thread-safe.
+#ifndef CASCADE_MODEL_MEMORY_H_
+#define CASCADE_MODEL_MEMORY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "model/model_config.h"
+#include "model/model_source.h"
+#include "model/weights.h"
+#include "util/units.h"
+
+namespace cascade {
+
+struct StageMemory {
+  uint64_t weights = 0;      // bytes of this stage's tensors as stored
+  uint64_t kv_cache = 0;     // bytes for kv_tokens positions (all sequences together)
+  uint64_t activations = 0;  // workspace for a batch of batch_tokens tokens
+  uint64_t total() const { return weights + kv_cache + activations; }
+};
+
+// KV bytes per token position for `layers` layers (F32 keys and values).
+uint64_t KvBytesPerToken(const ModelConfig& c, int layers);
+
+// Weight bytes of layers [range) plus embedding (first stage) and head (last stage), from
+// the actual tensors of `source`.
+uint64_t StageWeightBytes(const ModelSource& source, LayerRange range);
+
+StageMemory EstimateStageMemory(const ModelConfig& c, LayerRange range, uint64_t weight_bytes,
+                                int64_t kv_tokens, int64_t batch_tokens);
+
+}  // namespace cascade
+
+#endif  // CASCADE_MODEL_MEMORY_H_

@@ -1,0 +1,96 @@
+// Block formats of the quantized weight types (GGUF/ggml layouts) and their reference
+// (plain C++) quantization and dequantization.
+//
+// Contract: pure functions, thread-safe. `n` is always a multiple of the type's block size
+// (callers check with RowBytes). Dequantization is exact (bit for bit what ggml produces);
+// quantization produces valid encodings (scales finite, codes in range) that follow ggml's
+// reference algorithms. These are the references the SIMD kernels are tested against.
+#ifndef CASCADE_TENSOR_QUANT_H_
+#define CASCADE_TENSOR_QUANT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/tensor_type.h"
+
+namespace cascade {
+
+constexpr int kQK = 32;    // elements per Q4_0 / Q8_0 block
+constexpr int kQKK = 256;  // elements per K-quant super-block
+
+struct BlockQ4_0 {
+  uint16_t d;      // fp16 scale
+  uint8_t qs[16];  // element j in low nibble of qs[j], j+16 in the high nibble; value (q-8)*d
+};
+struct BlockQ8_0 {
+  uint16_t d;     // fp16 scale
+  int8_t qs[32];  // value q*d
+};
+struct BlockQ4K {
+  uint16_t d;          // fp16 super-block scale of the 6-bit sub-block scales
+  uint16_t dmin;       // fp16 super-block scale of the 6-bit sub-block mins
+  uint8_t scales[12];  // 8 (scale, min) pairs, 6 bits each
+  uint8_t qs[128];     // 4-bit codes; sub-block s: qs[32*(s/2) + l], low nibble if s even
+};
+struct BlockQ5K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];  // fifth bit: element 32*s + l takes bit s of qh[l]
+  uint8_t qs[128];
+};
+struct BlockQ6K {
+  uint8_t ql[128];    // low 4 bits
+  uint8_t qh[64];     // high 2 bits
+  int8_t scales[16];  // one per 16 elements
+  uint16_t d;         // fp16, stored last
+};
+struct BlockQ8K {  // activation format for K-quant dot products (never stored in files)
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];  // sums of each 16 consecutive qs
+};
+
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4K) == 144);
+static_assert(sizeof(BlockQ5K) == 176);
+static_assert(sizeof(BlockQ6K) == 210);
+static_assert(sizeof(BlockQ8K) == 292);
+
+// The 6-bit (scale, min) pair j (0..7) of a Q4_K/Q5_K block.
+inline void GetScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Dequantizes n elements of any type in {F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K}.
+// Returns false for other types.
+bool DequantizeRow(TensorType type, const void* src, int64_t n, float* dst);
+
+void DequantizeQ4_0(const BlockQ4_0* x, int64_t n, float* y);
+void DequantizeQ8_0(const BlockQ8_0* x, int64_t n, float* y);
+void DequantizeQ4K(const BlockQ4K* x, int64_t n, float* y);
+void DequantizeQ5K(const BlockQ5K* x, int64_t n, float* y);
+void DequantizeQ6K(const BlockQ6K* x, int64_t n, float* y);
+
+// Reference quantizers (float -> blocks).
+void QuantizeQ8_0(const float* x, int64_t n, BlockQ8_0* y);
+void QuantizeQ4_0(const float* x, int64_t n, BlockQ4_0* y);
+void QuantizeQ8K(const float* x, int64_t n, BlockQ8K* y);
+void QuantizeQ4K(const float* x, int64_t n, BlockQ4K* y);
+void QuantizeQ5K(const float* x, int64_t n, BlockQ5K* y);
+void QuantizeQ6K(const float* x, int64_t n, BlockQ6K* y);
+
+// Quantizes n floats into `type` (F32, F16, BF16 or one of the quantized types above).
+// Returns false for an unsupported type. dst must hold RowBytes(type, n) bytes.
+bool QuantizeRow(TensorType type, const float* src, int64_t n, void* dst);
+
+}  // namespace cascade
+
+#endif  // CASCADE_TENSOR_QUANT_H_

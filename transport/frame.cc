@@ -1,0 +1,214 @@
+#include "transport/frame.h"
+
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "util/checked_math.h"
+#include "util/status_macros.h"
+
+namespace cascade {
+namespace {
+
+absl::Status Bad(const std::string& field, const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat("activation frame: ", field, ": ", problem));
+}
+
+}  // namespace
+
+void EncodeSampling(const SamplingParams& p, v1::SamplingParams* out) {
+  out->set_temperature(p.temperature);
+  out->set_top_k(p.top_k);
+  out->set_top_p(p.top_p);
+  out->set_min_p(p.min_p);
+  out->set_repetition_penalty(p.repetition_penalty);
+  out->set_frequency_penalty(p.frequency_penalty);
+  out->set_presence_penalty(p.presence_penalty);
+  out->set_seed(p.seed);
+  out->set_has_seed(true);
+}
+
+SamplingParams DecodeSampling(const v1::SamplingParams& p) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  s.min_p = p.min_p();
+  s.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  s.presence_penalty = p.presence_penalty();
+  s.seed = p.seed();
+  return s;
+}
+
+void EncodeFrame(const StageFrame& f, v1::ActivationFrame* out) {
+  out->Clear();
+  out->set_version(kFrameVersion);
+  out->set_plan_id(f.plan_id);
+  out->set_batch_id(f.batch_id);
+  out->set_stage(f.stage);
+  const int64_t n = static_cast<int64_t>(f.slots.size());
+  out->mutable_seq_ids()->Reserve(static_cast<int>(n));
+  for (const TokenSlot& s : f.slots) {
+    out->add_seq_ids(s.seq);
+    out->add_positions(s.pos);
+    out->add_tokens(s.token);
+    out->add_want_logits(s.want_logits);
+  }
+  if (!f.hidden.empty()) {
+    out->set_dtype(v1::DTYPE_F32);
+    out->add_shape(n);
+    out->add_shape(n > 0 ? static_cast<int64_t>(f.hidden.size()) / n : 0);
+    out->set_payload(f.hidden.data(), f.hidden.size() * sizeof(float));
+  }
+  for (const SeqSampling& s : f.sampling) {
+    v1::SeqSampling* o = out->add_sampling();
+    o->set_seq_id(s.seq);
+    EncodeSampling(s.params, o->mutable_params());
+    o->set_draw_index(s.draw_index);
+    for (int32_t t : s.recent_tokens) o->add_recent_tokens(t);
+    o->set_logprobs(s.logprobs);
+  }
+  for (SeqId r : f.release) out->add_release_seq_ids(r);
+  if (!f.error.empty()) out->set_error(f.error);
+}
+
+absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const FrameExpectations& e) {
+  if (in.version() != kFrameVersion) {
+    return Bad("version",
+               absl::StrCat(in.version(), " is not the supported version ", kFrameVersion));
+  }
+  if (in.plan_id() != e.plan_id) {
+    return Bad("plan_id", absl::StrCat(in.plan_id(), " is not the loaded plan ", e.plan_id));
+  }
+  if (in.stage() != e.stage) {
+    return Bad("stage",
+               absl::StrCat("frame is for stage ", in.stage(), ", this is stage ", e.stage));
+  }
+  const int64_t n = in.seq_ids_size();
+  if (n > e.max_tokens) {
+    return Bad("seq_ids", absl::StrCat(n, " tokens exceed the batch limit of ", e.max_tokens));
+  }
+  if (in.positions_size() != n || in.tokens_size() != n || in.want_logits_size() != n) {
+    return Bad("per-token fields", absl::StrCat("seq_ids has ", n, " entries, positions ",
+                                                in.positions_size(), ", tokens ", in.tokens_size(),
+                                                ", want_logits ", in.want_logits_size()));
+  }
+  if (in.release_seq_ids_size() > kMaxReleasePerFrame) {
+    return Bad("release_seq_ids", absl::StrCat(in.release_seq_ids_size(), " entries"));
+  }
+  StageFrame f;
+  f.plan_id = in.plan_id();
+  f.batch_id = in.batch_id();
+  f.stage = in.stage();
+  f.error = in.error();
+  f.release.assign(in.release_seq_ids().begin(), in.release_seq_ids().end());
+  if (!f.error.empty() || n == 0) {
+    if (n == 0 && (in.shape_size() != 0 || !in.payload().empty())) {
+      return Bad("payload", "a frame without tokens carries activations");
+    }
+    return f;  // release-only or error frame
+  }
+  // Activations.
+  if (e.first_stage) {
+    if (in.dtype() != v1::DTYPE_UNSPECIFIED || in.shape_size() != 0 || !in.payload().empty()) {
+      return Bad("payload", "the first stage takes token ids, not activations");
+    }
+  } else {
+    if (in.dtype() != v1::DTYPE_F32) {
+      return Bad("dtype", absl::StrCat("expected F32, got ", v1::DType_Name(in.dtype())));
+    }
+    if (in.shape_size() != 2 || in.shape(0) != n || in.shape(1) != e.dim) {
+      std::string got;
+      for (int i = 0; i < in.shape_size(); ++i) absl::StrAppend(&got, i ? ", " : "", in.shape(i));
+      return Bad("shape", absl::StrCat("[", got, "] is not [", n, ", ", e.dim, "]"));
+    }
+    uint64_t bytes = 0;
+    if (!CheckedProduct({static_cast<uint64_t>(n), static_cast<uint64_t>(e.dim), 4}, &bytes) ||
+        in.payload().size() != bytes) {
+      return Bad("payload", absl::StrCat(in.payload().size(), " bytes, shape needs ", bytes));
+    }
+    f.hidden.resize(static_cast<size_t>(n * e.dim));
+    std::memcpy(f.hidden.data(), in.payload().data(), bytes);
+  }
+  // Tokens.
+  f.slots.resize(n);
+  std::set<SeqId> wanting;
+  for (int64_t i = 0; i < n; ++i) {
+    TokenSlot& s = f.slots[i];
+    s.seq = in.seq_ids(static_cast<int>(i));
+    s.pos = in.positions(static_cast<int>(i));
+    s.token = in.tokens(static_cast<int>(i));
+    s.want_logits = in.want_logits(static_cast<int>(i));
+    if (s.pos < 0 || s.pos >= e.context_length) {
+      return Bad(absl::StrCat("positions[", i, "]"),
+                 absl::StrCat(s.pos, " is outside the context of ", e.context_length));
+    }
+    if (e.first_stage && (s.token < 0 || s.token >= e.vocab_size)) {
+      return Bad(absl::StrCat("tokens[", i, "]"),
+                 absl::StrCat(s.token, " is outside the vocabulary of ", e.vocab_size));
+    }
+    if (s.want_logits && !wanting.insert(s.seq).second) {
+      return Bad("want_logits", absl::StrCat("sequence ", s.seq, " asks for two samples"));
+    }
+  }
+  // Sampling: exactly one entry per sequence that wants logits.
+  std::set<SeqId> seen;
+  for (const v1::SeqSampling& s : in.sampling()) {
+    const std::string field = absl::StrCat("sampling[seq ", s.seq_id(), "]");
+    if (!wanting.count(s.seq_id())) return Bad(field, "sequence wants no logits in this frame");
+    if (!seen.insert(s.seq_id()).second) return Bad(field, "duplicate");
+    if (s.recent_tokens_size() > kMaxRecentTokens) {
+      return Bad(field, absl::StrCat(s.recent_tokens_size(), " recent tokens"));
+    }
+    SeqSampling o;
+    o.seq = s.seq_id();
+    o.params = DecodeSampling(s.params());
+    CASCADE_RETURN_IF_ERROR(o.params.Validate());
+    o.draw_index = s.draw_index();
+    o.recent_tokens.assign(s.recent_tokens().begin(), s.recent_tokens().end());
+    o.logprobs = s.logprobs();
+    f.sampling.push_back(std::move(o));
+  }
+  if (!in.sampling().empty() && seen.size() != wanting.size()) {
+    return Bad("sampling", absl::StrCat(wanting.size(), " sequences want logits but ", seen.size(),
+                                        " have sampling parameters"));
+  }
+  return f;
+}
+
+void EncodeResult(const StepResult& r, v1::StepResult* out) {
+  out->Clear();
+  out->set_plan_id(r.plan_id);
+  out->set_batch_id(r.batch_id);
+  for (const SampledToken& t : r.tokens) {
+    v1::SampledToken* o = out->add_tokens();
+    o->set_seq_id(t.seq);
+    o->set_token(t.token);
+    o->set_logprob(t.logprob);
+    o->set_position(t.position);
+  }
+  if (!r.error.empty()) out->set_error(r.error);
+}
+
+absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, uint64_t plan_id,
+                                        int64_t vocab_size) {
+  if (in.plan_id() != plan_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step result: plan_id ", in.plan_id(), " is not the current plan ", plan_id));
+  }
+  StepResult r;
+  r.plan_id = in.plan_id();
+  r.batch_id = in.batch_id();
+  r.error = in.error();
+  for (const v1::SampledToken& t : in.tokens()) {
+    if (t.token() < 0 || t.token() >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step result: token ", t.token(), " is outside the vocabulary"));
+    }
+    r.tokens.push_back({t.seq_id(), t.token(), t.logprob(), t.position()});
+  }
+  return r;
+}
+
+}  // namespace cascade

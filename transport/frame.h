@@ -1,0 +1,89 @@
+// StageFrame: one micro-batch step as it travels the pipeline, and its wire form
+// (cascade.v1.ActivationFrame, version 1).
+//
+// Contract:
+// - EncodeFrame never fails. DecodeFrame checks every field of an untrusted frame against
+//   what the receiving stage expects (version, plan, stage index, dtype, shape against the
+//   payload size, one entry per token in every per-token field, token ids, positions,
+//   sampling values and sizes) before it copies anything; a bad frame gives
+//   InvalidArgument naming the field.
+// - Plain data; thread-compatible.
+#ifndef CASCADE_TRANSPORT_FRAME_H_
+#define CASCADE_TRANSPORT_FRAME_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cascade/v1/worker.pb.h"
+#include "generation/batch.h"
+#include "generation/sampler.h"
+
+namespace cascade {
+
+constexpr uint32_t kFrameVersion = 1;
+
+// How the last stage samples one sequence of the batch.
+struct SeqSampling {
+  SeqId seq = 0;
+  SamplingParams params;
+  uint64_t draw_index = 0;             // the new token's position
+  std::vector<int32_t> recent_tokens;  // penalty window
+  bool logprobs = false;
+};
+
+struct StageFrame {
+  uint64_t plan_id = 0;
+  uint64_t batch_id = 0;
+  uint32_t stage = 0;
+  Batch slots;                // one per token
+  std::vector<float> hidden;  // (slots, dim) for stages after the first; else empty
+  std::vector<SeqSampling> sampling;
+  std::vector<SeqId> release;  // free these sequences' KV before running the batch
+  std::string error;           // set: an earlier stage failed this batch; pass it on
+};
+
+struct SampledToken {
+  SeqId seq = 0;
+  int32_t token = 0;
+  float logprob = 0;
+  int32_t position = 0;
+};
+
+struct StepResult {
+  uint64_t plan_id = 0;
+  uint64_t batch_id = 0;
+  std::vector<SampledToken> tokens;
+  std::string error;
+};
+
+// What a stage accepts.
+struct FrameExpectations {
+  uint64_t plan_id = 0;
+  uint32_t stage = 0;
+  bool first_stage = false;
+  int64_t dim = 0;
+  int64_t vocab_size = 0;
+  int64_t max_tokens = 0;
+  int64_t context_length = 0;
+};
+
+// Limits on the variable-length parts of a frame.
+constexpr int64_t kMaxReleasePerFrame = 1 << 16;
+constexpr int64_t kMaxRecentTokens = 1 << 12;
+
+void EncodeFrame(const StageFrame& frame, v1::ActivationFrame* out);
+absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const FrameExpectations& e);
+
+void EncodeResult(const StepResult& result, v1::StepResult* out);
+// Checks the result against the plan and the vocabulary.
+absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, uint64_t plan_id,
+                                        int64_t vocab_size);
+
+void EncodeSampling(const SamplingParams& p, v1::SamplingParams* out);
+SamplingParams DecodeSampling(const v1::SamplingParams& p);
+
+}  // namespace cascade
+
+#endif  // CASCADE_TRANSPORT_FRAME_H_

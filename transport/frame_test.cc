@@ -1,0 +1,146 @@
+#include "transport/frame.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cascade {
+namespace {
+
+using ::testing::HasSubstr;
+
+FrameExpectations Middle() {
+  FrameExpectations e;
+  e.plan_id = 7;
+  e.stage = 1;
+  e.first_stage = false;
+  e.dim = 4;
+  e.vocab_size = 100;
+  e.max_tokens = 16;
+  e.context_length = 64;
+  return e;
+}
+
+StageFrame Sample() {
+  StageFrame f;
+  f.plan_id = 7;
+  f.batch_id = 3;
+  f.stage = 1;
+  f.slots = {{5, 11, 0, false}, {6, 11, 1, true}, {9, 12, 4, true}};
+  f.hidden.resize(3 * 4);
+  for (size_t i = 0; i < f.hidden.size(); ++i) f.hidden[i] = 0.5f * static_cast<float>(i);
+  SeqSampling a;
+  a.seq = 11;
+  a.params.temperature = 0.7f;
+  a.params.seed = 99;
+  a.draw_index = 2;
+  a.recent_tokens = {5, 6};
+  SeqSampling b;
+  b.seq = 12;
+  b.params = SamplingParams::Greedy();
+  b.draw_index = 5;
+  f.sampling = {a, b};
+  f.release = {4, 8};
+  return f;
+}
+
+TEST(Frame, RoundTrip) {
+  v1::ActivationFrame wire;
+  EncodeFrame(Sample(), &wire);
+  // Through bytes, as on the network.
+  std::string bytes = wire.SerializeAsString();
+  v1::ActivationFrame parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  auto f = DecodeFrame(parsed, Middle());
+  ASSERT_TRUE(f.ok()) << f.status();
+  const StageFrame want = Sample();
+  EXPECT_EQ(f->batch_id, 3u);
+  ASSERT_EQ(f->slots.size(), 3u);
+  EXPECT_EQ(f->slots[2].seq, 12);
+  EXPECT_EQ(f->slots[2].pos, 4);
+  EXPECT_TRUE(f->slots[1].want_logits);
+  EXPECT_EQ(f->hidden, want.hidden);
+  ASSERT_EQ(f->sampling.size(), 2u);
+  EXPECT_EQ(f->sampling[0].params.seed, 99u);
+  EXPECT_FLOAT_EQ(f->sampling[0].params.temperature, 0.7f);
+  EXPECT_EQ(f->sampling[0].recent_tokens, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(f->release, (std::vector<SeqId>{4, 8}));
+}
+
+// Applies `mutate` to a valid wire frame and expects DecodeFrame to name `problem`.
+void ExpectRejected(const std::function<void(v1::ActivationFrame*)>& mutate,
+                    const std::string& problem) {
+  v1::ActivationFrame wire;
+  EncodeFrame(Sample(), &wire);
+  mutate(&wire);
+  auto f = DecodeFrame(wire, Middle());
+  ASSERT_FALSE(f.ok()) << problem;
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr(problem));
+}
+
+TEST(Frame, RejectsEveryKindOfBadField) {
+  ExpectRejected([](auto* w) { w->set_version(2); }, "version");
+  ExpectRejected([](auto* w) { w->set_plan_id(8); }, "plan_id");
+  ExpectRejected([](auto* w) { w->set_stage(2); }, "frame is for stage 2, this is stage 1");
+  ExpectRejected([](auto* w) { w->set_dtype(v1::DTYPE_UNSPECIFIED); }, "dtype");
+  ExpectRejected([](auto* w) { w->set_shape(1, 5); }, "shape: [3, 5] is not [3, 4]");
+  ExpectRejected([](auto* w) { w->mutable_payload()->resize(10); }, "payload: 10 bytes");
+  ExpectRejected([](auto* w) { w->add_positions(3); }, "per-token fields");
+  ExpectRejected([](auto* w) { w->set_positions(0, -1); }, "positions[0]");
+  ExpectRejected([](auto* w) { w->set_positions(1, 64); }, "outside the context");
+  ExpectRejected([](auto* w) { w->mutable_sampling(0)->set_seq_id(99); }, "wants no logits");
+  ExpectRejected([](auto* w) { w->mutable_sampling(0)->mutable_params()->set_top_p(3.0f); },
+                 "top_p");
+  ExpectRejected([](auto* w) { w->mutable_sampling()->RemoveLast(); }, "have sampling");
+  ExpectRejected(
+      [](auto* w) {
+        for (int i = 0; i < 20; ++i) {
+          w->add_seq_ids(1);
+          w->add_positions(0);
+          w->add_tokens(0);
+          w->add_want_logits(false);
+        }
+      },
+      "exceed the batch limit");
+  ExpectRejected([](auto* w) { w->set_want_logits(0, true); }, "asks for two samples");
+}
+
+TEST(Frame, FirstStageTakesTokensOnly) {
+  FrameExpectations first = Middle();
+  first.stage = 0;
+  first.first_stage = true;
+  StageFrame f = Sample();
+  f.stage = 0;
+  f.hidden.clear();
+  v1::ActivationFrame wire;
+  EncodeFrame(f, &wire);
+  EXPECT_TRUE(DecodeFrame(wire, first).ok());
+  wire.set_tokens(1, 100);
+  EXPECT_THAT(std::string(DecodeFrame(wire, first).status().message()),
+              HasSubstr("tokens[1]: 100 is outside the vocabulary"));
+  f.hidden.resize(12);
+  EncodeFrame(f, &wire);
+  EXPECT_THAT(std::string(DecodeFrame(wire, first).status().message()),
+              HasSubstr("takes token ids"));
+}
+
+TEST(Frame, ReleaseOnlyAndErrorFramesPassThrough) {
+  StageFrame f;
+  f.plan_id = 7;
+  f.stage = 1;
+  f.release = {1, 2, 3};
+  v1::ActivationFrame wire;
+  EncodeFrame(f, &wire);
+  auto d = DecodeFrame(wire, Middle());
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->slots.empty());
+  EXPECT_EQ(d->release.size(), 3u);
+  f.error = "stage 0: KV cache full";
+  EncodeFrame(f, &wire);
+  d = DecodeFrame(wire, Middle());
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->error, "stage 0: KV cache full");
+}
+
+}  // namespace
+}  // namespace cascade

@@ -1,0 +1,47 @@
+// The gRPC data plane: activation frames on StagePipe.Forward bidirectional streams (frames
+// one way, rejection notices the other) and step results on the Coordinator.Results
+// stream. Senders are ReconnectingLinks (transport/reconnecting_link.h) with gRPC dialers;
+// the receiving side is the StagePipe service, which parses each message itself and hands
+// it to the process's FrameRouter (transport/inbox.h), exactly as the TCP server does.
+//
+// Contract:
+// - MakeGrpcActivationSender / MakeGrpcResultSender behave as ReconnectingLink says; the
+//   peer is named "next stage at <address>" / "coordinator at <address>" in errors.
+// - StagePipeService reads raw bytes: bytes that are not a frame end the stream with
+//   INVALID_ARGUMENT and a logged reason; a well-formed frame the stage refuses is
+//   answered with a FrameAck naming the problem and the stream goes on.
+#ifndef CASCADE_TRANSPORT_GRPC_LINK_H_
+#define CASCADE_TRANSPORT_GRPC_LINK_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "cascade/v1/worker.grpc.pb.h"
+#include "transport/address.h"
+#include "transport/inbox.h"
+#include "transport/link.h"
+
+namespace cascade {
+
+// `target` is the peer's host:port.
+std::unique_ptr<ActivationSender> MakeGrpcActivationSender(
+    const HostPort& target, std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
+std::unique_ptr<ResultSender> MakeGrpcResultSender(
+    const HostPort& target, std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
+
+// StagePipe service: routes incoming frames to `router`, which must outlive it.
+class StagePipeService final
+    : public v1::StagePipe::WithRawCallbackMethod_Forward<v1::StagePipe::Service> {
+ public:
+  explicit StagePipeService(FrameRouter* router) : router_(router) {}
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Forward(
+      grpc::CallbackServerContext* ctx) override;
+
+ private:
+  FrameRouter* router_;
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_TRANSPORT_GRPC_LINK_H_

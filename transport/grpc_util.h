@@ -1,0 +1,29 @@
+// gRPC plumbing shared by the worker and the coordinator: explicit message-size limits and
+// keepalive on every channel and server, and absl::Status <-> grpc::Status at the RPC edge.
+#ifndef CASCADE_TRANSPORT_GRPC_UTIL_H_
+#define CASCADE_TRANSPORT_GRPC_UTIL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+
+namespace cascade {
+
+// Largest message on any Cascade channel: an activation frame of 8192 tokens x 8192 dims.
+constexpr int kMaxMessageBytes = 256 << 20;
+
+// A channel with Cascade's limits: message sizes, keepalive pings that detect a dead peer
+// within ~15 s, and bounded reconnect backoff.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// Applies the same limits to a server.
+void ConfigureServer(grpc::ServerBuilder* builder);
+
+grpc::Status ToGrpc(const absl::Status& s);
+absl::Status FromGrpc(const grpc::Status& s);
+
+}  // namespace cascade
+
+#endif  // CASCADE_TRANSPORT_GRPC_UTIL_H_

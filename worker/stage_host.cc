@@ -1,0 +1,212 @@
+#include "worker/stage_host.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/make_backend.h"
+#include "transport/address.h"
+#include "transport/factory.h"
+#include "util/logging.h"
+
+namespace cascade {
+
+StageHost::StageHost(StageHostOptions options, FrameRouter* router)
+    : options_(options), router_(router) {}
+
+StageHost::~StageHost() {
+  absl::MutexLock lock(&load_mu_);
+  StopStage();
+}
+
+absl::Status StageHost::Validate(const v1::LoadStageRequest& req) const {
+  if (req.num_stages() <= 0 || req.num_stages() > 1024 || req.stage_index() < 0 ||
+      req.stage_index() >= req.num_stages()) {
+    return absl::InvalidArgumentError(absl::StrCat("stage ", req.stage_index(), " of ",
+                                                   req.num_stages(), " is not a valid stage"));
+  }
+  const bool last = req.stage_index() + 1 == req.num_stages();
+  if (!last && req.next_address().empty()) {
+    return absl::InvalidArgumentError("a stage other than the last needs next_address");
+  }
+  if (last && req.coordinator_address().empty()) {
+    return absl::InvalidArgumentError("the last stage needs coordinator_address");
+  }
+  for (const std::string& a : {last ? req.coordinator_address() : req.next_address()}) {
+    if (auto parsed = ParseAddress(a); !parsed.ok()) return parsed.status();
+  }
+  if (req.kv_blocks() <= 0 || req.kv_blocks() > (int64_t{1} << 30) || req.kv_block_size() <= 0 ||
+      req.kv_block_size() > 4096 || req.max_batch_tokens() <= 0 ||
+      req.max_batch_tokens() > (1 << 20) || req.threads() < 0 || req.threads() > 4096) {
+    return absl::InvalidArgumentError(
+        "kv_blocks, kv_block_size, max_batch_tokens or threads is out of range");
+  }
+  if (!req.device().empty()) {
+    if (auto d = ParseDevice(req.device()); !d.ok()) return d.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::LoadStageResponse> StageHost::Load(const v1::LoadStageRequest& req) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::MutexLock load(&load_mu_);
+  if (absl::Status st = Validate(req); !st.ok()) return st;
+  StopStage();
+  {
+    absl::MutexLock lock(&mu_);
+    state_ = v1::WORKER_STATE_LOADING;
+    error_.clear();
+  }
+  auto fail = [this](absl::Status st) {
+    spdlog::error("LoadStage failed: {}", st.message());
+    absl::MutexLock lock(&mu_);
+    state_ = v1::WORKER_STATE_FAILED;
+    error_ = std::string(st.message());
+    return st;
+  };
+  if (!source_ || source_path_ != req.model_path()) {
+    source_.reset();
+    source_path_.clear();
+    auto src = ModelSource::Open(req.model_path());
+    if (!src.ok()) return fail(src.status());
+    source_ = std::move(*src);
+    source_path_ = req.model_path();
+  }
+  const ModelConfig& c = source_->config();
+  StageOptions so;
+  so.layers = {req.first_layer(), req.last_layer()};
+  so.threads = req.threads() > 0 ? req.threads() : options_.threads;
+  so.kv_blocks = req.kv_blocks();
+  so.kv_block_size = req.kv_block_size();
+  so.max_batch_tokens = req.max_batch_tokens();
+  so.quantized_activations = !req.exact();
+  const DeviceSpec device = req.device().empty() ? options_.device : *ParseDevice(req.device());
+  auto backend =
+      MakeBackend(device, {.threads = so.threads, .quantized_activations = so.quantized_activations});
+  if (!backend.ok()) return fail(backend.status());
+  auto stage = Stage::Create(*source_, so, std::move(*backend));
+  if (!stage.ok()) return fail(stage.status());
+  v1::LoadStageResponse resp;
+  resp.set_backend((*stage)->backend().name());
+  resp.set_kv_bytes(KvCache::BytesFor((*stage)->kv_cache().options()));
+  resp.set_weight_bytes((*stage)->weights().matrix_bytes());
+
+  const bool last = req.stage_index() + 1 == req.num_stages();
+  FrameExpectations e;
+  e.plan_id = req.plan_id();
+  e.stage = static_cast<uint32_t>(req.stage_index());
+  e.first_stage = req.stage_index() == 0;
+  e.dim = c.dim;
+  e.vocab_size = c.vocab_size;
+  e.max_tokens = req.max_batch_tokens();
+  e.context_length = c.context_length;
+  std::unique_ptr<ActivationSender> out;
+  std::shared_ptr<ResultSender> results;
+  if (last) {
+    auto r = MakeResultSender(req.coordinator_address());
+    if (!r.ok()) return fail(r.status());
+    results = std::move(*r);
+  } else {
+    auto o = MakeActivationSender(req.next_address());
+    if (!o.ok()) return fail(o.status());
+    out = std::move(*o);
+  }
+  inbox_ = std::make_shared<FrameInbox>(e);
+  auto executor = std::make_unique<StageExecutor>(
+      std::move(*stage), static_cast<uint32_t>(req.stage_index()), req.plan_id(),
+      inbox_->MakeReceiver(), std::move(out), std::move(results));
+  executor->Start();
+  router_->SetInbox(inbox_);
+  resp.set_load_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  absl::MutexLock lock(&mu_);
+  executor_ = std::move(executor);
+  state_ = v1::WORKER_STATE_SERVING;
+  plan_id_ = req.plan_id();
+  stage_index_ = req.stage_index();
+  range_ = so.layers;
+  spdlog::info("stage {} of {} loaded: layers [{}, {}) of {} in {:.2f}s on {}", req.stage_index(),
+               req.num_stages(), req.first_layer(), req.last_layer(), req.model_path(),
+               resp.load_seconds(), resp.backend());
+  return resp;
+}
+
+void StageHost::StopStage() {
+  router_->SetInbox(nullptr);  // new frames are refused from here on
+  if (inbox_) inbox_->Close();  // the executor drains what is queued, then stops
+  std::unique_ptr<StageExecutor> executor;
+  {
+    absl::MutexLock lock(&mu_);
+    executor = std::move(executor_);
+  }
+  if (executor) executor->Stop();
+  inbox_.reset();
+  absl::MutexLock lock(&mu_);
+  plan_id_ = 0;
+  stage_index_ = -1;
+  range_ = {};
+}
+
+absl::Status StageHost::Unload(uint64_t plan_id) {
+  absl::MutexLock load(&load_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (plan_id != 0 && plan_id_ != 0 && plan_id != plan_id_) {
+      return absl::NotFoundError(
+          absl::StrCat("plan ", plan_id, " is not loaded here (plan ", plan_id_, " is)"));
+    }
+  }
+  StopStage();
+  absl::MutexLock lock(&mu_);
+  state_ = v1::WORKER_STATE_IDLE;
+  error_.clear();
+  return absl::OkStatus();
+}
+
+void StageHost::Drain() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == v1::WORKER_STATE_SERVING) state_ = v1::WORKER_STATE_DRAINING;
+  }
+  absl::MutexLock load(&load_mu_);
+  StopStage();
+  absl::MutexLock lock(&mu_);
+  state_ = v1::WORKER_STATE_IDLE;
+  spdlog::info("drained: the stage finished its queued frames and is unloaded");
+}
+
+void StageHost::FillStats(v1::StageStats* out) const {
+  if (!executor_) return;
+  const ExecutorStats s = executor_->Stats();
+  out->set_frames(s.frames);
+  out->set_tokens(s.tokens);
+  out->set_busy_s(s.busy_seconds);
+  out->set_cpu_s(s.cpu_seconds);
+  out->set_kv_blocks_used(s.kv_blocks_used);
+  out->set_kv_blocks_total(s.kv_blocks_total);
+  out->set_rejected_frames(router_->rejected());
+}
+
+void StageHost::FillStatus(v1::WorkerStatus* out) const {
+  absl::MutexLock lock(&mu_);
+  out->set_state(state_);
+  out->set_plan_id(plan_id_);
+  out->set_stage_index(stage_index_);
+  out->set_first_layer(range_.first);
+  out->set_last_layer(range_.last);
+  out->set_error(error_);
+  FillStats(out->mutable_stats());
+}
+
+void StageHost::FillHeartbeat(v1::HeartbeatRequest* out) const {
+  absl::MutexLock lock(&mu_);
+  out->set_state(state_);
+  out->set_error(error_);
+  FillStats(out->mutable_stats());
+}
+
+v1::WorkerState StageHost::state() const {
+  absl::MutexLock lock(&mu_);
+  return state_;
+}
+
+}  // namespace cascade
