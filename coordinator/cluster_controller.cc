@@ -2,6 +2,7 @@
 
 #include <future>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -55,6 +56,10 @@ ClusterController::~ClusterController() { Shutdown(); }
 
 void ClusterController::Start(std::string results_address) {
   results_address_ = std::move(results_address);
+  scheduler_->SetLinkErrorHandler([this](const absl::Status& st) {
+    absl::MutexLock lock(&mu_);
+    link_errors_.emplace_back(Clock::now(), std::string(st.message()));
+  });
   scheduler_->Start();
   thread_ = std::thread([this] { Run(); });
 }
@@ -74,9 +79,9 @@ void ClusterController::Drain(std::chrono::milliseconds timeout) {
     if (stop_) return;
     draining_ = true;
   }
-  // Health says NOT_SERVING at once; what runs goes on.
-  SetState(ClusterState::kDraining, "the server is shutting down (draining)");
+  // No new requests, and health says NOT_SERVING at once; what runs goes on.
   scheduler_->StopAdmitting(absl::UnavailableError("the server is shutting down (draining)"));
+  SetState(ClusterState::kDraining, "the server is shutting down (draining)");
   const auto deadline = Clock::now() + timeout;
   while (!scheduler_->Idle() && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -130,6 +135,7 @@ void ClusterController::OnResult(const v1::StepResult& wire, const std::string& 
 
 absl::StatusOr<std::shared_ptr<Scheduler>> ClusterController::scheduler() const {
   absl::MutexLock lock(&mu_);
+  if (recovering_ && !draining_ && !stop_) return scheduler_;  // requests wait for the new plan
   switch (state_) {
     case ClusterState::kServing:
       return scheduler_;
@@ -268,10 +274,28 @@ ClusterState ClusterController::WaitForWorkers() {
   return ClusterState::kPlanning;
 }
 
+bool ClusterController::IsExcluded(const WorkerRecord& w) const {
+  absl::MutexLock lock(&mu_);
+  auto it = excluded_.find(w.id);
+  return it != excluded_.end() && it->second == w.generation;
+}
+
 ClusterState ClusterController::PlanPipeline() {
-  SetState(ClusterState::kPlanning, "planning");
+  std::vector<std::string> lost;
+  bool replanning;
+  {
+    absl::MutexLock lock(&mu_);
+    replanning = brought_up_;
+    lost = lost_;
+  }
+  SetState(replanning ? ClusterState::kReplanning : ClusterState::kPlanning,
+           replanning ? "re-planning without the lost worker(s)" : "planning");
   std::vector<WorkerSpec> specs;
   for (const WorkerRecord& w : registry_.Alive()) {
+    if (IsExcluded(w) || w.state == v1::WORKER_STATE_FAILED ||
+        w.state == v1::WORKER_STATE_DRAINING) {
+      continue;
+    }
     WorkerSpec s;
     s.id = w.id;
     s.address = w.address;
@@ -281,10 +305,22 @@ ClusterState ClusterController::PlanPipeline() {
     s.gflops = w.resources.gflops() > 0 ? w.resources.gflops() : 1.0;
     specs.push_back(s);
   }
-  auto plan = MakePlan(model_.profile(), specs, config_.plan);
+  const PlanCopy old = CurrentPlan();
+  absl::StatusOr<Plan> plan =
+      replanning ? Replan(model_.profile(), old.plan, old.workers, lost, specs, config_.plan)
+                 : MakePlan(model_.profile(), specs, config_.plan);
   if (!plan.ok()) {
-    Fail(plan.status());
-    return ClusterState::kStopped;
+    if (!replanning) {
+      Fail(plan.status());
+      return ClusterState::kStopped;
+    }
+    std::set<std::pair<std::string, uint64_t>> considered;
+    for (const WorkerRecord& w : registry_.All()) {
+      for (const WorkerSpec& sp : specs) {
+        if (sp.id == w.id) considered.insert({w.id, w.generation});
+      }
+    }
+    return NoPlanFits(plan.status(), considered);
   }
   spdlog::info("plan:\n{}", plan->Table(model_.profile(), specs));
   absl::MutexLock lock(&mu_);
@@ -292,6 +328,42 @@ ClusterState ClusterController::PlanPipeline() {
   plan_workers_ = std::move(specs);
   plan_id_ = NewId();
   return ClusterState::kLoading;
+}
+
+// No plan fits what is left: the requests that wait for one end now, saying why, and the
+// cluster waits (degraded) for a worker to join or come back, and then plans again.
+ClusterState ClusterController::NoPlanFits(
+    const absl::Status& why, const std::set<std::pair<std::string, uint64_t>>& considered) {
+  const std::string reason = absl::StrCat("no plan fits the workers that remain: ", why.message());
+  spdlog::error("{}", reason);
+  {
+    absl::MutexLock lock(&mu_);
+    recovering_ = false;
+  }
+  SetState(ClusterState::kDegraded, reason);
+  scheduler_->FailAll(absl::UnavailableError(reason));
+  auto eligible = [this] {
+    std::set<std::pair<std::string, uint64_t>> out;
+    for (const WorkerRecord& w : registry_.Alive()) {
+      if (!IsExcluded(w)) out.insert({w.id, w.generation});
+    }
+    return out;
+  };
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || draining_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(200))) {
+        return ClusterState::kStopped;
+      }
+    }
+    TendSpares();
+    const auto now = eligible();
+    if (std::includes(considered.begin(), considered.end(), now.begin(), now.end())) continue;
+    absl::MutexLock lock(&mu_);
+    recovering_ = true;
+    return ClusterState::kReplanning;
+  }
 }
 
 ClusterController::PlanCopy ClusterController::CurrentPlan() const {
@@ -337,14 +409,33 @@ ClusterState ClusterController::LoadPipeline() {
     }));
   }
   absl::Status failed;
-  for (auto& f : loads) {
-    absl::Status st = f.get();
-    if (!st.ok() && failed.ok()) failed = st;
+  std::vector<std::string> failed_workers;
+  for (size_t i = 0; i < loads.size(); ++i) {
+    absl::Status st = loads[i].get();
+    if (st.ok()) continue;
+    failed_workers.push_back(specs[plan.stages[i].worker].id);
+    if (failed.ok()) failed = st;
   }
   if (!failed.ok()) {
-    Fail(failed);
-    return ClusterState::kStopped;
+    bool replanning;
+    {
+      absl::MutexLock lock(&mu_);
+      replanning = brought_up_;
+    }
+    if (!replanning) {
+      Fail(failed);
+      return ClusterState::kStopped;
+    }
+    // After bring-up a worker that cannot load counts as lost: plan without it.
+    spdlog::error("{}; planning without it", failed.message());
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : failed_workers) {
+      if (auto w = registry_.Find(id)) excluded_[id] = w->generation;
+      lost_.push_back(id);
+    }
+    return ClusterState::kReplanning;
   }
+
   if (Stopping()) return ClusterState::kStopped;
   auto sender = make_sender_(DataAddress(specs[plan.stages[0].worker]));
   if (!sender.ok()) {
@@ -362,30 +453,109 @@ ClusterState ClusterController::LoadPipeline() {
   return ClusterState::kServing;
 }
 
-std::string ClusterController::FindLostStage() {
+std::vector<std::string> ClusterController::FindLostWorkers(std::string* problem) {
   const auto [plan, specs, plan_id] = CurrentPlan();
   const auto now = Clock::now();
+  std::vector<std::string> lost;
   for (size_t i = 0; i < plan.stages.size(); ++i) {
     const WorkerSpec& spec = specs[plan.stages[i].worker];
     std::optional<WorkerRecord> w = registry_.Find(spec.id);
-    if (!w) return absl::StrCat("stage ", i, " (worker ", spec.id, ") is no longer registered");
-    if (!registry_.IsAlive(*w, now)) {
-      return absl::StrCat("stage ", i, " (worker ", w->id, " at ", w->address,
-                          ") stopped responding");
+    std::string why;
+    if (!w) {
+      why = absl::StrCat("stage ", i, " (worker ", spec.id, ") is no longer registered");
+    } else if (!registry_.IsAlive(*w, now)) {
+      why = absl::StrCat("stage ", i, " (worker ", w->id, " at ", w->address,
+                         ") stopped responding");
+    } else if (w->state == v1::WORKER_STATE_FAILED) {
+      why = absl::StrCat("stage ", i, " (worker ", w->id, ") failed: ", w->error);
+    } else if (w->state == v1::WORKER_STATE_DRAINING) {
+      why = absl::StrCat("stage ", i, " (worker ", w->id, ") is draining");
     }
-    if (w->state == v1::WORKER_STATE_FAILED) {
-      return absl::StrCat("stage ", i, " (worker ", w->id, ") failed: ", w->error);
+    if (why.empty()) continue;
+    if (lost.empty()) *problem = why;
+    lost.push_back(spec.id);
+  }
+  return lost;
+}
+
+std::string ClusterController::CheckFirstStageLink(std::string* problem) {
+  std::vector<std::pair<Clock::time_point, std::string>> errors;
+  {
+    absl::MutexLock lock(&mu_);
+    errors.swap(link_errors_);
+  }
+  if (errors.empty()) return "";
+  const auto [plan, specs, plan_id] = CurrentPlan();
+  if (plan.stages.empty()) return "";
+  const WorkerSpec& spec = specs[plan.stages[0].worker];
+  std::optional<WorkerRecord> w = registry_.Find(spec.id);
+  if (!w) return "";
+  if (absl::Status st = workers_->Probe(*w); !st.ok()) {
+    *problem = absl::StrCat("stage 0 (worker ", w->id, " at ", w->address,
+                            ") cannot be reached: ", errors.back().second, "; ", st.message());
+    return w->id;
+  }
+  // It answers, but frames cannot reach it: lost if that goes on for seconds.
+  {
+    absl::MutexLock lock(&mu_);
+    link_errors_.insert(link_errors_.begin(), errors.begin(), errors.end());
+    const auto horizon = Clock::now() - std::chrono::seconds(5);
+    while (!link_errors_.empty() && link_errors_.front().first < horizon) {
+      link_errors_.erase(link_errors_.begin());
+    }
+    if (link_errors_.empty() ||
+        link_errors_.back().first - link_errors_.front().first < std::chrono::seconds(3)) {
+      return "";
+    }
+    link_errors_.clear();
+  }
+  *problem = absl::StrCat("stage 0 (worker ", w->id, ") answers but its data plane at ",
+                          spec.data_address, " does not: ", errors.back().second);
+  return w->id;
+}
+
+void ClusterController::TendSpares() {
+  const auto [plan, specs, plan_id] = CurrentPlan();
+  std::set<std::string> in_plan;
+  for (const StagePlan& st : plan.stages) in_plan.insert(specs[st.worker].id);
+  for (const WorkerRecord& w : registry_.Alive()) {
+    if (in_plan.count(w.id)) continue;
+    if (w.state == v1::WORKER_STATE_IDLE) {
+      absl::MutexLock lock(&mu_);
+      auto ex = excluded_.find(w.id);
+      if (ex != excluded_.end() && ex->second == w.generation) {
+        spdlog::info("worker {} is back and idle: it serves as a spare", w.id);
+        excluded_.erase(ex);
+      }
+      unloading_.erase(w.id);
+      continue;
+    }
+    if (w.state == v1::WORKER_STATE_LOADING) continue;
+    // It holds a stage of an old plan (it was stopped and came back): unload it, once.
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = unloading_.find(w.id);
+      if (it != unloading_.end() && it->second == w.generation) continue;
+      unloading_[w.id] = w.generation;
+    }
+    spdlog::info("worker {} holds a stage of an old plan; unloading it", w.id);
+    if (absl::Status st = workers_->Unload(w, 0); !st.ok()) {
+      spdlog::warn("unloading {}: {}", w.id, st.message());
     }
   }
-  return "";
 }
 
 ClusterState ClusterController::Serve() {
-  SetState(ClusterState::kServing);
-  spdlog::info("serving {} on {} stage(s)", model_.id(), [&] {
+  size_t stages;
+  {
     absl::MutexLock lock(&mu_);
-    return plan_.stages.size();
-  }());
+    stages = plan_.stages.size();
+    brought_up_ = true;
+    recovering_ = false;
+    lost_.clear();
+  }
+  SetState(ClusterState::kServing);
+  spdlog::info("serving {} on {} stage(s)", model_.id(), stages);
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
@@ -395,9 +565,23 @@ ClusterState ClusterController::Serve() {
         return ClusterState::kStopped;  // no further transition of ours
       }
     }
-    std::string problem = FindLostStage();
-    if (problem.empty()) continue;
-    spdlog::error("{}; the pipeline is down", problem);
+    TendSpares();
+    std::string problem;
+    std::vector<std::string> lost = FindLostWorkers(&problem);
+    if (lost.empty()) {
+      const std::string unreachable = CheckFirstStageLink(&problem);
+      if (!unreachable.empty()) lost.push_back(unreachable);
+    }
+    if (lost.empty()) continue;
+    spdlog::error("{}; re-planning", problem);
+    {
+      absl::MutexLock lock(&mu_);
+      lost_ = lost;
+      recovering_ = true;
+      for (const std::string& id : lost) {
+        if (auto w = registry_.Find(id)) excluded_[id] = w->generation;
+      }
+    }
     SetState(ClusterState::kDegraded, problem);
     return ClusterState::kDegraded;
   }
@@ -409,10 +593,10 @@ ClusterState ClusterController::Degraded() {
     absl::MutexLock lock(&mu_);
     problem = reason_;
   }
-  // Without a plan that leaves out the lost worker, the requests it carried cannot go on.
+  // The sequences wait, rewound, for the next plan: those that were on the lost stage are
+  // not lost, they are prefilled again.
   scheduler_->Detach(absl::UnavailableError(problem));
-  scheduler_->FailAll(absl::UnavailableError(absl::StrCat(problem, "; request aborted")));
-  return ClusterState::kStopped;  // stays degraded: no further transition of ours
+  return ClusterState::kReplanning;
 }
 
 void ClusterController::UnloadPlan() {

@@ -3,7 +3,10 @@
 // only translate requests into calls on it (and on the scheduler it hands out).
 //
 //   kWaitingForWorkers --enough workers--> kPlanning --plan--> kLoading --all loaded-->
-//   kServing --a stage's worker lost--> kDegraded --(re-plan)--> kReplanning --> kLoading
+//   kServing --a stage's worker lost--> kDegraded --> kReplanning --plan--> kLoading
+//            --> kServing (the same requests, resumed)
+//   kReplanning --no plan fits the workers left--> kDegraded (requests end UNAVAILABLE
+//            naming why; planned again when a worker joins)
 //   any state --Drain()--> kDraining --in-flight done or timed out--> kStopped
 //   any state --Shutdown(), or bring-up failed--> kStopped (reason() says why)
 //
@@ -11,11 +14,17 @@
 // - Start() runs the loop on a thread of its own; Shutdown() stops it at once (running
 //   requests end with UNAVAILABLE) and Drain() first lets what runs finish; both join it
 //   and unload the stages of the plan. Thread-safe.
-// - scheduler() hands the scheduler out only in kServing; otherwise UNAVAILABLE with the
-//   reason (loading, a lost stage, draining, the bring-up error).
-// - A worker counts as lost when its heartbeats stop (WorkerRegistry::liveness_timeout) or
-//   it reports WORKER_STATE_FAILED; the running and waiting requests then end with
-//   UNAVAILABLE naming the stage and worker, and health goes NOT_SERVING.
+// - scheduler() hands the scheduler out while serving and while recovering from a lost
+//   worker (requests then wait for the new plan); otherwise UNAVAILABLE with the reason
+//   (loading, no plan fits, draining, the bring-up error).
+// - A worker counts as lost when its heartbeats stop (WorkerRegistry::liveness_timeout),
+//   it reports WORKER_STATE_FAILED or DRAINING, or a load on it fails after bring-up. The
+//   controller then re-plans over the workers that remain and the spares (workers that
+//   registered beyond the plan's need), moving only the lost stages when spares hold them
+//   (the other stages keep their weights), and the scheduler resumes every sequence on
+//   the new plan by prefilling its prompt and the tokens already streamed: the streams go
+//   on with exactly the text an undisturbed run gives. A lost worker takes no part in a
+//   plan again until it registers anew (a restart) or, back from a stop, has unloaded.
 // - Every external effect goes through the injected WorkerClient and sender factory, so
 //   the machine is tested with fakes and no network.
 #ifndef CASCADE_COORDINATOR_CLUSTER_CONTROLLER_H_
@@ -23,6 +32,8 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -60,6 +71,8 @@ class WorkerClient {
   // Blocks until the worker has loaded the stage (or failed to).
   virtual absl::Status LoadStage(const WorkerRecord& worker, const v1::LoadStageRequest& req) = 0;
   virtual absl::Status Unload(const WorkerRecord& worker, uint64_t plan_id) = 0;
+  // Whether the worker's control service answers now (a short deadline).
+  virtual absl::Status Probe(const WorkerRecord& worker) = 0;
 };
 
 // Makes the link to a pipeline's first stage from its data-plane address.
@@ -121,9 +134,21 @@ class ClusterController {
   ClusterState LoadPipeline();
   ClusterState Serve();
   ClusterState Degraded();
+  // `considered`: the workers (id, registration) the failed plan was made over; a change
+  // among the eligible ones is worth planning again.
+  ClusterState NoPlanFits(const absl::Status& why,
+                          const std::set<std::pair<std::string, uint64_t>>& considered);
   void Fail(const absl::Status& st);
-  // The first lost worker of the plan, described; "" when all are well.
-  std::string FindLostStage() ABSL_LOCKS_EXCLUDED(mu_);
+  // The plan's lost workers (ids) and a description of the first; empty when all are well.
+  std::vector<std::string> FindLostWorkers(std::string* problem) ABSL_LOCKS_EXCLUDED(mu_);
+  // The first stage's worker, when sends to it fail and it does not answer a probe (a
+  // killed process is found in milliseconds, not a heartbeat timeout), or its data plane
+  // keeps failing while it answers.
+  std::string CheckFirstStageLink(std::string* problem) ABSL_LOCKS_EXCLUDED(mu_);
+  // Unloads stale stages from workers outside the plan and lets lost workers that came
+  // back (and are idle) serve again as spares.
+  void TendSpares() ABSL_LOCKS_EXCLUDED(mu_);
+  bool IsExcluded(const WorkerRecord& w) const ABSL_LOCKS_EXCLUDED(mu_);
   void UnloadPlan() ABSL_LOCKS_EXCLUDED(mu_);
   // The current plan, its workers and its id, copied under the lock.
   struct PlanCopy {
@@ -153,6 +178,15 @@ class ClusterController {
   std::vector<WorkerSpec> plan_workers_ ABSL_GUARDED_BY(mu_);
   uint64_t plan_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::function<void(ClusterState)>> listeners_ ABSL_GUARDED_BY(mu_);
+  bool brought_up_ ABSL_GUARDED_BY(mu_) = false;  // served once: failures now re-plan
+  bool recovering_ ABSL_GUARDED_BY(mu_) = false;  // a plan is being replaced; requests wait
+  std::vector<std::string> lost_ ABSL_GUARDED_BY(mu_);  // of the plan being replaced
+  // Workers lost, by id, with the registration they were lost in.
+  std::map<std::string, uint64_t> excluded_ ABSL_GUARDED_BY(mu_);
+  // Failed sends to the first stage since the monitor last looked (scheduler thread).
+  std::vector<std::pair<Clock::time_point, std::string>> link_errors_ ABSL_GUARDED_BY(mu_);
+  // Workers outside the plan already told to unload, with their registration.
+  std::map<std::string, uint64_t> unloading_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cascade

@@ -54,6 +54,11 @@ class FakePipeline {
     absl::MutexLock l(&mu_);
     paused_ = false;
   }
+  // Sends through links of `plan_id` fail (the first stage's process is gone).
+  void BreakPlan(uint64_t plan_id) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    broken_plan_ = plan_id;
+  }
   // The next `n` frames vanish (a lost batch).
   void Lose(int n) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
@@ -74,6 +79,7 @@ class FakePipeline {
     Sender(FakePipeline* p, uint64_t plan_id) : p_(p), plan_id_(plan_id) {}
     absl::Status Send(StageFrame f) override {
       if (closed_.load()) return absl::UnavailableError("fake link is closed");
+      if (p_->Broken(plan_id_)) return absl::UnavailableError("connection refused (fake)");
       f.plan_id = plan_id_;
       if (!p_->frames_.Push(std::move(f))) return absl::UnavailableError("fake pipeline is gone");
       return absl::OkStatus();
@@ -85,6 +91,11 @@ class FakePipeline {
     const uint64_t plan_id_;
     std::atomic<bool> closed_{false};
   };
+
+  bool Broken(uint64_t plan_id) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return broken_plan_ == plan_id;
+  }
 
   void Loop() {
     while (std::optional<StageFrame> f = frames_.Pop()) {
@@ -116,6 +127,7 @@ class FakePipeline {
   mutable absl::Mutex mu_;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   int lose_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t broken_plan_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<StageFrame> seen_ ABSL_GUARDED_BY(mu_);
   std::set<SeqId> released_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

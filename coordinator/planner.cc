@@ -227,6 +227,72 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
   return absl::ResourceExhaustedError(why);
 }
 
+absl::StatusOr<Plan> Replan(const ModelProfile& model, const Plan& old_plan,
+                            const std::vector<WorkerSpec>& old_workers,
+                            const std::vector<std::string>& lost,
+                            const std::vector<WorkerSpec>& workers, const PlanLimits& limits) {
+  auto index_of = [&](const std::string& id) -> int {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      if (workers[i].id == id) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  auto is_lost = [&](const std::string& id) {
+    return std::find(lost.begin(), lost.end(), id) != lost.end();
+  };
+  // Substitution: surviving stages stay where they are, each lost one goes to the spare
+  // with the most memory that holds it.
+  Plan plan = old_plan;
+  std::vector<bool> used(workers.size(), false);
+  bool substituted = true;
+  for (StagePlan& st : plan.stages) {
+    const std::string& id = old_workers[st.worker].id;
+    if (is_lost(id)) continue;
+    const int now = index_of(id);
+    if (now < 0) {
+      substituted = false;  // a survivor that is not offered any more
+      break;
+    }
+    st.worker = now;
+    used[now] = true;
+  }
+  if (substituted) {
+    for (size_t i = 0; i < plan.stages.size(); ++i) {
+      StagePlan& st = plan.stages[i];
+      const std::string& was = old_workers[old_plan.stages[i].worker].id;
+      if (!is_lost(was)) continue;
+      int best = -1;
+      for (size_t w = 0; w < workers.size(); ++w) {
+        const uint64_t cap = static_cast<uint64_t>(static_cast<double>(workers[w].memory_bytes) *
+                                                   (1.0 - limits.reserve_fraction));
+        if (used[w] || is_lost(workers[w].id) || cap < st.memory.total()) continue;
+        if (best < 0 || workers[w].memory_bytes > workers[best].memory_bytes) best = static_cast<int>(w);
+      }
+      if (best < 0) {
+        substituted = false;
+        break;
+      }
+      used[best] = true;
+      st.worker = best;
+      st.capacity = static_cast<uint64_t>(static_cast<double>(workers[best].memory_bytes) *
+                                          (1.0 - limits.reserve_fraction));
+    }
+  }
+  if (substituted) return plan;
+  // A new plan over what there is.
+  std::vector<WorkerSpec> usable;
+  for (const WorkerSpec& w : workers) {
+    if (!is_lost(w.id)) usable.push_back(w);
+  }
+  PlanLimits relaxed = limits;
+  relaxed.min_stages = std::max(1, std::min<int>(limits.min_stages, static_cast<int>(usable.size())));
+  auto fresh = MakePlan(model, usable, relaxed);
+  if (!fresh.ok()) return fresh.status();
+  // Indices into `workers`, as the caller gave them.
+  for (StagePlan& st : fresh->stages) st.worker = index_of(usable[st.worker].id);
+  return fresh;
+}
+
 std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& workers) const {
   // Columns sized to their widest cell.
   std::vector<std::vector<std::string>> rows = {{"stage", "worker", "node", "layers", "weights",

@@ -86,6 +86,16 @@ struct Plan {
 absl::StatusOr<Plan> MakePlan(const ModelProfile& model, const std::vector<WorkerSpec>& workers,
                               const PlanLimits& limits);
 
+// A plan after some of its workers were lost, over `workers` (the ones that remain and any
+// spares). When every lost stage can move, unchanged, to a spare with the memory for it,
+// the plan keeps its layer ranges and cache (so the surviving stages keep their weights
+// loaded); otherwise a new plan is made over `workers`, with min_stages lowered to what
+// they can give. `lost` are ids of old_workers. Pure.
+absl::StatusOr<Plan> Replan(const ModelProfile& model, const Plan& old_plan,
+                            const std::vector<WorkerSpec>& old_workers,
+                            const std::vector<std::string>& lost,
+                            const std::vector<WorkerSpec>& workers, const PlanLimits& limits);
+
 // Parses "a=8GiB@100,b=4GiB" (name=memory[@gflops], memory in B/KiB/MiB/GiB/TiB or
 // KB/MB/GB/TB) into worker specs.
 absl::StatusOr<std::vector<WorkerSpec>> ParseWorkerSpecs(const std::string& spec);

@@ -124,5 +124,50 @@ TEST(Planner, ParsesWorkerSpecs) {
   EXPECT_FALSE(ParseWorkerSpecs("a=1GiB@-2").ok());
 }
 
+TEST(Planner, ALostWorkerIsReplacedByASpareWithTheSameLayers) {
+  auto workers = Workers("a=1.4GiB,b=1GiB,c=0.8GiB");
+  auto plan = MakePlan(TinyLlamaF16(), workers, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages.size(), 3u);
+  // b is lost; a spare s with more memory than b's stage needs, and a tiny one t.
+  auto now = Workers("a=1.4GiB,c=0.8GiB,t=100MiB,s=1.2GiB");
+  auto re = Replan(TinyLlamaF16(), *plan, workers, {"b"}, now, Limits());
+  ASSERT_TRUE(re.ok()) << re.status();
+  ASSERT_EQ(re->stages.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(re->stages[i].layers.first, plan->stages[i].layers.first) << i;
+    EXPECT_EQ(re->stages[i].layers.last, plan->stages[i].layers.last) << i;
+  }
+  EXPECT_EQ(now[re->stages[0].worker].id, "a");
+  EXPECT_EQ(now[re->stages[1].worker].id, "s");
+  EXPECT_EQ(now[re->stages[2].worker].id, "c");
+  EXPECT_EQ(re->kv_blocks, plan->kv_blocks);
+}
+
+TEST(Planner, WithoutASpareTheRemainingWorkersArePlannedAgain) {
+  auto workers = Workers("a=8GiB,b=8GiB,c=8GiB");
+  PlanLimits l = Limits();
+  l.min_stages = 3;
+  auto plan = MakePlan(TinyLlamaF16(), workers, l);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages.size(), 3u);
+  auto now = Workers("a=8GiB,c=8GiB");
+  auto re = Replan(TinyLlamaF16(), *plan, workers, {"b"}, now, l);
+  ASSERT_TRUE(re.ok()) << re.status();
+  ASSERT_EQ(re->stages.size(), 2u);  // min_stages lowered to the workers that remain
+  EXPECT_EQ(re->stages.front().layers.first, 0);
+  EXPECT_EQ(re->stages.back().layers.last, 22);
+  for (const StagePlan& s : re->stages) EXPECT_NE(now[s.worker].id, "b");
+}
+
+TEST(Planner, WhenNothingFitsTheReplanSaysWhy) {
+  auto workers = Workers("a=1.4GiB,b=1GiB,c=0.8GiB");
+  auto plan = MakePlan(TinyLlamaF16(), workers, Limits());
+  ASSERT_TRUE(plan.ok());
+  auto re = Replan(TinyLlamaF16(), *plan, workers, {"a"}, Workers("b=1GiB,c=0.8GiB"), Limits());
+  ASSERT_FALSE(re.ok());
+  EXPECT_THAT(std::string(re.status().message()), HasSubstr("does not fit"));
+}
+
 }  // namespace
 }  // namespace cascade

@@ -10,6 +10,7 @@ v1::RegisterResponse WorkerRegistry::Register(const v1::RegisterRequest& req) {
   absl::MutexLock lock(&mu_);
   WorkerRecord& w = workers_[req.worker_id()];
   if (w.id.empty()) w.registered_order = next_order_++;
+  ++w.generation;
   w.id = req.worker_id();
   w.node = req.node();
   w.address = req.listen_address();

@@ -32,6 +32,7 @@ struct WorkerRecord {
   std::string error;
   std::chrono::steady_clock::time_point last_seen;
   uint64_t registered_order = 0;
+  uint64_t generation = 0;  // bumped by every Register: a restarted worker is a new one
 };
 
 class WorkerRegistry {

@@ -9,13 +9,12 @@
 namespace cascade {
 
 Scheduler::Scheduler(const SchedulerConfig& config, const Tokenizer& tokenizer,
-                     int64_t context_length, int64_t vocab_size,
-                     std::chrono::milliseconds batch_timeout)
+                     int64_t context_length, int64_t vocab_size, SchedulerTimeouts timeouts)
     : config_(config),
       tokenizer_(tokenizer),
       context_length_(context_length),
       vocab_size_(vocab_size),
-      batch_timeout_(batch_timeout) {}
+      timeouts_(timeouts) {}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -181,7 +180,11 @@ void Scheduler::Loop() {
     {
       absl::MutexLock lock(&mu_);
       absl::Time deadline = absl::InfiniteFuture();
-      if (!running_.empty() && flights_.empty()) {
+      if (link_down_since_) {
+        // Waiting to try the first stage again.
+        deadline = absl::Now() + absl::FromChrono(std::max(retry_at_ - Clock::now(),
+                                                           Clock::duration::zero()));
+      } else if (!running_.empty() && flights_.empty()) {
         // Sequences none of which could be sent: look again every few ms (cancellations).
         deadline = absl::Now() + absl::Milliseconds(5);
       } else if (!flights_.empty()) {
@@ -212,6 +215,7 @@ void Scheduler::Loop() {
       stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
     }
     if (!pipeline_) continue;
+    if (link_down_since_ && Clock::now() < retry_at_) continue;
     bool sent = false;
     while (static_cast<int>(flights_.size()) < pipeline_->num_stages && SendBatch()) sent = true;
     if (!sent && !release_.empty()) SendReleases();
@@ -229,10 +233,8 @@ void Scheduler::Loop() {
 
 void Scheduler::ApplyAttach(PipelineSpec p) {
   if (pipeline_) ApplyDetach(absl::UnavailableError("the pipeline was replaced"));
-  uint64_t resumed = 0;
-  for (auto& [id, s] : running_) {
-    if (s.stream != nullptr && s.seq->generated() > 0) ++resumed;
-  }
+  uint64_t resumed = 0;  // sequences carried over from an earlier pipeline
+  for (auto& [id, s] : running_) resumed += s.stream != nullptr ? 1 : 0;
   {
     absl::MutexLock lock(&mu_);
     kv_blocks_ = p.kv_blocks;
@@ -263,6 +265,7 @@ void Scheduler::ApplyAttach(PipelineSpec p) {
     }
   }
   pipeline_ = std::move(p);
+  link_down_since_.reset();
   if (resumed > 0) {
     spdlog::info("scheduler: {} sequence(s) resume on plan {}", resumed, pipeline_->plan_id);
   }
@@ -271,6 +274,7 @@ void Scheduler::ApplyAttach(PipelineSpec p) {
 void Scheduler::ApplyDetach(const absl::Status& why) {
   if (pipeline_ && pipeline_->first_stage) pipeline_->first_stage->Abort();
   pipeline_.reset();
+  link_down_since_.reset();
   flights_.clear();
   release_.clear();  // the stages that held them are gone
   for (auto& [id, s] : running_) {
@@ -305,7 +309,7 @@ void Scheduler::ExpireFlights(Clock::time_point now) {
       continue;
     }
     spdlog::warn("scheduler: batch {} got no result within {} ms; sending its sequences again",
-                 it->first, batch_timeout_.count());
+                 it->first, timeouts_.batch.count());
     for (const auto& [seq, processed] : it->second.seqs) {
       auto sit = running_.find(seq);
       if (sit != running_.end()) sit->second.in_flight = false;  // processed stays: resend
@@ -435,7 +439,7 @@ bool Scheduler::SendBatch() {
   frame.batch_id = next_batch_++;
   frame.stage = 0;
   Flight flight;
-  flight.deadline = Clock::now() + batch_timeout_;
+  flight.deadline = Clock::now() + timeouts_.batch;
   int64_t budget = p.max_batch_tokens;
   const size_t start = rr_cursor_ % ready.size();
   for (size_t k = 0; k < ready.size() && static_cast<int64_t>(flight.seqs.size()) < per_batch;
@@ -477,12 +481,40 @@ bool Scheduler::SendBatch() {
     stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
   }
   if (absl::Status st = p.first_stage->Send(std::move(frame)); !st.ok()) {
-    spdlog::error("scheduler: cannot send batch {} to the first stage: {}", batch_id, st.message());
-    FailFlight(batch_id,
-               absl::UnavailableError(absl::StrCat("cannot reach the first stage: ", st.message())));
+    OnSendFailed(batch_id, st);
     return false;
   }
+  link_down_since_.reset();
   return true;
+}
+
+void Scheduler::OnSendFailed(uint64_t batch_id, const absl::Status& st) {
+  const auto now = Clock::now();
+  if (!link_down_since_) link_down_since_ = now;
+  retry_at_ = now + timeouts_.link_retry;
+  // The batch went nowhere: its sequences are as they were, and wait to be sent again.
+  if (auto fit = flights_.find(batch_id); fit != flights_.end()) {
+    for (const auto& [id, processed] : fit->second.seqs) {
+      if (auto sit = running_.find(id); sit != running_.end()) sit->second.in_flight = false;
+    }
+    flights_.erase(fit);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+  }
+  if (on_link_error_) on_link_error_(st);
+  if (now - *link_down_since_ < timeouts_.link_grace) {
+    spdlog::warn("scheduler: cannot send batch {} to the first stage ({}); trying again",
+                 batch_id, st.message());
+    return;
+  }
+  const absl::Status why =
+      absl::UnavailableError(absl::StrCat("cannot reach the first stage: ", st.message()));
+  spdlog::error("scheduler: {} for {} ms; failing the requests", why.message(),
+                timeouts_.link_grace.count());
+  ApplyFailAll(why);
+  link_down_since_.reset();
 }
 
 void Scheduler::SendReleases() {

@@ -21,8 +21,12 @@
 //   events from. Thread-safe.
 // - OnResult() is called by the link from the last stage; any thread. Results of another
 //   plan or of unknown batches are ignored.
-// - A batch that gets no result within `batch_timeout` is lost: its sequences are sent
+// - A batch that gets no result within `timeouts.batch` is lost: its sequences are sent
 //   again (the stages' KV caches rewind), never waited on forever.
+// - A send to the first stage that fails loses nothing either: its sequences wait and are
+//   sent again every `timeouts.link_retry`, and the link-error handler is told (the
+//   controller finds out whether the stage is gone and re-plans). Only when the link stays
+//   down for `timeouts.link_grace` with no new pipeline do the requests end UNAVAILABLE.
 // - All sequence state is owned by the scheduler thread (Start/Stop); the other entry
 //   points only post to its inbox. A finished or cancelled sequence's KV blocks are
 //   released on every stage by the next frame (or a release-only frame) it sends.
@@ -32,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,6 +65,12 @@ struct PipelineSpec {
   std::shared_ptr<ActivationSender> first_stage;
 };
 
+struct SchedulerTimeouts {
+  std::chrono::milliseconds batch{120000};       // a batch without a result by then is lost
+  std::chrono::milliseconds link_retry{200};     // after a failed send to the first stage
+  std::chrono::milliseconds link_grace{15000};   // a first stage unreachable this long: fail
+};
+
 struct SchedulerStats {
   int64_t waiting = 0;
   int64_t running = 0;
@@ -73,16 +84,17 @@ struct SchedulerStats {
   uint64_t prompt_tokens = 0;
   uint64_t batches = 0;
   uint64_t lost_batches = 0;  // timed out and sent again
-  uint64_t resumed = 0;       // sequences moved to a new pipeline
+  uint64_t resumed = 0;       // sequences carried over to a new pipeline
 };
 
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, const Tokenizer& tokenizer, int64_t context_length,
-            int64_t vocab_size,
-            std::chrono::milliseconds batch_timeout = std::chrono::seconds(120));
+            int64_t vocab_size, SchedulerTimeouts timeouts = {});
   ~Scheduler();
 
+  // Called on the scheduler's thread when a send to the first stage fails. Set before Start.
+  void SetLinkErrorHandler(std::function<void(const absl::Status&)> fn) { on_link_error_ = std::move(fn); }
   void Start();
   // Stops the scheduler thread and closes the pipeline's link (a send in progress gives
   // up); requests still running or waiting end with UNAVAILABLE.
@@ -147,6 +159,7 @@ class Scheduler {
   void FailFlight(uint64_t batch_id, const absl::Status& status);
   void Finish(Running& s, FinishReason reason, const absl::Status& status);
   bool SendBatch();
+  void OnSendFailed(uint64_t batch_id, const absl::Status& st);
   void SendReleases();
   void CheckCancellations();
   void EndWaiting(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -155,7 +168,8 @@ class Scheduler {
   const Tokenizer& tokenizer_;
   const int64_t context_length_;
   const int64_t vocab_size_;
-  const std::chrono::milliseconds batch_timeout_;
+  const SchedulerTimeouts timeouts_;
+  std::function<void(const absl::Status&)> on_link_error_;
 
   // Shared with other threads.
   mutable absl::Mutex mu_;
@@ -181,6 +195,9 @@ class Scheduler {
   SeqId next_seq_ = 1;
   uint64_t next_batch_ = 1;
   size_t rr_cursor_ = 0;  // round-robin start for batch formation
+  // Since when sends to the first stage fail (none while it works), and when to try again.
+  std::optional<Clock::time_point> link_down_since_;
+  Clock::time_point retry_at_{};
   std::thread thread_;
 };
 

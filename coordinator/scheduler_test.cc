@@ -53,8 +53,7 @@ class SchedulerTest : public ::testing::Test {
     pipeline_.reset();
     scheduler_.reset();
   }
-  void Make(SchedulerConfig config, std::chrono::milliseconds batch_timeout = std::chrono::seconds(60),
-            int64_t kv_blocks = 256) {
+  void Make(SchedulerConfig config, SchedulerTimeouts timeouts = {}, int64_t kv_blocks = 256) {
     Reset();
     if (!tok_) {
       auto src = ModelSource::Open(testing::BundledModel());
@@ -64,7 +63,7 @@ class SchedulerTest : public ::testing::Test {
       tok_ = std::move(*tok);
     }
     scheduler_ = std::make_unique<Scheduler>(config, *tok_, /*context=*/512, /*vocab=*/512,
-                                             batch_timeout);
+                                             timeouts);
     pipeline_ = std::make_unique<FakePipeline>([this](StepResult r) { scheduler_->OnResult(r); });
     scheduler_->Start();
     Attach(1, 3, kv_blocks);
@@ -228,7 +227,7 @@ TEST_F(SchedulerTest, ACancelledSequenceIsReleasedOnTheStages) {
 }
 
 TEST_F(SchedulerTest, ALostBatchIsSentAgainAfterItsDeadline) {
-  Make({}, std::chrono::milliseconds(300));
+  Make({}, {.batch = std::chrono::milliseconds(300)});
   pipeline_->Lose(1);
   SequenceRequest r = Request(6, 9);
   Output o = Run(r);
@@ -291,7 +290,10 @@ class DeadLink : public ActivationSender {
   void Close() override {}
 };
 
-TEST_F(SchedulerTest, AnUnreachableFirstStageFailsRequestsWithUnavailable) {
+TEST_F(SchedulerTest, AFirstStageThatStaysUnreachableFailsRequestsWithUnavailable) {
+  Make({}, {.link_retry = std::chrono::milliseconds(20), .link_grace = std::chrono::milliseconds(300)});
+  std::atomic<int> told{0};
+  scheduler_->SetLinkErrorHandler([&](const absl::Status&) { ++told; });
   PipelineSpec p;
   p.plan_id = 5;
   p.num_stages = 2;
@@ -305,6 +307,25 @@ TEST_F(SchedulerTest, AnUnreachableFirstStageFailsRequestsWithUnavailable) {
     EXPECT_THAT(o.status.message(), HasSubstr("10.0.0.9:7001"));
     EXPECT_TRUE(o.ids.empty());
   }
+  EXPECT_GT(told.load(), 2);  // the controller hears of every failed send
+}
+
+TEST_F(SchedulerTest, ASendThatFailsLosesNothingWhenANewPipelineComes) {
+  Make({}, {.link_retry = std::chrono::milliseconds(20)});
+  PipelineSpec dead;
+  dead.plan_id = 5;
+  dead.num_stages = 2;
+  dead.kv_blocks = 64;
+  dead.first_stage = std::make_shared<DeadLink>();
+  scheduler_->Attach(std::move(dead));
+  SequenceRequest r = Request(12, 31);
+  auto s = scheduler_->Submit(r);
+  ASSERT_TRUE(s.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a few failed sends
+  Attach(6, 2, 256);  // the controller's new plan
+  Output o = Drain(**s);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.ids, Expected(r, 12));
 }
 
 }  // namespace

@@ -28,4 +28,11 @@ absl::Status GrpcWorkerClient::Unload(const WorkerRecord& worker, uint64_t plan_
   return FromGrpc(Stub(worker.address)->Unload(&ctx, req, &resp));
 }
 
+absl::Status GrpcWorkerClient::Probe(const WorkerRecord& worker) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  v1::WorkerStatus status;
+  return FromGrpc(Stub(worker.address)->Status(&ctx, v1::StatusRequest(), &status));
+}
+
 }  // namespace cascade

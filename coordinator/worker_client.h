@@ -24,6 +24,7 @@ class GrpcWorkerClient : public WorkerClient {
       : load_timeout_(load_timeout) {}
   absl::Status LoadStage(const WorkerRecord& worker, const v1::LoadStageRequest& req) override;
   absl::Status Unload(const WorkerRecord& worker, uint64_t plan_id) override;
+  absl::Status Probe(const WorkerRecord& worker) override;
 
  private:
   v1::Worker::Stub* Stub(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);

@@ -428,19 +428,23 @@ TEST_F(ClusterFaults, AClientThatCancelsFreesItsKvBlocksOnEveryStage) {
   EXPECT_GT(exhausted.load(), 0);
 }
 
-TEST_F(ClusterFaults, AWorkerThatDiesFailsItsRequestsClearlyInsteadOfHanging) {
+TEST_F(ClusterFaults, AWorkerThatDiesIsPlannedAroundAndItsStreamGoesOn) {
   cluster_->StartWorkers();
   ASSERT_TRUE(cluster_->WaitServing());
-  Generated doomed;
+  auto stub = cluster_->Inference();
+  v1::GenerateRequest r = Request("Once upon a time", 450, 0.8f, 77);
+  r.set_ignore_eos(true);
+  const Generated undisturbed = Generate(*stub, r);
+  ASSERT_TRUE(undisturbed.status.ok()) << undisturbed.status.error_message();
+  ASSERT_EQ(undisturbed.ids.size(), 450u);
   // Once the stream has started, worker 1 is stopped (the stream freezes there, so it
-  // cannot finish whatever the machine's speed) and then killed.
+  // cannot finish first whatever the machine's speed) and then killed.
+  Generated resumed;
   std::promise<void> started;
   std::thread runner([&] {
     auto s = cluster_->Inference();
-    v1::GenerateRequest r = Request("Once upon a time", 450, 0.0f, 1);
-    r.set_ignore_eos(true);
     bool signalled = false;
-    doomed = Generate(*s, r, std::chrono::seconds(60), [&](const Generated& so_far) {
+    resumed = Generate(*s, r, std::chrono::seconds(120), [&](const Generated& so_far) {
       if (!signalled && !so_far.ids.empty()) {
         cluster_->worker(1).Signal(SIGSTOP);
         started.set_value();
@@ -449,28 +453,22 @@ TEST_F(ClusterFaults, AWorkerThatDiesFailsItsRequestsClearlyInsteadOfHanging) {
     });
     if (!signalled) started.set_value();
   });
-  const bool streaming =
-      started.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready;
-  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_EQ(started.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
   cluster_->worker(1).Signal(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
   runner.join();
-  ASSERT_TRUE(streaming) << "no token within 60 s";
-  EXPECT_LT(doomed.ids.size(), 450u) << "the generation finished before the worker died";
+  // The stream went on, on the workers that remain, with exactly the undisturbed text.
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.error_message();
+  EXPECT_EQ(resumed.ids, undisturbed.ids);
+  EXPECT_EQ(resumed.text, undisturbed.text);
+  EXPECT_EQ(cluster_->Health(), grpc::health::v1::HealthCheckResponse::SERVING);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  EXPECT_EQ(doomed.status.error_code(), grpc::StatusCode::UNAVAILABLE)
-      << doomed.status.error_message();
-  // Either the heartbeat monitor declared the stage dead first, or the scheduler's send to
-  // it failed first; both name the problem.
-  EXPECT_THAT(doomed.status.error_message(),
-              AnyOf(HasSubstr("stopped responding"), HasSubstr("cannot reach the first stage")));
-  EXPECT_LT(seconds, 15.0);
-  EXPECT_EQ(cluster_->Health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
-  auto stub = cluster_->Inference();
-  Generated after = Generate(*stub, Request("Once", 4, 0, 1));
-  EXPECT_EQ(after.status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  // Stages go to workers in registration order, so name the killed worker, not a stage.
-  EXPECT_THAT(after.status.error_message(), HasSubstr("worker w1 "));
+  EXPECT_LT(seconds, 30.0);
+  auto status = cluster_->Status();
+  ASSERT_EQ(status.stages_size(), 2);  // the model fits on the two that remain
+  for (const auto& st : status.stages()) EXPECT_NE(st.worker_id(), "w1");
+  EXPECT_EQ(status.scheduler().failed(), 0u);
 }
 
 TEST(ClusterHttp, OpenAiCompatibleCompletions) {

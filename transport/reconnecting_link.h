@@ -12,7 +12,7 @@
 //   the next Send dials again; the Send whose write failed returns Unavailable ("link to
 //   <peer> is down: ...") and the message is not resent.
 // - Close() ends the connection gracefully (the peer reads what was sent, waited for up to
-//   5 s) and makes every later Send fail at once; Abort() drops it without waiting; Close() and StopReconnecting() make a
+//   2 s) and makes every later Send fail at once; Abort() drops it without waiting; Close() and StopReconnecting() make a
 //   Send that is waiting to connect give up within 100 ms ("link to <peer> is closing").
 // - Thread-safe; Send calls are serialized.
 #ifndef CASCADE_TRANSPORT_RECONNECTING_LINK_H_

@@ -57,7 +57,7 @@ class TcpConnection : public Connection {
       // Let the peer read everything sent, then see the end of the stream and close.
       ::shutdown(fd_.get(), SHUT_WR);
       absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(5));
+      mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(2));
     }
     ::shutdown(fd_.get(), SHUT_RDWR);
     reader_.join();

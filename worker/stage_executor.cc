@@ -38,15 +38,25 @@ void StageExecutor::Start() {
   thread_ = std::thread([this] { Loop(); });
 }
 
-void StageExecutor::Stop() {
+void StageExecutor::Stop(bool graceful) {
   if (in_) in_->Close();
   // Frames already queued still go to a live next stage (or their results to the
   // coordinator), but a send blocked on an unreachable one gives up at once.
   if (out_) out_->StopReconnecting();
   if (results_) results_->StopReconnecting();
   if (thread_.joinable()) thread_.join();
-  if (out_) out_->Close();
-  if (results_) results_->Close();
+  if (graceful) {
+    if (out_) out_->Close();
+    if (results_) results_->Close();
+  } else {
+    if (out_) out_->Abort();
+    if (results_) results_->Abort();
+  }
+}
+
+std::unique_ptr<Stage> StageExecutor::ReleaseStage() {
+  Stop(/*graceful=*/false);
+  return std::move(stage_);
 }
 
 ExecutorStats StageExecutor::Stats() const {

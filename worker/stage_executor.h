@@ -44,10 +44,13 @@ class StageExecutor {
   ~StageExecutor();
 
   void Start();
-  // Closes the inbound link and joins the thread, then closes the outbound links: batches
-  // already queued still reach a live next stage or coordinator, but a send waiting on an
-  // unreachable one gives up at once.
-  void Stop();
+  // Closes the inbound link and joins the thread (the frames already queued are processed),
+  // then ends the outbound links: gracefully (what was sent reaches a live next stage or
+  // coordinator; a send waiting on an unreachable one gives up at once), or, when the
+  // neighbours may be dead (a plan being replaced), at once.
+  void Stop(bool graceful = true);
+  // After Stop: hands the Stage back (to serve the next plan without loading it again).
+  std::unique_ptr<Stage> ReleaseStage();
   ExecutorStats Stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
   Stage& stage() { return *stage_; }
 

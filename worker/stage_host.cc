@@ -15,8 +15,21 @@ StageHost::StageHost(StageHostOptions options, FrameRouter* router)
 
 StageHost::~StageHost() {
   absl::MutexLock lock(&load_mu_);
-  StopStage();
+  StopStage(/*graceful=*/true);
 }
+
+namespace {
+
+// The same stage, but for the plan id and where it sends: its weights can stay.
+bool SameStage(const v1::LoadStageRequest& a, const v1::LoadStageRequest& b) {
+  return a.model_path() == b.model_path() && a.stage_index() == b.stage_index() &&
+         a.num_stages() == b.num_stages() && a.first_layer() == b.first_layer() &&
+         a.last_layer() == b.last_layer() && a.kv_blocks() == b.kv_blocks() &&
+         a.kv_block_size() == b.kv_block_size() && a.max_batch_tokens() == b.max_batch_tokens() &&
+         a.threads() == b.threads() && a.device() == b.device() && a.exact() == b.exact();
+}
+
+}  // namespace
 
 absl::Status StageHost::Validate(const v1::LoadStageRequest& req) const {
   if (req.num_stages() <= 0 || req.num_stages() > 1024 || req.stage_index() < 0 ||
@@ -50,7 +63,9 @@ absl::StatusOr<v1::LoadStageResponse> StageHost::Load(const v1::LoadStageRequest
   const auto t0 = std::chrono::steady_clock::now();
   absl::MutexLock load(&load_mu_);
   if (absl::Status st = Validate(req); !st.ok()) return st;
-  StopStage();
+  // The old plan's neighbours may be gone: its links are dropped, not drained.
+  const bool reuse = loaded_ && SameStage(*loaded_, req);
+  std::unique_ptr<Stage> kept = StopStage(/*graceful=*/false, /*keep=*/reuse);
   {
     absl::MutexLock lock(&mu_);
     state_ = v1::WORKER_STATE_LOADING;
@@ -80,11 +95,17 @@ absl::StatusOr<v1::LoadStageResponse> StageHost::Load(const v1::LoadStageRequest
   so.max_batch_tokens = req.max_batch_tokens();
   so.quantized_activations = !req.exact();
   const DeviceSpec device = req.device().empty() ? options_.device : *ParseDevice(req.device());
-  auto backend =
-      MakeBackend(device, {.threads = so.threads, .quantized_activations = so.quantized_activations});
-  if (!backend.ok()) return fail(backend.status());
-  auto stage = Stage::Create(*source_, so, std::move(*backend));
-  if (!stage.ok()) return fail(stage.status());
+  absl::StatusOr<std::unique_ptr<Stage>> stage;
+  if (kept) {
+    kept->kv_cache().Clear();  // the new plan starts every sequence afresh
+    stage = std::move(kept);
+  } else {
+    auto backend = MakeBackend(
+        device, {.threads = so.threads, .quantized_activations = so.quantized_activations});
+    if (!backend.ok()) return fail(backend.status());
+    stage = Stage::Create(*source_, so, std::move(*backend));
+    if (!stage.ok()) return fail(stage.status());
+  }
   v1::LoadStageResponse resp;
   resp.set_backend((*stage)->backend().name());
   resp.set_kv_bytes(KvCache::BytesFor((*stage)->kv_cache().options()));
@@ -116,6 +137,7 @@ absl::StatusOr<v1::LoadStageResponse> StageHost::Load(const v1::LoadStageRequest
       inbox_->MakeReceiver(), std::move(out), std::move(results));
   executor->Start();
   router_->SetInbox(inbox_);
+  loaded_ = req;
   resp.set_load_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   absl::MutexLock lock(&mu_);
@@ -124,13 +146,14 @@ absl::StatusOr<v1::LoadStageResponse> StageHost::Load(const v1::LoadStageRequest
   plan_id_ = req.plan_id();
   stage_index_ = req.stage_index();
   range_ = so.layers;
-  spdlog::info("stage {} of {} loaded: layers [{}, {}) of {} in {:.2f}s on {}", req.stage_index(),
-               req.num_stages(), req.first_layer(), req.last_layer(), req.model_path(),
-               resp.load_seconds(), resp.backend());
+  spdlog::info("stage {} of {} {}: layers [{}, {}) of {} in {:.2f}s on {} (plan {})",
+               req.stage_index(), req.num_stages(), reuse ? "kept for a new plan" : "loaded",
+               req.first_layer(), req.last_layer(), req.model_path(), resp.load_seconds(),
+               resp.backend(), req.plan_id());
   return resp;
 }
 
-void StageHost::StopStage() {
+std::unique_ptr<Stage> StageHost::StopStage(bool graceful, bool keep) {
   router_->SetInbox(nullptr);  // new frames are refused from here on
   if (inbox_) inbox_->Close();  // the executor drains what is queued, then stops
   std::unique_ptr<StageExecutor> executor;
@@ -138,12 +161,18 @@ void StageHost::StopStage() {
     absl::MutexLock lock(&mu_);
     executor = std::move(executor_);
   }
-  if (executor) executor->Stop();
+  std::unique_ptr<Stage> stage;
+  if (executor) {
+    executor->Stop(graceful);
+    if (keep) stage = executor->ReleaseStage();
+  }
   inbox_.reset();
+  loaded_.reset();
   absl::MutexLock lock(&mu_);
   plan_id_ = 0;
   stage_index_ = -1;
   range_ = {};
+  return stage;
 }
 
 absl::Status StageHost::Unload(uint64_t plan_id) {
@@ -155,7 +184,7 @@ absl::Status StageHost::Unload(uint64_t plan_id) {
           absl::StrCat("plan ", plan_id, " is not loaded here (plan ", plan_id_, " is)"));
     }
   }
-  StopStage();
+  StopStage(/*graceful=*/true);
   absl::MutexLock lock(&mu_);
   state_ = v1::WORKER_STATE_IDLE;
   error_.clear();
@@ -168,7 +197,7 @@ void StageHost::Drain() {
     if (state_ == v1::WORKER_STATE_SERVING) state_ = v1::WORKER_STATE_DRAINING;
   }
   absl::MutexLock load(&load_mu_);
-  StopStage();
+  StopStage(/*graceful=*/true);
   absl::MutexLock lock(&mu_);
   state_ = v1::WORKER_STATE_IDLE;
   spdlog::info("drained: the stage finished its queued frames and is unloaded");

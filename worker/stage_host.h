@@ -9,12 +9,16 @@
 //   the reason, and it may be loaded again. A load replaces any loaded stage: the old
 //   executor finishes the frames it holds first.
 // - Loading takes no lock that status and heartbeats need: they report LOADING meanwhile.
+// - A load that asks for the stage already loaded (same model, layers, cache and device;
+//   a new plan after another stage was lost) keeps its weights: only the KV cache is
+//   emptied and the links and plan id change, in milliseconds.
 // - Drain refuses new frames at once, finishes the queued ones, unloads, and reports IDLE.
 // - Thread-safe.
 #ifndef CASCADE_WORKER_STAGE_HOST_H_
 #define CASCADE_WORKER_STAGE_HOST_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -51,8 +55,10 @@ class StageHost {
 
  private:
   absl::Status Validate(const v1::LoadStageRequest& req) const;
-  // Stops the executor (it finishes its queued frames) and forgets the stage.
-  void StopStage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops the executor (it finishes its queued frames) and forgets the stage; `graceful`
+  // as StageExecutor::Stop. Returns the stage when `keep` (else it is destroyed).
+  std::unique_ptr<Stage> StopStage(bool graceful, bool keep = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   void FillStats(v1::StageStats* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StageHostOptions options_;
@@ -63,6 +69,7 @@ class StageHost {
   std::unique_ptr<ModelSource> source_ ABSL_GUARDED_BY(load_mu_);
   std::string source_path_ ABSL_GUARDED_BY(load_mu_);
   std::shared_ptr<FrameInbox> inbox_ ABSL_GUARDED_BY(load_mu_);
+  std::optional<v1::LoadStageRequest> loaded_ ABSL_GUARDED_BY(load_mu_);  // what runs now
 
   // What status and heartbeats read; held only briefly.
   mutable absl::Mutex mu_;
