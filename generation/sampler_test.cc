@@ -1,6 +1,10 @@
 #include "generation/sampler.h"
 
-#include <map>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -63,11 +67,133 @@ TEST(Sampler, SameSeedSameDrawsDifferentSeedDifferentDraws) {
   for (uint64_t i = 0; i < 200; ++i) c.push_back(Sample(l, p, {}, i).token);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
-  // The draws follow the distribution: token 1 (highest logit) is the most frequent.
-  std::map<int32_t, int> count;
-  for (int32_t t : a) ++count[t];
-  EXPECT_GT(count[1], count[0]);
-  EXPECT_GT(count[2], count[3]);
+}
+
+// Goodness of fit: the draws of Sample() against probabilities computed here, independently
+// of the sampler, in float64.
+//
+// Pearson's chi-square over the k tokens that can be drawn has k - 1 degrees of freedom; the
+// bounds below are its upper 1e-6 quantiles (P(X > bound) = 1e-6 for X ~ chi2(df)), computed
+// from the regularized incomplete gamma function (df 2: 2 ln 1e6 = 27.63). A correct sampler
+// fails one check in a million seeds; the seed is fixed, so the test is deterministic. Tokens
+// outside the kept set must never be drawn.
+constexpr int kDraws = 20000;
+double Chi2Bound(int df) {
+  static constexpr double kBound[] = {0,      23.928, 27.631, 30.665, 33.377,
+                                      35.888, 38.258, 40.522, 42.701, 44.811};
+  return kBound[df];
+}
+
+std::vector<float> FitLogits() { return {1.0f, 3.0f, 2.5f, -1.0f, 0.0f, 2.0f, 0.5f, 1.75f}; }
+
+// softmax(logits / T) restricted to `kept` (renormalized over it), in float64.
+std::vector<double> Expected(const std::vector<float>& logits, double temperature,
+                             const std::vector<int>& kept) {
+  std::vector<double> p(logits.size(), 0.0);
+  double sum = 0;
+  for (int t : kept) sum += std::exp(logits[t] / temperature);
+  for (int t : kept) p[t] = std::exp(logits[t] / temperature) / sum;
+  return p;
+}
+
+struct Fit {
+  double chi2 = 0;
+  int df = 0;
+  int outside = 0;  // draws of tokens with expected probability 0
+};
+
+Fit DrawAndFit(const std::vector<float>& logits, const SamplingParams& p,
+               const std::vector<double>& want) {
+  std::vector<int> count(logits.size(), 0);
+  for (int i = 0; i < kDraws; ++i) ++count[Sample(logits, p, {}, i, false).token];
+  Fit f;
+  for (size_t t = 0; t < logits.size(); ++t) {
+    if (want[t] == 0) {
+      f.outside += count[t];
+      continue;
+    }
+    const double e = want[t] * kDraws;
+    EXPECT_GE(e, 20.0) << "token " << t << ": too few expected draws for the chi-square test";
+    f.chi2 += (count[t] - e) * (count[t] - e) / e;
+    ++f.df;
+  }
+  --f.df;
+  return f;
+}
+
+TEST(Sampler, DrawsFollowTheTemperatureSoftmax) {
+  const auto l = FitLogits();
+  std::vector<int> all(l.size());
+  for (size_t t = 0; t < l.size(); ++t) all[t] = static_cast<int>(t);
+  for (float temperature : {0.7f, 1.0f, 1.5f}) {
+    SamplingParams p = WholeDistribution(temperature);
+    p.seed = 1234;
+    const Fit f = DrawAndFit(l, p, Expected(l, temperature, all));
+    ASSERT_EQ(f.df, 7);
+    EXPECT_EQ(f.outside, 0);
+    EXPECT_LT(f.chi2, Chi2Bound(f.df)) << "temperature " << temperature;
+    std::printf("[ chi-square ] whole distribution, T=%.1f: %.2f (df %d, bound %.2f)\n",
+                temperature, f.chi2, f.df, Chi2Bound(f.df));
+  }
+  // The same statistic catches a sampler off by a modest temperature error: the draws at
+  // T=1.0 against the T=1.2 distribution fail the bound.
+  SamplingParams p = WholeDistribution(1.0f);
+  p.seed = 1234;
+  EXPECT_GT(DrawAndFit(l, p, Expected(l, 1.2, all)).chi2, Chi2Bound(7));
+}
+
+TEST(Sampler, TopKDrawsFollowTheRenormalizedTopK) {
+  const auto l = FitLogits();
+  // Logits sorted: 3.0 (1), 2.5 (2), 2.0 (5), 1.75 (7), 1.0 (0), ...
+  for (int k : {2, 3, 4}) {
+    const std::vector<int> top = {1, 2, 5, 7};
+    const std::vector<int> kept(top.begin(), top.begin() + k);
+    SamplingParams p = WholeDistribution(1.3f);
+    p.top_k = k;
+    p.seed = 99;
+    const Fit f = DrawAndFit(l, p, Expected(l, 1.3, kept));
+    ASSERT_EQ(f.df, k - 1);
+    EXPECT_EQ(f.outside, 0) << "top-k " << k << " drew a token outside the top " << k;
+    EXPECT_LT(f.chi2, Chi2Bound(f.df)) << "top-k " << k;
+    std::printf("[ chi-square ] top-k %d, T=1.3: %.2f (df %d, bound %.2f)\n", k, f.chi2, f.df,
+                Chi2Bound(f.df));
+  }
+}
+
+TEST(Sampler, TopPDrawsFollowTheRenormalizedNucleus) {
+  const auto l = FitLogits();
+  // The nucleus, as in Hugging Face transformers and vLLM (temperature first, then top-p):
+  // the most probable tokens of softmax(logits / T) whose cumulative mass first reaches
+  // top_p. Computed here by sorting the float64 probabilities.
+  for (const auto& [temperature, top_p] :
+       {std::pair{1.0, 0.8}, std::pair{0.7, 0.9}, std::pair{1.5, 0.5}}) {
+    std::vector<int> all(l.size());
+    for (size_t t = 0; t < l.size(); ++t) all[t] = static_cast<int>(t);
+    const auto full = Expected(l, temperature, all);
+    std::vector<int> order = all;
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return full[a] > full[b]; });
+    std::vector<int> kept;
+    double mass = 0;
+    for (int t : order) {
+      kept.push_back(t);
+      mass += full[t];
+      if (mass >= top_p) break;
+    }
+    // Keep the cut well away from a boundary, so float rounding cannot move it.
+    ASSERT_GT(mass - top_p, 0.01) << "T " << temperature << " top_p " << top_p;
+    ASSERT_GT(top_p - (mass - full[kept.back()]), 0.01);
+    ASSERT_GE(kept.size(), 2u);
+    ASSERT_LT(kept.size(), l.size());
+    SamplingParams p = WholeDistribution(static_cast<float>(temperature));
+    p.top_p = static_cast<float>(top_p);
+    p.seed = 7;
+    const Fit f = DrawAndFit(l, p, Expected(l, temperature, kept));
+    ASSERT_EQ(f.df, static_cast<int>(kept.size()) - 1);
+    EXPECT_EQ(f.outside, 0) << "top-p " << top_p << " drew a token outside the nucleus";
+    EXPECT_LT(f.chi2, Chi2Bound(f.df)) << "top-p " << top_p << ", T " << temperature;
+    std::printf("[ chi-square ] top-p %.2f, T=%.1f, %zu tokens kept: %.2f (df %d, bound %.2f)\n",
+                top_p, temperature, kept.size(), f.chi2, f.df, Chi2Bound(f.df));
+  }
 }
 
 TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {

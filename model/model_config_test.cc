@@ -22,30 +22,72 @@ ModelConfig Llama31() {
   return c;
 }
 
-TEST(RopeFrequencies, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
-  const ModelConfig c = Llama31();
-  ModelConfig plain = c;
-  plain.rope_scaling = {};
-  const std::vector<float> scaled = c.RopeFrequencies(), base = plain.RopeFrequencies();
-  ASSERT_EQ(scaled.size(), 64u);
-  int kept = 0, divided = 0, blended = 0;
-  for (size_t i = 0; i < scaled.size(); ++i) {
-    const double wavelen = 2 * M_PI / base[i];
-    if (wavelen < 8192.0 / 4.0) {  // short wavelengths: untouched
-      EXPECT_FLOAT_EQ(scaled[i], base[i]) << i;
-      ++kept;
-    } else if (wavelen > 8192.0) {  // long wavelengths: divided by the factor
-      EXPECT_NEAR(scaled[i], base[i] / 8.0, 1e-6 * base[i]) << i;
-      ++divided;
-    } else {  // in between: strictly between the two
-      EXPECT_LT(scaled[i], base[i]) << i;
-      EXPECT_GT(scaled[i], base[i] / 8.0) << i;
-      ++blended;
+// Llama 3 RoPE frequency scaling, computed here from the published definition (Meta's
+// llama3 reference `apply_scaling`, also transformers' `_compute_llama3_parameters`):
+//   base freq_i = 1 / theta^(2i / d)
+//   wavelen = 2 pi / freq
+//   wavelen < orig / high_freq_factor  -> freq                      (high frequencies kept)
+//   wavelen > orig / low_freq_factor   -> freq / factor             (low frequencies divided)
+//   otherwise smooth = (orig / wavelen - low) / (high - low)
+//                    freq = (1 - smooth) * freq / factor + smooth * freq
+struct Llama3Params {
+  double theta, factor, low, high, orig;
+  int64_t dim;
+};
+
+enum class Band { kKept, kDivided, kBlended };
+
+std::vector<double> PublishedLlama3Frequencies(const Llama3Params& p, std::vector<Band>* bands) {
+  std::vector<double> out;
+  const double low_freq_wavelen = p.orig / p.low;
+  const double high_freq_wavelen = p.orig / p.high;
+  for (int64_t i = 0; i < p.dim; i += 2) {
+    const double freq = 1.0 / std::pow(p.theta, static_cast<double>(i) / p.dim);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_freq_wavelen) {
+      out.push_back(freq);
+      bands->push_back(Band::kKept);
+    } else if (wavelen > low_freq_wavelen) {
+      out.push_back(freq / p.factor);
+      bands->push_back(Band::kDivided);
+    } else {
+      const double smooth = (p.orig / wavelen - p.low) / (p.high - p.low);
+      out.push_back((1 - smooth) * freq / p.factor + smooth * freq);
+      bands->push_back(Band::kBlended);
     }
   }
-  EXPECT_GT(kept, 0);
-  EXPECT_GT(divided, 0);
-  EXPECT_GT(blended, 0);
+  return out;
+}
+
+TEST(RopeFrequencies, Llama3ScalingMatchesThePublishedFormulaInEveryBand) {
+  // Llama 3.1 (factor 8, 1, 4, 8192, theta 5e5, head dim 128) and Llama 3.2 1B/3B (factor 32).
+  for (const Llama3Params& p : {Llama3Params{500000.0, 8.0, 1.0, 4.0, 8192, 128},
+                                Llama3Params{500000.0, 32.0, 1.0, 4.0, 8192, 64},
+                                Llama3Params{10000.0, 4.0, 2.0, 8.0, 2048, 96}}) {
+    ModelConfig c = Llama31();
+    c.head_dim = p.dim;
+    c.rope_dim = p.dim;
+    c.rope_theta = p.theta;
+    c.rope_scaling.factor = p.factor;
+    c.rope_scaling.low_freq_factor = p.low;
+    c.rope_scaling.high_freq_factor = p.high;
+    c.rope_scaling.original_context = static_cast<int64_t>(p.orig);
+    std::vector<Band> bands;
+    const std::vector<double> want = PublishedLlama3Frequencies(p, &bands);
+    const std::vector<float> got = c.RopeFrequencies();
+    ASSERT_EQ(got.size(), want.size());
+    int count[3] = {0, 0, 0};
+    for (size_t i = 0; i < got.size(); ++i) {
+      ++count[static_cast<int>(bands[i])];
+      EXPECT_NEAR(got[i], want[i], 1e-6 * want[i])
+          << "factor " << p.factor << ", frequency " << i << " (band " << static_cast<int>(bands[i])
+          << ")";
+    }
+    // Each set of parameters has frequencies in all three bands.
+    EXPECT_GT(count[0], 0) << p.factor;
+    EXPECT_GT(count[1], 0) << p.factor;
+    EXPECT_GT(count[2], 0) << p.factor;
+  }
 }
 
 TEST(RopeFrequencies, LinearScalingAndFactorsTensor) {

@@ -10,6 +10,8 @@
 //   the dequantized activation blocks (the kernel's integer sums are exact, only the float
 //   block accumulation rounds), and 1e-2 against the unquantized product (the 8-bit
 //   activation rounding itself).
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -202,6 +204,185 @@ TEST(ActivationQuantizers, EveryPathGivesTheReferenceBlocks) {
       }
     }
   }
+}
+
+// ---- Activation quantizers against references written here from the ggml block formats.
+//
+// Q8_0 (ggml quantize_row_q8_0_ref): per 32 values amax = max|x|, d = amax / 127 in float,
+// id = d ? 1 / d : 0, q = round(x * id), d stored as fp16 (round to nearest even). ggml's
+// reference rounds q with roundf (ties away from zero); its AVX2 quantize_row_q8_0 rounds
+// to nearest even (_mm256_round_ps). Cascade follows the reference for weights
+// (QuantizeQ8_0 in tensor/quant.cc) and rounds activations to nearest even on every path
+// (kernels_scalar.cc: "Activation rows use round-half-to-even"); the two differ only where
+// x * id is exactly k + 1/2.
+//
+// Q8_K (ggml quantize_row_q8_K_ref): per 256 values, max = the first value of largest |x|
+// (signed), iscale = -127 / max, q = min(127, nearest_int(iscale * x)) with ggml's
+// nearest_int (add 1.5 * 2^23 in float: ties to even), d = 1 / iscale, bsums[j] = sum of
+// q[16j .. 16j + 15]. An all-zero block is d = 0 and zero codes (ggml leaves its bsums
+// unwritten; zero codes sum to zero, which is what Cascade stores).
+enum class Ties { kAwayFromZero, kToEven };
+
+// float -> IEEE half, round to nearest even, computed in double from the value (not bits).
+uint16_t RefFp16(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double v = std::fabs(static_cast<double>(f));
+  auto round_even = [](double q) {
+    double r = std::floor(q);
+    const double frac = q - r;
+    if (frac > 0.5 || (frac == 0.5 && std::fmod(r, 2.0) != 0)) r += 1;
+    return static_cast<uint32_t>(r);
+  };
+  if (std::isinf(v)) return sign | 0x7c00;
+  if (v < std::ldexp(1.0, -14)) {  // subnormal: a multiple of 2^-24 (1024 of them is 2^-14)
+    return static_cast<uint16_t>(sign | round_even(v * std::ldexp(1.0, 24)));
+  }
+  int e = 0;
+  std::frexp(v, &e);  // v = m * 2^e, m in [0.5, 1)
+  int exp = e - 1;    // v = (1 + frac) * 2^exp
+  uint32_t mant = round_even((v / std::ldexp(1.0, exp) - 1.0) * 1024.0);
+  if (mant == 1024) {
+    mant = 0;
+    ++exp;
+  }
+  if (exp + 15 >= 31) return sign | 0x7c00;  // overflow: infinity
+  return static_cast<uint16_t>(sign | ((exp + 15) << 10) | mant);
+}
+
+// ggml's nearest_int: the float addition of 1.5 * 2^23 rounds to an integer (ties to even).
+int GgmlNearestInt(float fval) {
+  const float val = fval + 12582912.f;
+  int32_t i;
+  std::memcpy(&i, &val, sizeof(i));
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+std::vector<uint8_t> RefQuantizeQ8_0(const std::vector<float>& x, Ties ties) {
+  std::vector<uint8_t> out;
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const float* xb = x.data() + 32 * b;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = RefFp16(d);
+    out.push_back(static_cast<uint8_t>(dh & 0xff));  // little-endian fp16, then 32 codes
+    out.push_back(static_cast<uint8_t>(dh >> 8));
+    for (int j = 0; j < 32; ++j) {
+      const float v = xb[j] * id;
+      const float q =
+          ties == Ties::kAwayFromZero ? std::roundf(v) : static_cast<float>(GgmlNearestInt(v));
+      out.push_back(static_cast<uint8_t>(static_cast<int8_t>(q)));
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> RefQuantizeQ8K(const std::vector<float>& x) {
+  std::vector<uint8_t> out;
+  for (size_t b = 0; b < x.size() / 256; ++b) {
+    const float* xb = x.data() + 256 * b;
+    float max = 0.0f, amax = 0.0f;
+    for (int j = 0; j < 256; ++j) {
+      if (std::fabs(xb[j]) > amax) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    float d = 0.0f;
+    int8_t q[256] = {};
+    int16_t bsums[16] = {};
+    if (amax != 0.0f) {
+      const float iscale = -127.0f / max;
+      for (int j = 0; j < 256; ++j)
+        q[j] = static_cast<int8_t>(std::min(127, GgmlNearestInt(iscale * xb[j])));
+      for (int g = 0; g < 16; ++g) {
+        int sum = 0;
+        for (int k = 0; k < 16; ++k) sum += q[16 * g + k];
+        bsums[g] = static_cast<int16_t>(sum);
+      }
+      d = 1.0f / iscale;
+    }
+    // Layout (ggml block_q8_K): float d, int8 qs[256], int16 bsums[16], little-endian.
+    uint8_t bytes[4 + 256 + 32];
+    std::memcpy(bytes, &d, 4);
+    std::memcpy(bytes + 4, q, 256);
+    std::memcpy(bytes + 260, bsums, 32);
+    out.insert(out.end(), bytes, bytes + sizeof(bytes));
+  }
+  return out;
+}
+
+// Blocks (of 256) built to hit the rules' edge cases: exact halves after scaling (a largest
+// value of 127 makes d = 1, iscale = -1), the largest magnitude present with both signs
+// (either first), an all-zero block, tiny and huge magnitudes.
+std::vector<float> EdgeActivations() {
+  std::vector<float> x;
+  auto block = [&](auto f) {
+    for (int j = 0; j < 256; ++j) x.push_back(f(j));
+  };
+  block([](int j) { return j == 0 ? 127.0f : static_cast<float>(j % 64 - 32) + 0.5f; });
+  block([](int j) { return j == 5 ? -127.0f : static_cast<float>(j % 50 - 25) - 0.5f; });
+  block([](int j) { return j == 3 ? 5.0f : j == 7 ? -5.0f : 0.01f * (j % 17); });
+  block([](int j) { return j == 3 ? -5.0f : j == 7 ? 5.0f : -0.01f * (j % 13); });
+  block([](int) { return 0.0f; });
+  block([](int j) { return 1e-30f * static_cast<float>(j % 9 - 4); });
+  block([](int j) { return 3e20f * static_cast<float>(j % 11 - 5); });
+  return x;
+}
+
+TEST(RefFp16, KnownValues) {
+  EXPECT_EQ(RefFp16(1.0f), 0x3c00);
+  EXPECT_EQ(RefFp16(-2.0f), 0xc000);
+  EXPECT_EQ(RefFp16(65504.0f), 0x7bff);
+  EXPECT_EQ(RefFp16(65519.0f), 0x7bff);
+  EXPECT_EQ(RefFp16(65520.0f), 0x7c00);  // the tie rounds to even: infinity
+  EXPECT_EQ(RefFp16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(RefFp16(std::ldexp(1.0f, -25)), 0x0000);         // tie to even: zero
+  EXPECT_EQ(RefFp16(std::ldexp(3.0f, -25)), 0x0002);         // 1.5 ulp: tie to even
+  EXPECT_EQ(RefFp16(std::ldexp(1.0f, -14)), 0x0400);         // smallest normal
+  EXPECT_EQ(RefFp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
+  EXPECT_EQ(RefFp16(1.0f + std::ldexp(3.0f, -11)), 0x3c02);
+  EXPECT_EQ(RefFp16(0.1f), 0x2e66);
+  // And it agrees with util/fp16.h on a sweep of magnitudes.
+  for (uint32_t bits = 0x30000000u; bits < 0x48000000u; bits += 0x1001u) {
+    const float f = std::bit_cast<float>(bits);
+    ASSERT_EQ(RefFp16(f), FloatToFp16(f)) << f;
+  }
+}
+
+TEST(ActivationQuantizers, MatchTheGgmlBlockDefinitionsBitForBit) {
+  std::vector<std::vector<float>> inputs = {EdgeActivations(), HardActivations(2816, 1),
+                                            Random(1024, 2, 0.1f), Random(2816, 3, 3.0f)};
+  int ties_seen = 0;
+  for (const auto& x : inputs) {
+    const int64_t k = static_cast<int64_t>(x.size());
+    const auto want_even = RefQuantizeQ8_0(x, Ties::kToEven);
+    const auto want_away = RefQuantizeQ8_0(x, Ties::kAwayFromZero);
+    const auto want_k = RefQuantizeQ8K(x);
+    if (want_even != want_away) ++ties_seen;
+    ASSERT_EQ(want_even.size(), cpu::ActRowBytes(cpu::ActFormat::kQ8_0, k));
+    ASSERT_EQ(want_k.size(), cpu::ActRowBytes(cpu::ActFormat::kQ8K, k));
+    // Every activation path (scalar, AVX2, AVX-512 tables; the scalar one is the kernel
+    // tests' reference elsewhere).
+    for (CpuIsa isa : AvailableIsas()) {
+      const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
+      std::vector<uint8_t> got0(want_even.size(), 0xAA), gotk(want_k.size(), 0xAA);
+      kt.quantize_q8_0(x.data(), k, got0.data());
+      kt.quantize_q8k(x.data(), k, gotk.data());
+      EXPECT_EQ(got0, want_even) << "Q8_0 activations on " << CpuIsaName(isa) << ", k " << k;
+      EXPECT_EQ(gotk, want_k) << "Q8_K activations on " << CpuIsaName(isa) << ", k " << k;
+    }
+    // tensor/quant.cc: QuantizeQ8K (the K-quant activation format) and QuantizeQ8_0 (weights:
+    // ggml's reference rounding, ties away from zero).
+    std::vector<uint8_t> qk(want_k.size(), 0xAA), q0(want_away.size(), 0xAA);
+    QuantizeQ8K(x.data(), k, reinterpret_cast<BlockQ8K*>(qk.data()));
+    QuantizeQ8_0(x.data(), k, reinterpret_cast<BlockQ8_0*>(q0.data()));
+    EXPECT_EQ(qk, want_k) << "QuantizeQ8K, k " << k;
+    EXPECT_EQ(q0, want_away) << "QuantizeQ8_0, k " << k;
+  }
+  // The edge inputs do hit ties, so the two rounding rules were told apart above.
+  EXPECT_GE(ties_seen, 2);
 }
 
 TEST(VectorKernels, MatchReferenceOnEveryPath) {
