@@ -97,12 +97,25 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   constexpr int kMaxCount = 1 << 20;
   std::vector<ClusterOption> t;
   t.push_back(Text("model", &c->model, "GGUF file or Hugging Face folder to serve"));
+  t.push_back(Text("served-model-name", &c->served_model_name,
+                   "The model's id in the APIs (default: its own name, or its file name)"));
   // Server.
-  t.push_back(Text("listen", &c->server.listen, "Address of the gRPC API and control plane"));
+  t.push_back(Text("listen", &c->server.listen, "Address of the public gRPC API"));
+  t.push_back(Text("control-listen", &c->server.control_listen,
+                   "Address of the control plane workers register with"));
   t.push_back(Text("http-listen", &c->server.http_listen,
                    "Also serve the OpenAI-compatible HTTP API here, e.g. 0.0.0.0:8080"));
   t.push_back(Text("advertise", &c->server.advertise,
-                   "Address workers use to reach the coordinator (default: listen host:port)"));
+                   "Control address workers use to reach the coordinator (default: "
+                   "control-listen's host:port)"));
+  // Security.
+  t.push_back(Text("join-token-file", &c->security.join_token_file,
+                   "File holding the token workers must present to join"));
+  t.push_back(Text("api-key-file", &c->security.api_key_file,
+                   "File holding the bearer token clients of the public APIs must present"));
+  t.push_back(Text("tls-cert", &c->security.tls_cert, "This server's certificate (PEM): mTLS"));
+  t.push_back(Text("tls-key", &c->security.tls_key, "Its private key (PEM)"));
+  t.push_back(Text("tls-ca", &c->security.tls_ca, "The cluster's CA certificate (PEM)"));
   // Data plane.
   t.push_back(Option(
       "data-plane", "Activation and result transport: tcp or grpc",

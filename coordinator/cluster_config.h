@@ -37,9 +37,20 @@ enum class DataPlane {
 const char* DataPlaneName(DataPlane d);
 
 struct ServerConfig {
-  std::string listen = "0.0.0.0:50051";  // public gRPC API and the workers' control plane
-  std::string http_listen;               // OpenAI-compatible HTTP API ("" = off)
-  std::string advertise;                 // address workers reach us at ("" = listen's)
+  std::string listen = "0.0.0.0:50051";          // public gRPC API (Inference, health)
+  std::string control_listen = "0.0.0.0:50053";  // the workers' control plane
+  std::string http_listen;                       // OpenAI-compatible HTTP API ("" = off)
+  std::string advertise;  // the control address workers reach us at ("" = control_listen's)
+};
+
+// Who may talk to the cluster (docs/architecture.md, "Security").
+struct SecurityConfig {
+  std::string join_token_file;  // workers must present this token to register
+  std::string api_key_file;     // clients of the public APIs must present this bearer token
+  // mTLS: this process's certificate and key, and the cluster's CA. With them every control
+  // and data link is TLS with client certificates from the CA; the public APIs are TLS.
+  std::string tls_cert, tls_key, tls_ca;
+  bool tls() const { return !tls_cert.empty(); }
 };
 
 struct DataPlaneConfig {
@@ -68,7 +79,9 @@ struct StageConfig {
 
 struct ClusterConfig {
   std::string model;  // GGUF file or Hugging Face folder
+  std::string served_model_name;  // the id clients use ("" = the model's name)
   ServerConfig server;
+  SecurityConfig security;
   DataPlaneConfig data_plane;
   BringUpConfig bring_up;
   PlanLimits plan;

@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "transport/frame.h"
 #include "util/logging.h"
+#include "util/secret.h"
 
 namespace cascade {
 namespace {
@@ -42,11 +43,14 @@ const char* ClusterStateName(ClusterState s) {
 }
 
 ClusterController::ClusterController(const ClusterConfig& config, const ServedModel& model,
-                                     WorkerClient* workers, SenderFactory make_sender)
+                                     WorkerClient* workers, SenderFactory make_sender,
+                                     std::string join_token)
     : config_(config),
       model_(model),
       workers_(workers),
       make_sender_(std::move(make_sender)),
+      join_token_(std::move(join_token)),
+      coordinator_secret_(RandomSecret()),
       registry_(NewId(), config.bring_up.heartbeat_interval_s),
       scheduler_(std::make_shared<Scheduler>(config.scheduler, model.tokenizer(),
                                              model.config().context_length,
@@ -95,7 +99,13 @@ void ClusterController::Drain(std::chrono::milliseconds timeout) {
   Shutdown();
 }
 
-absl::StatusOr<v1::RegisterResponse> ClusterController::Register(const v1::RegisterRequest& req) {
+absl::StatusOr<v1::RegisterResponse> ClusterController::Register(
+    const v1::RegisterRequest& req, const std::string& presented_token) {
+  if (!join_token_.empty() && !SecretsEqual(presented_token, join_token_)) {
+    spdlog::warn("refused a registration as '{}' from {}: no valid join token", req.worker_id(),
+                 req.listen_address());
+    return absl::PermissionDeniedError("registering needs the cluster's join token");
+  }
   if (req.worker_id().empty() || req.listen_address().empty()) {
     return absl::InvalidArgumentError("worker_id and listen_address are required");
   }
@@ -106,31 +116,45 @@ absl::StatusOr<v1::RegisterResponse> ClusterController::Register(const v1::Regis
   spdlog::info("worker {} registered from {} ({} cores, {} memory)", req.worker_id(),
                req.listen_address(), req.resources().cores(),
                HumanBytes(req.resources().memory_bytes()));
-  return registry_.Register(req);
+  v1::RegisterResponse resp = registry_.Register(req);
+  resp.set_coordinator_secret(coordinator_secret_);
+  return resp;
 }
 
-bool ClusterController::Heartbeat(const v1::HeartbeatRequest& req) {
+absl::StatusOr<bool> ClusterController::Heartbeat(const v1::HeartbeatRequest& req) {
   return registry_.Heartbeat(req);
 }
 
-void ClusterController::OnResult(const v1::StepResult& wire, const std::string& peer) {
+bool ClusterController::MayQuery(const std::string& presented) const {
+  return join_token_.empty() || SecretsEqual(presented, join_token_);
+}
+
+absl::Status ClusterController::OnResult(const v1::StepResult& wire, const std::string& peer) {
   uint64_t plan_id;
+  std::string key;
   {
     absl::MutexLock lock(&mu_);
     plan_id = plan_id_;
+    key = results_key_;
   }
-  auto r = DecodeResult(wire, plan_id, model_.config().vocab_size);
+  auto r = DecodeResult(wire, key, plan_id, model_.config().vocab_size);
+  if (!r.ok() && r.status().code() == absl::StatusCode::kPermissionDenied) {
+    // Not from this plan's last stage (a stranger, or an old plan's): it touches nothing.
+    spdlog::warn("result from {} refused: {}", peer, r.status().message());
+    return r.status();
+  }
   if (!r.ok()) {
     spdlog::warn("result from {} rejected: {}", peer, r.status().message());
-    if (wire.plan_id() != plan_id) return;  // another plan's: nothing of ours is lost
+    if (wire.plan_id() != plan_id) return absl::OkStatus();
     StepResult failed;
     failed.plan_id = plan_id;
     failed.batch_id = wire.batch_id();
     failed.error = std::string(r.status().message());
     scheduler_->OnResult(std::move(failed));
-    return;
+    return absl::OkStatus();
   }
   scheduler_->OnResult(std::move(*r));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<Scheduler>> ClusterController::scheduler() const {
@@ -375,6 +399,13 @@ ClusterState ClusterController::LoadPipeline() {
   const auto [plan, specs, plan_id] = CurrentPlan();
   const int S = static_cast<int>(plan.stages.size());
   SetState(ClusterState::kLoading, absl::StrCat("loading ", S, " stage(s)"));
+  // A fresh key for each link of the plan: link i leads into stage i, link S to us.
+  std::vector<std::string> keys(S + 1);
+  for (std::string& k : keys) k = RandomSecret();
+  {
+    absl::MutexLock lock(&mu_);
+    results_key_ = keys[S];
+  }
   // Every stage loads at once; each worker pages in only its own layers.
   std::vector<std::future<absl::Status>> loads;
   for (int i = 0; i < S; ++i) {
@@ -394,6 +425,8 @@ ClusterState ClusterController::LoadPipeline() {
     req.set_threads(config_.stage.threads);
     if (config_.stage.device) req.set_device(DeviceName(*config_.stage.device));
     req.set_exact(!config_.stage.quantized_activations);
+    req.set_inbound_key(keys[i]);
+    req.set_outbound_key(keys[i + 1]);
     std::optional<WorkerRecord> w = registry_.Find(specs[sp.worker].id);
     if (!w) {
       Fail(absl::UnavailableError(absl::StrCat("worker ", specs[sp.worker].id, " is gone")));
@@ -437,7 +470,9 @@ ClusterState ClusterController::LoadPipeline() {
   }
 
   if (Stopping()) return ClusterState::kStopped;
-  auto sender = make_sender_(DataAddress(specs[plan.stages[0].worker]));
+  SenderOptions link;
+  link.link_key = keys[0];
+  auto sender = make_sender_(DataAddress(specs[plan.stages[0].worker]), link);
   if (!sender.ok()) {
     Fail(sender.status());
     return ClusterState::kStopped;

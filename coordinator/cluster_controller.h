@@ -75,9 +75,9 @@ class WorkerClient {
   virtual absl::Status Probe(const WorkerRecord& worker) = 0;
 };
 
-// Makes the link to a pipeline's first stage from its data-plane address.
-using SenderFactory =
-    std::function<absl::StatusOr<std::unique_ptr<ActivationSender>>(const std::string& address)>;
+// Makes the link to a pipeline's first stage from its data-plane address and link key.
+using SenderFactory = std::function<absl::StatusOr<std::unique_ptr<ActivationSender>>(
+    const std::string& address, const SenderOptions& options)>;
 
 // A consistent view of the cluster for status reports.
 struct ClusterSnapshot {
@@ -96,8 +96,9 @@ struct ClusterSnapshot {
 class ClusterController {
  public:
   // `model` and `workers` must outlive the controller. Workers may register before Start.
+  // `join_token`: what a worker must present to register ("" = anyone may, with a warning).
   ClusterController(const ClusterConfig& config, const ServedModel& model, WorkerClient* workers,
-                    SenderFactory make_sender);
+                    SenderFactory make_sender, std::string join_token = "");
   ~ClusterController();
 
   // `results_address` is where the last stage is told to send results.
@@ -107,11 +108,22 @@ class ClusterController {
   // UNAVAILABLE, then stops. Returns when stopped.
   void Drain(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The control plane.
-  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
-  bool Heartbeat(const v1::HeartbeatRequest& req);
-  // A step result from the last stage (any transport); checked against the current plan.
-  void OnResult(const v1::StepResult& wire, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+  // The control plane. Register needs the join token (when one is set); the response
+  // carries the worker's session secret and the coordinator's secret.
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req,
+                                                const std::string& presented_token);
+  // Known (false: register again), or PermissionDenied for a heartbeat that does not carry
+  // the session secret of the worker it names (it changes nothing).
+  absl::StatusOr<bool> Heartbeat(const v1::HeartbeatRequest& req);
+  // Whether `presented` is the join token (always, when none is set): for status queries.
+  bool MayQuery(const std::string& presented) const;
+  // What the coordinator presents to workers' control services.
+  const std::string& coordinator_secret() const { return coordinator_secret_; }
+  // A step result from the last stage (any transport); checked against the current plan
+  // and the results link's key. PermissionDenied: not from the plan's last stage (the
+  // transport drops the connection; nothing else happens).
+  absl::Status OnResult(const v1::StepResult& wire, const std::string& peer)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const ABSL_LOCKS_EXCLUDED(mu_);
   ClusterState state() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -163,6 +175,8 @@ class ClusterController {
   const ServedModel& model_;
   WorkerClient* const workers_;
   const SenderFactory make_sender_;
+  const std::string join_token_;
+  const std::string coordinator_secret_;
   std::string results_address_;  // set by Start, before the thread
   WorkerRegistry registry_;
   std::shared_ptr<Scheduler> scheduler_;  // created at start, lives as long as the controller
@@ -177,6 +191,7 @@ class ClusterController {
   Plan plan_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerSpec> plan_workers_ ABSL_GUARDED_BY(mu_);
   uint64_t plan_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string results_key_ ABSL_GUARDED_BY(mu_);  // the current plan's results link key
   std::vector<std::function<void(ClusterState)>> listeners_ ABSL_GUARDED_BY(mu_);
   bool brought_up_ ABSL_GUARDED_BY(mu_) = false;  // served once: failures now re-plan
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;  // a plan is being replaced; requests wait

@@ -58,6 +58,16 @@ class FakeWorkers : public WorkerClient {
     absl::MutexLock l(&mu_);
     return loads_;
   }
+  // The key of plan `plan_id`'s results link: its last stage's outbound key.
+  std::string ResultsKey(uint64_t plan_id) {
+    absl::MutexLock l(&mu_);
+    for (const auto& [id, req] : loads_) {
+      if (req.plan_id() == plan_id && req.stage_index() + 1 == req.num_stages()) {
+        return req.outbound_key();
+      }
+    }
+    return "";
+  }
   std::vector<std::string> unloads() {
     absl::MutexLock l(&mu_);
     return unloads_;
@@ -91,11 +101,14 @@ class ControllerTest : public ::testing::Test {
 
   void Start() {
     controller_ = std::make_unique<ClusterController>(
-        config_, *model_, &workers_, [this](const std::string& address) {
+        config_, *model_, &workers_,
+        [this](const std::string& address, const SenderOptions& options) {
           first_stage_address_ = address;
+          EXPECT_EQ(options.link_key.size(), 32u);
           return absl::StatusOr<std::unique_ptr<ActivationSender>>(
               pipeline_.MakeSender(controller_->Snapshot().plan_id));
-        });
+        },
+        join_token_);
     controller_->OnStateChange([this](ClusterState s) {
       absl::MutexLock l(&mu_);
       states_.push_back(s);
@@ -112,13 +125,13 @@ class ControllerTest : public ::testing::Test {
     r.set_data_address("tcp://" + id + ".local:5001");
     r.mutable_resources()->set_memory_bytes(memory);
     r.mutable_resources()->set_gflops(1);
-    auto resp = controller_->Register(r);
+    auto resp = controller_->Register(r, join_token_);
     ASSERT_TRUE(resp.ok()) << resp.status();
     {
       absl::MutexLock l(&mu_);
       beating_[id] = v1::WORKER_STATE_IDLE;
     }
-    beats_.emplace_back([this, id, session = resp->session()] {
+    beats_.emplace_back([this, id, session = resp->session(), secret = resp->session_secret()] {
       for (;;) {
         v1::HeartbeatRequest hb;
         {
@@ -130,7 +143,8 @@ class ControllerTest : public ::testing::Test {
         }
         hb.set_worker_id(id);
         hb.set_session(session);
-        controller_->Heartbeat(hb);
+        hb.set_session_secret(secret);
+        EXPECT_TRUE(controller_->Heartbeat(hb).ok());
         std::this_thread::sleep_for(milliseconds(20));
       }
     });
@@ -160,12 +174,14 @@ class ControllerTest : public ::testing::Test {
   ClusterConfig config_;
   std::unique_ptr<ServedModel> model_;
   FakeWorkers workers_;
+  std::string join_token_;  // what workers present (the controller is made with it)
   std::unique_ptr<ClusterController> controller_;
   // Destroyed before the controller: its thread calls into it.
   FakePipeline pipeline_{[this](StepResult r) {
     v1::StepResult wire;
     EncodeResult(r, &wire);
-    controller_->OnResult(wire, "fake last stage");
+    wire.set_link_key(workers_.ResultsKey(r.plan_id));
+    controller_->OnResult(wire, "fake last stage").IgnoreError();
   }};
   std::string first_stage_address_;
   absl::Mutex mu_;
@@ -497,27 +513,54 @@ TEST_F(ControllerTest, ShutdownWhileWaitingStops) {
   EXPECT_TRUE(workers_.unloads().empty());
 }
 
-TEST_F(ControllerTest, RegistrationIsCheckedAndResultsOfAnotherPlanAreIgnored) {
+TEST_F(ControllerTest, WithAJoinTokenOnlyWorkersThatPresentItJoin) {
+  join_token_ = "the cluster's token";
   Start();
   v1::RegisterRequest r;
   r.set_protocol_version(kFrameVersion);
-  EXPECT_EQ(controller_->Register(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.set_worker_id("stranger");
+  r.set_listen_address("stranger:1");
+  r.mutable_resources()->set_memory_bytes(1 << 30);
+  EXPECT_EQ(controller_->Register(r, "").status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(controller_->Register(r, "wrong").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(controller_->registry().All().empty());
+  EXPECT_FALSE(controller_->MayQuery(""));
+  EXPECT_TRUE(controller_->MayQuery(join_token_));
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  for (const StagePlan& st : controller_->Snapshot().plan.stages) {
+    EXPECT_NE(controller_->Snapshot().plan_workers[st.worker].id, "stranger");
+  }
+}
+
+TEST_F(ControllerTest, RegistrationIsCheckedAndForgedResultsAreRefused) {
+  Start();
+  v1::RegisterRequest r;
+  r.set_protocol_version(kFrameVersion);
+  EXPECT_EQ(controller_->Register(r, "").status().code(), absl::StatusCode::kInvalidArgument);
   r.set_worker_id("x");
   r.set_listen_address("x:1");
   r.set_protocol_version(kFrameVersion + 1);
-  EXPECT_EQ(controller_->Register(r).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(controller_->Register(r, "").status().code(), absl::StatusCode::kFailedPrecondition);
   AddWorker("w0");
   AddWorker("w1");
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
   pipeline_.Pause();
   auto s = (*controller_->scheduler())->Submit(Request(3, 8));
   ASSERT_TRUE(s.ok());
-  // A result claiming another plan changes nothing for this stream.
-  v1::StepResult forged;
-  forged.set_plan_id(controller_->Snapshot().plan_id + 1);
-  forged.set_batch_id(1);
-  forged.add_tokens()->set_token(5);
-  controller_->OnResult(forged, "a stranger");
+  // Results without the results link's key change nothing for this stream, whatever plan
+  // or batch they claim.
+  for (uint64_t batch = 1; batch < 4; ++batch) {
+    v1::StepResult forged;
+    forged.set_plan_id(controller_->Snapshot().plan_id);
+    forged.set_batch_id(batch);
+    forged.add_tokens()->set_token(5);
+    forged.set_link_key(batch == 1 ? "" : "a guess of sixteen");
+    EXPECT_EQ(controller_->OnResult(forged, "a stranger").code(),
+              absl::StatusCode::kPermissionDenied);
+  }
   pipeline_.Resume();
   Output o = Drain(**s);
   ASSERT_TRUE(o.status.ok());

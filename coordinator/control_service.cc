@@ -3,10 +3,20 @@
 #include "transport/grpc_util.h"
 
 namespace cascade {
+namespace {
 
-grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+// Metadata a caller presents, or "".
+std::string Presented(const grpc::ServerContext* ctx, const char* key) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(key);
+  return it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+grpc::Status ControlService::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                       v1::RegisterResponse* resp) {
-  auto r = controller_->Register(*req);
+  auto r = controller_->Register(*req, Presented(ctx, kJoinTokenMetadata));
   if (!r.ok()) return ToGrpc(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;
@@ -14,7 +24,9 @@ grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRe
 
 grpc::Status ControlService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                                        v1::HeartbeatResponse* resp) {
-  resp->set_known(controller_->Heartbeat(*req));
+  auto known = controller_->Heartbeat(*req);
+  if (!known.ok()) return ToGrpc(known.status());
+  resp->set_known(*known);
   return grpc::Status::OK;
 }
 
@@ -22,12 +34,19 @@ grpc::Status ControlService::Results(grpc::ServerContext* ctx,
                                      grpc::ServerReader<v1::StepResult>* reader,
                                      v1::ResultsAck*) {
   v1::StepResult wire;
-  while (reader->Read(&wire)) controller_->OnResult(wire, ctx->peer());
+  while (reader->Read(&wire)) {
+    if (absl::Status st = controller_->OnResult(wire, ctx->peer()); !st.ok()) return ToGrpc(st);
+  }
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::ClusterStatus(grpc::ServerContext*, const v1::ClusterStatusRequest*,
+grpc::Status ControlService::ClusterStatus(grpc::ServerContext* ctx,
+                                           const v1::ClusterStatusRequest*,
                                            v1::ClusterStatusResponse* resp) {
+  if (!controller_->MayQuery(Presented(ctx, kJoinTokenMetadata))) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the cluster's status needs its join token");
+  }
   FillClusterStatus(controller_->Snapshot(), model_id_, resp);
   return grpc::Status::OK;
 }

@@ -13,7 +13,9 @@
 #include "transport/data_plane_server.h"
 #include "transport/factory.h"
 #include "transport/grpc_util.h"
+#include "transport/security.h"
 #include "util/logging.h"
+#include "util/secret.h"
 
 namespace cascade {
 
@@ -45,34 +47,78 @@ class CoordinatorServer::Impl {
   ~Impl() { Shutdown(); }
 
   absl::Status Start() {
-    auto model = ServedModel::Open(config_.model);
+    if (absl::Status st = SetTransportSecurity({config_.security.tls_cert, config_.security.tls_key,
+                                                config_.security.tls_ca});
+        !st.ok()) {
+      return st;
+    }
+    std::string join_token, api_key;
+    if (!config_.security.join_token_file.empty()) {
+      auto t = ReadSecretFile(config_.security.join_token_file);
+      if (!t.ok()) return t.status();
+      join_token = std::move(*t);
+    }
+    if (!config_.security.api_key_file.empty()) {
+      auto k = ReadSecretFile(config_.security.api_key_file);
+      if (!k.ok()) return k.status();
+      api_key = std::move(*k);
+    }
+    if (join_token.empty() && !TlsEnabled()) {
+      spdlog::warn(
+          "the control plane takes any worker that registers (no --join-token-file, no "
+          "--tls-*): run it only on loopback or a network you trust");
+    }
+    auto model = ServedModel::Open(config_.model, config_.served_model_name);
     if (!model.ok()) return model.status();
     model_ = std::move(*model);
     controller_ = std::make_unique<ClusterController>(
         config_, *model_, &worker_client_,
-        [](const std::string& address) { return MakeActivationSender(address); });
+        [](const std::string& address, const SenderOptions& options) {
+          return MakeActivationSender(address, options);
+        },
+        join_token);
+    worker_client_.SetCoordinatorSecret(controller_->coordinator_secret());
     frontend_ = std::make_unique<Frontend>(*model_, *controller_);
     control_ = std::make_unique<ControlService>(controller_.get(), model_->id());
-    inference_ = std::make_unique<InferenceServiceImpl>(frontend_.get());
+    inference_ = std::make_unique<InferenceServiceImpl>(frontend_.get(), api_key);
 
+    // The public API: Inference, health, reflection.
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-    grpc::ServerBuilder builder;
-    ConfigureServer(&builder);
-    int port = 0;
-    builder.AddListeningPort(config_.server.listen, grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(control_.get());
-    builder.RegisterService(inference_.get());
-    server_ = builder.BuildAndStart();
-    if (!server_ || port == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("coordinator: cannot listen on ", config_.server.listen,
-                       " (is another server using the port?)"));
+    {
+      grpc::ServerBuilder builder;
+      ConfigureServer(&builder);
+      int port = 0;
+      builder.AddListeningPort(config_.server.listen, ServerCredentials(ServerRole::kPublic), &port);
+      builder.RegisterService(inference_.get());
+      server_ = builder.BuildAndStart();
+      if (!server_ || port == 0) {
+        return absl::UnavailableError(absl::StrCat("coordinator: cannot listen on ",
+                                                   config_.server.listen,
+                                                   " (is another server using the port?)"));
+      }
+      address_ = AdvertisedHostPort(config_.server.listen, port);
     }
-    address_ = AdvertisedHostPort(config_.server.listen, port);
-    const std::string advertise =
-        config_.server.advertise.empty() ? address_ : config_.server.advertise;
     SetHealth(false);
+    // The control plane, on a port of its own: only cluster members (join token or a
+    // client certificate from the CA) get past it.
+    {
+      grpc::ServerBuilder builder;
+      ConfigureServer(&builder);
+      int port = 0;
+      builder.AddListeningPort(config_.server.control_listen,
+                               ServerCredentials(ServerRole::kCluster), &port);
+      builder.RegisterService(control_.get());
+      control_server_ = builder.BuildAndStart();
+      if (!control_server_ || port == 0) {
+        return absl::UnavailableError(absl::StrCat("coordinator: cannot listen on ",
+                                                   config_.server.control_listen,
+                                                   " (is another server using the port?)"));
+      }
+      control_address_ = AdvertisedHostPort(config_.server.control_listen, port);
+    }
+    const std::string advertise =
+        config_.server.advertise.empty() ? control_address_ : config_.server.advertise;
     controller_->OnStateChange([this](ClusterState s) { SetHealth(s == ClusterState::kServing); });
 
     // Results from the last stage: on the TCP data plane, or on the control service's
@@ -83,21 +129,21 @@ class CoordinatorServer::Impl {
       if (!adv.ok()) return adv.status();
       DataPlaneServerOptions dp;
       dp.name = "coordinator data plane";
-      dp.tcp_listen = DataListenBeside(config_.data_plane.listen, config_.server.listen);
+      dp.tcp_listen = DataListenBeside(config_.data_plane.listen, config_.server.control_listen);
       dp.advertise_host = adv->host;
       DataPlaneHandlers h;
       h.results = [c = controller_.get()](const v1::StepResult& r, const std::string& peer) {
-        c->OnResult(r, peer);
+        return c->OnResult(r, peer);
       };
       auto data = DataPlaneServer::Start(dp, std::move(h));
       if (!data.ok()) return data.status();
       data_ = std::move(*data);
       results_address = data_->tcp_address();
     }
-    spdlog::info("coordinator listening on {} (workers send results to {})", address_,
-                 results_address);
+    spdlog::info("coordinator: API on {}, control plane on {} (workers send results to {}){}",
+                 address_, advertise, results_address, TlsEnabled() ? "; mTLS" : "");
     if (!config_.server.http_listen.empty()) {
-      http_ = std::make_unique<HttpApi>(frontend_.get());
+      http_ = std::make_unique<HttpApi>(frontend_.get(), api_key);
       if (absl::Status st = http_->Start(config_.server.http_listen); !st.ok()) return st;
     }
     controller_->Start(results_address);
@@ -105,6 +151,7 @@ class CoordinatorServer::Impl {
   }
 
   const std::string& address() const { return address_; }
+  const std::string& control_address() const { return control_address_; }
   int http_port() const { return http_ ? http_->port() : 0; }
 
   absl::Status WaitUntilServing(std::chrono::milliseconds timeout) {
@@ -129,6 +176,9 @@ class CoordinatorServer::Impl {
       SetHealth(false);
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     }
+    if (control_server_) {
+      control_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    }
     if (data_) data_->Shutdown();
   }
 
@@ -148,10 +198,11 @@ class CoordinatorServer::Impl {
   std::unique_ptr<Frontend> frontend_;
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<InferenceServiceImpl> inference_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> server_;          // public
+  std::unique_ptr<grpc::Server> control_server_;  // workers
   std::unique_ptr<DataPlaneServer> data_;
   std::unique_ptr<HttpApi> http_;
-  std::string address_;
+  std::string address_, control_address_;
   std::atomic<bool> shut_down_{false};
 };
 
@@ -167,6 +218,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 }
 
 const std::string& CoordinatorServer::address() const { return impl_->address(); }
+const std::string& CoordinatorServer::control_address() const { return impl_->control_address(); }
 int CoordinatorServer::http_port() const { return impl_->http_port(); }
 absl::Status CoordinatorServer::WaitUntilServing(std::chrono::milliseconds t) {
   return impl_->WaitUntilServing(t);

@@ -1,8 +1,9 @@
 // CoordinatorServer: the coordinator process put together. It opens the served model,
 // serves on one port the public Inference API, the standard grpc.health.v1.Health service
-// (NOT_SERVING until the cluster serves) and server reflection, and the Coordinator
-// control service workers use; results from the last stage arrive on the data plane
-// (TCP by default); the OpenAI-compatible HTTP API is optional. What happens in the
+// (NOT_SERVING until the cluster serves) and server reflection, and on a port of its own
+// the Coordinator control service workers use (join token or mTLS); results from the last
+// stage arrive on the data plane (TCP by default); the OpenAI-compatible HTTP API is
+// optional. What happens in the
 // cluster is the ClusterController's business (coordinator/cluster_controller.h); this
 // class only wires servers to it.
 //
@@ -26,8 +27,10 @@ class CoordinatorServer {
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(const ClusterConfig& config);
   ~CoordinatorServer();
 
-  // The gRPC address clients and workers use (host:port).
+  // The public gRPC API's address (host:port).
   const std::string& address() const;
+  // The control plane's address, where workers register (host:port).
+  const std::string& control_address() const;
   int http_port() const;  // 0 without the HTTP API
   // OK once serving; the reason if bring-up failed; DeadlineExceeded on timeout.
   absl::Status WaitUntilServing(std::chrono::milliseconds timeout);

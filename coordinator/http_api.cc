@@ -8,6 +8,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "util/logging.h"
+#include "util/secret.h"
 
 namespace cascade {
 namespace {
@@ -144,8 +145,8 @@ absl::Status ParseCommon(const Json& j, v1::GenerateRequest* req, bool* stream) 
 
 }  // namespace
 
-HttpApi::HttpApi(ServingBackend* backend)
-    : backend_(backend), server_(std::make_unique<httplib::Server>()) {
+HttpApi::HttpApi(ServingBackend* backend, std::string api_key)
+    : backend_(backend), api_key_(std::move(api_key)), server_(std::make_unique<httplib::Server>()) {
   Routes();
 }
 
@@ -174,6 +175,27 @@ void HttpApi::Stop() {
 
 void HttpApi::Routes() {
   server_->set_payload_max_length(8 << 20);
+  // A port another server holds is an error, never shared: no SO_REUSEPORT.
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  if (!api_key_.empty()) {
+    server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path == "/health" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
+      if (SecretsEqual(req.get_header_value("Authorization"), "Bearer " + api_key_)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      res.status = 401;
+      Json body = {{"error",
+                    {{"message", "this API needs its key: 'Authorization: Bearer <key>'"},
+                     {"type", "invalid_request_error"},
+                     {"param", nullptr},
+                     {"code", "invalid_api_key"}}}};
+      res.set_content(body.dump(), "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    });
+  }
 
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     auto sched = backend_->scheduler();

@@ -25,7 +25,9 @@ namespace cascade {
 
 class HttpApi {
  public:
-  explicit HttpApi(ServingBackend* backend);
+  // `api_key`: the bearer token requests must carry ("Authorization: Bearer KEY"; /health
+  // and /metrics excepted); "" = none needed.
+  explicit HttpApi(ServingBackend* backend, std::string api_key = "");
   ~HttpApi();
 
   // Listens on host:port (port 0 picks one) and serves on a background thread.
@@ -37,6 +39,7 @@ class HttpApi {
   void Routes();
 
   ServingBackend* backend_;
+  const std::string api_key_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

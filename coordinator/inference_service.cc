@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/frame.h"
 #include "transport/grpc_util.h"
+#include "util/secret.h"
 
 namespace cascade {
 namespace {
@@ -79,6 +80,19 @@ absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req
   return s;
 }
 
+grpc::Status InferenceServiceImpl::Authorize(const grpc::ServerContext* ctx) const {
+  if (api_key_.empty()) return grpc::Status::OK;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  const std::string presented =
+      it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+  if (!SecretsEqual(presented, "Bearer " + api_key_)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "this API needs its key: metadata 'authorization: Bearer <key>'");
+  }
+  return grpc::Status::OK;
+}
+
 absl::Status InferenceServiceImpl::CheckModel(const std::string& model) {
   if (model.empty()) return absl::OkStatus();
   const std::string& id = backend_->model().id();
@@ -91,6 +105,7 @@ absl::Status InferenceServiceImpl::CheckModel(const std::string& model) {
 
 grpc::Status InferenceServiceImpl::Run(grpc::ServerContext* ctx, const v1::GenerateRequest& req,
                                        const std::function<bool(const StreamEvent&)>& on_event) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req.model()); !st.ok()) return ToGrpc(st);
   auto scheduler = backend_->scheduler();
   if (!scheduler.ok()) return ToGrpc(scheduler.status());
@@ -152,8 +167,10 @@ grpc::Status InferenceServiceImpl::Complete(grpc::ServerContext* ctx,
   });
 }
 
-grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,
+grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext* ctx,
+                                            const v1::TokenizeRequest* req,
                                             v1::TokenizeResponse* resp) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
   const Tokenizer* tok = &backend_->model().tokenizer();
   if (req->text().size() > kMaxPromptBytes) {
@@ -165,9 +182,10 @@ grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext*, const v1::Toke
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceServiceImpl::Detokenize(grpc::ServerContext*,
+grpc::Status InferenceServiceImpl::Detokenize(grpc::ServerContext* ctx,
                                               const v1::DetokenizeRequest* req,
                                               v1::DetokenizeResponse* resp) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
   const Tokenizer* tok = &backend_->model().tokenizer();
   std::vector<int32_t> ids;
@@ -183,15 +201,18 @@ grpc::Status InferenceServiceImpl::Detokenize(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceServiceImpl::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+grpc::Status InferenceServiceImpl::ListModels(grpc::ServerContext* ctx,
+                                              const v1::ListModelsRequest*,
                                               v1::ListModelsResponse* resp) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   *resp->add_models() = backend_->model_info();
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceServiceImpl::GetModelInfo(grpc::ServerContext*,
+grpc::Status InferenceServiceImpl::GetModelInfo(grpc::ServerContext* ctx,
                                                 const v1::GetModelInfoRequest* req,
                                                 v1::ModelInfo* resp) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
   *resp = backend_->model_info();
   return grpc::Status::OK;

@@ -3,8 +3,9 @@
 // and cancellation to the scheduler (a client that goes away frees its KV blocks on every
 // stage within one step).
 //
-// Contract: every handler validates its request and answers INVALID_ARGUMENT (naming the
-// field), RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (still loading) or NOT_FOUND
+// Contract: every handler checks the caller's bearer token (when --api-key-file is set;
+// UNAUTHENTICATED otherwise), validates its request and answers INVALID_ARGUMENT (naming
+// the field), RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (still loading) or NOT_FOUND
 // (unknown model). Thread-safe (gRPC's sync server calls handlers concurrently).
 #ifndef CASCADE_COORDINATOR_INFERENCE_SERVICE_H_
 #define CASCADE_COORDINATOR_INFERENCE_SERVICE_H_
@@ -37,7 +38,10 @@ absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req
 
 class InferenceServiceImpl final : public v1::Inference::Service {
  public:
-  explicit InferenceServiceImpl(ServingBackend* backend) : backend_(backend) {}
+  // `api_key`: the bearer token callers must present (metadata "authorization: Bearer
+  // KEY"); "" = none needed.
+  explicit InferenceServiceImpl(ServingBackend* backend, std::string api_key = "")
+      : backend_(backend), api_key_(std::move(api_key)) {}
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -57,8 +61,11 @@ class InferenceServiceImpl final : public v1::Inference::Service {
   grpc::Status Run(grpc::ServerContext* ctx, const v1::GenerateRequest& req,
                    const std::function<bool(const StreamEvent&)>& on_event);
   absl::Status CheckModel(const std::string& model);
+  // UNAUTHENTICATED unless the call carries the API key (when one is set).
+  grpc::Status Authorize(const grpc::ServerContext* ctx) const;
 
   ServingBackend* backend_;
+  const std::string api_key_;
 };
 
 v1::FinishReason ToProto(FinishReason r);

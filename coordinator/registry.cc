@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "util/secret.h"
+
 #include "absl/time/time.h"
 
 namespace cascade {
@@ -19,18 +22,24 @@ v1::RegisterResponse WorkerRegistry::Register(const v1::RegisterRequest& req) {
   w.state = v1::WORKER_STATE_IDLE;
   w.error.clear();
   w.last_seen = Clock::now();
+  w.session_secret = RandomSecret();
   v1::RegisterResponse resp;
+  resp.set_session_secret(w.session_secret);
   resp.set_worker_id(w.id);
   resp.set_session(session_);
   resp.set_heartbeat_interval_s(interval_);
   return resp;
 }
 
-bool WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& req) {
+absl::StatusOr<bool> WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& req) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(req.worker_id());
   if (it == workers_.end() || req.session() != session_) return false;
   WorkerRecord& w = it->second;
+  if (!SecretsEqual(req.session_secret(), w.session_secret)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("a heartbeat for worker ", w.id, " without its session secret"));
+  }
   w.state = req.state();
   w.stats = req.stats();
   w.error = req.error();

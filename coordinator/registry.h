@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cascade/v1/worker.pb.h"
 
@@ -33,6 +34,7 @@ struct WorkerRecord {
   std::chrono::steady_clock::time_point last_seen;
   uint64_t registered_order = 0;
   uint64_t generation = 0;  // bumped by every Register: a restarted worker is a new one
+  std::string session_secret;  // given by Register; every Heartbeat must carry it
 };
 
 class WorkerRegistry {
@@ -42,7 +44,9 @@ class WorkerRegistry {
       : session_(session), interval_(heartbeat_interval_s) {}
 
   v1::RegisterResponse Register(const v1::RegisterRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
-  bool Heartbeat(const v1::HeartbeatRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
+  // Known (false: register again), or PermissionDenied when the worker is known but the
+  // heartbeat lacks its session secret (someone speaking for it): nothing changes then.
+  absl::StatusOr<bool> Heartbeat(const v1::HeartbeatRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
 
   std::chrono::milliseconds liveness_timeout() const {
     return std::chrono::milliseconds(static_cast<int64_t>(1000 * (3 * interval_ + 1)));

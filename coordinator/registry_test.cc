@@ -21,12 +21,17 @@ TEST(WorkerRegistry, HeartbeatsNeedTheSessionAndKeepAWorkerAlive) {
   v1::HeartbeatRequest hb;
   hb.set_worker_id("a");
   hb.set_session(41);  // a stale session: register again
-  EXPECT_FALSE(reg.Heartbeat(hb));
+  EXPECT_FALSE(*reg.Heartbeat(hb));
   hb.set_session(42);
   hb.set_state(v1::WORKER_STATE_SERVING);
-  EXPECT_TRUE(reg.Heartbeat(hb));
+  // Without a's session secret, no one can speak for a; nothing changes.
+  hb.set_session_secret("guess");
+  EXPECT_EQ(reg.Heartbeat(hb).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(reg.All()[0].state, v1::WORKER_STATE_IDLE);
+  hb.set_session_secret(r.session_secret());
+  EXPECT_TRUE(*reg.Heartbeat(hb));
   hb.set_worker_id("nobody");
-  EXPECT_FALSE(reg.Heartbeat(hb));
+  EXPECT_FALSE(*reg.Heartbeat(hb));
   // Registration order, and the one liveness rule.
   auto all = reg.All();
   ASSERT_EQ(all.size(), 2u);

@@ -220,8 +220,13 @@ void Scheduler::Loop() {
     while (static_cast<int>(flights_.size()) < pipeline_->num_stages && SendBatch()) sent = true;
     if (!sent && !release_.empty()) SendReleases();
   }
-  // Shutting down: whoever still waits learns why.
-  const absl::Status why = absl::UnavailableError("the server is shutting down");
+  // Shutting down: whoever still waits learns why (a failure posted just before the stop
+  // says it best).
+  absl::Status why = absl::UnavailableError("the server is shutting down");
+  {
+    absl::MutexLock lock(&mu_);
+    if (!inbox_.fail_all.ok()) why = inbox_.fail_all;
+  }
   for (auto& [id, s] : running_) {
     if (s.stream) Finish(s, FinishReason::kCancelled, why);
   }

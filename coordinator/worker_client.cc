@@ -14,6 +14,7 @@ v1::Worker::Stub* GrpcWorkerClient::Stub(const std::string& address) {
 absl::Status GrpcWorkerClient::LoadStage(const WorkerRecord& worker,
                                          const v1::LoadStageRequest& req) {
   grpc::ClientContext ctx;
+  ctx.AddMetadata(kCoordinatorMetadata, secret_);
   ctx.set_deadline(std::chrono::system_clock::now() + load_timeout_);
   v1::LoadStageResponse resp;
   return FromGrpc(Stub(worker.address)->LoadStage(&ctx, req, &resp));
@@ -21,6 +22,7 @@ absl::Status GrpcWorkerClient::LoadStage(const WorkerRecord& worker,
 
 absl::Status GrpcWorkerClient::Unload(const WorkerRecord& worker, uint64_t plan_id) {
   grpc::ClientContext ctx;
+  ctx.AddMetadata(kCoordinatorMetadata, secret_);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::UnloadRequest req;
   req.set_plan_id(plan_id);
@@ -30,6 +32,7 @@ absl::Status GrpcWorkerClient::Unload(const WorkerRecord& worker, uint64_t plan_
 
 absl::Status GrpcWorkerClient::Probe(const WorkerRecord& worker) {
   grpc::ClientContext ctx;
+  ctx.AddMetadata(kCoordinatorMetadata, secret_);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
   v1::WorkerStatus status;
   return FromGrpc(Stub(worker.address)->Status(&ctx, v1::StatusRequest(), &status));

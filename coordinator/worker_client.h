@@ -25,10 +25,13 @@ class GrpcWorkerClient : public WorkerClient {
   absl::Status LoadStage(const WorkerRecord& worker, const v1::LoadStageRequest& req) override;
   absl::Status Unload(const WorkerRecord& worker, uint64_t plan_id) override;
   absl::Status Probe(const WorkerRecord& worker) override;
+  // Presented to workers on every call (set before the controller starts).
+  void SetCoordinatorSecret(std::string secret) { secret_ = std::move(secret); }
 
  private:
   v1::Worker::Stub* Stub(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
   const std::chrono::milliseconds load_timeout_;
+  std::string secret_;
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<v1::Worker::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };

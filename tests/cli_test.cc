@@ -452,7 +452,9 @@ class Child {
 TEST(Cli, ServeStatusAndRemoteGenerateMatchTheInProcessRun) {
   const int port = testing::FreePort();
   const std::string addr = "127.0.0.1:" + std::to_string(port);
-  Child serve({Bin(), "serve", "--model", Bundled(), "--workers", "2", "--listen", addr},
+  const std::string control = "127.0.0.1:" + std::to_string(testing::FreePort());
+  Child serve({Bin(), "serve", "--model", Bundled(), "--workers", "2", "--listen", addr,
+               "--control-listen", control},
               TmpPath("serve.log"));
   // Ready when `cascade status` reports serving (polled; fails fast if serve exits).
   RunResult status;
@@ -461,7 +463,7 @@ TEST(Cli, ServeStatusAndRemoteGenerateMatchTheInProcessRun) {
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto rc = serve.Poll()) FAIL() << "serve exited with " << *rc << ":\n" << serve.Log();
     if (testing::WaitForPort("127.0.0.1", port, std::chrono::milliseconds(200))) {
-      status = RunCmd(Bin() + " status --server " + addr + " 2>/dev/null");
+      status = RunCmd(Bin() + " status --server " + control + " 2>/dev/null");
       if (status.exit_code == 0 && status.out.find("serving  yes") != std::string::npos) {
         serving = true;
         break;

@@ -26,6 +26,8 @@ struct ClusterOptions {
   int min_stages = 3;
   bool netns = false;
   std::vector<std::string> coordinator_flags;  // extra flags
+  std::vector<std::string> worker_flags;       // extra flags for every worker
+  int spares = 0;  // network-namespace hosts made for workers beyond `workers`
   int threads = 1;
 };
 
@@ -38,12 +40,15 @@ class Cluster {
     std::system(("mkdir -p " + dir_).c_str());
     if (o.netns && !SetUpNamespaces()) return;
     port_ = FreePort();
+    control_port_ = FreePort();
     const std::string host = o.netns ? Ip(0) : "127.0.0.1";
     address_ = absl::StrCat(host, ":", port_);
+    control_address_ = absl::StrCat(host, ":", control_port_);
     std::vector<std::string> args = Prefix(0);
     for (const std::string& a :
          {std::string(CASCADE_COORDINATOR_BIN), std::string("--model"), o.model,
-          std::string("--listen"), address_, std::string("--workers"), std::to_string(o.workers),
+          std::string("--listen"), address_, std::string("--control-listen"), control_address_,
+          std::string("--workers"), std::to_string(o.workers),
           std::string("--min-stages"), std::to_string(o.min_stages), std::string("--log-level"),
           std::string("info")}) {
       args.push_back(a);
@@ -52,6 +57,7 @@ class Cluster {
     coordinator_ = Subprocess::Start(args, dir_ + "/coordinator.log");
     // Connect only once it listens, so the channel does not start in reconnect backoff.
     WaitForPort(host, port_, std::chrono::seconds(20));
+    WaitForPort(host, control_port_, std::chrono::seconds(20));
     // Reconnect quickly: the coordinator may not listen yet when the first call is made.
     grpc::ChannelArguments channel_args;
     channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
@@ -59,6 +65,8 @@ class Cluster {
     channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
     channel_ =
         grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), channel_args);
+    control_channel_ = grpc::CreateCustomChannel(control_address_,
+                                                 grpc::InsecureChannelCredentials(), channel_args);
     ok_ = coordinator_ != nullptr;
   }
 
@@ -71,22 +79,34 @@ class Cluster {
   bool ok() const { return ok_; }
   const std::string& skip_reason() const { return skip_reason_; }
   const std::string& address() const { return address_; }
+  const std::string& control_address() const { return control_address_; }
 
   void StartWorkers() {
-    for (int i = 0; i < o_.workers; ++i) {
+    for (int i = 0; i < o_.workers; ++i) StartWorker(i);
+  }
+
+  // Worker `i` (id w<i>); i >= workers adds one beyond the plan's need (a spare). In a
+  // network-namespace cluster, host i + 1 must exist (hosts are made for `workers` + spares).
+  void StartWorker(int i) {
+    {
       std::vector<std::string> args = Prefix(i + 1);
       const std::string host = o_.netns ? Ip(i + 1) : "127.0.0.1";
       for (const std::string& a :
-           {std::string(CASCADE_WORKER_BIN), std::string("--coordinator"), address_,
+           {std::string(CASCADE_WORKER_BIN), std::string("--coordinator"), control_address_,
             std::string("--listen"), host + ":0", std::string("--threads"),
             std::to_string(o_.threads), std::string("--memory"), std::string("2GiB"),
             std::string("--id"), absl::StrCat("w", i), std::string("--log-level"),
             std::string("info")}) {
         args.push_back(a);
       }
+      for (const auto& f : o_.worker_flags) args.push_back(f);
       workers_.push_back(Subprocess::Start(args, absl::StrCat(dir_, "/worker", i, ".log")));
     }
   }
+
+  // Host `i`'s address (0: the coordinator, 1.. the workers) in a namespace cluster.
+  std::string HostIp(int i) const { return o_.netns ? Ip(i) : "127.0.0.1"; }
+  std::string Namespace(int i) const { return Ns(i); }
 
   // Polls the health service until SERVING (true) or the timeout.
   bool WaitServing(std::chrono::seconds timeout = std::chrono::seconds(120)) {
@@ -109,7 +129,9 @@ class Cluster {
   }
 
   std::unique_ptr<v1::Inference::Stub> Inference() { return v1::Inference::NewStub(channel_); }
-  std::unique_ptr<v1::Coordinator::Stub> Control() { return v1::Coordinator::NewStub(channel_); }
+  std::unique_ptr<v1::Coordinator::Stub> Control() {
+    return v1::Coordinator::NewStub(control_channel_);
+  }
 
   v1::ClusterStatusResponse Status() {
     grpc::ClientContext ctx;
@@ -154,7 +176,7 @@ class Cluster {
       skip_reason_ = "cannot create a bridge (no CAP_NET_ADMIN?)";
       return false;
     }
-    for (int h = 0; h <= o_.workers; ++h) {
+    for (int h = 0; h <= o_.workers + o_.spares; ++h) {
       const std::string ns = Ns(h), host_if = absl::StrCat("cv", tag_, "h", h),
                         ns_if = absl::StrCat("cv", tag_, "n", h);
       if (!Sh("ip netns add " + ns) ||
@@ -181,13 +203,13 @@ class Cluster {
   }
 
   ClusterOptions o_;
-  std::string tag_, dir_, address_, bridge_, skip_reason_;
-  int port_ = 0, subnet_ = 0;
+  std::string tag_, dir_, address_, control_address_, bridge_, skip_reason_;
+  int port_ = 0, control_port_ = 0, subnet_ = 0;
   bool ok_ = false;
   std::vector<std::string> namespaces_;
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
-  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<grpc::Channel> channel_, control_channel_;
   static inline int counter_ = 0;
 };
 

@@ -15,6 +15,8 @@
 #include "util/signals.h"
 #include "util/units.h"
 #include "transport/grpc_util.h"
+#include "transport/security.h"
+#include "util/secret.h"
 #include "worker/worker_server.h"
 
 namespace cascade::cli {
@@ -29,6 +31,16 @@ struct ServeFlags {
 
 int RunServe(ServeFlags f) {
   BlockTerminationSignals();
+  // The workers of this process join with the coordinator's own token.
+  std::string join_token;
+  if (!f.config.security.join_token_file.empty()) {
+    auto t = ReadSecretFile(f.config.security.join_token_file);
+    if (!t.ok()) {
+      std::cerr << "cascade serve: " << t.status().message() << "\n";
+      return 1;
+    }
+    join_token = *t;
+  }
   const int n = f.config.bring_up.workers;
   if (f.config.plan.min_stages == 1 && n > 1) f.config.plan.min_stages = n;
   auto coordinator = CoordinatorServer::Start(f.config);
@@ -42,7 +54,8 @@ int RunServe(ServeFlags f) {
   for (int i = 0; i < n; ++i) {
     WorkerOptions w;
     w.listen = "127.0.0.1:0";
-    w.coordinator = (*coordinator)->address();
+    w.coordinator = (*coordinator)->control_address();
+    w.join_token = join_token;
     w.worker_id = absl::StrCat("local-", i);
     w.threads = f.threads > 0 ? f.threads : std::max(1, cores / n);
     w.memory_bytes = AvailableMemoryBytes() / static_cast<uint64_t>(n);
@@ -88,9 +101,28 @@ const char* StateName(v1::WorkerState s) {
   }
 }
 
-int RunStatus(const std::string& server) {
+struct StatusFlags {
+  std::string server = "127.0.0.1:50053";
+  std::string join_token_file;
+  TlsFiles tls;
+};
+
+int RunStatus(const StatusFlags& f) {
+  if (absl::Status st = SetTransportSecurity(f.tls); !st.ok()) {
+    std::cerr << "cascade status: " << st.message() << "\n";
+    return 2;
+  }
+  const std::string& server = f.server;
   auto stub = v1::Coordinator::NewStub(MakeChannel(server));
   grpc::ClientContext ctx;
+  if (!f.join_token_file.empty()) {
+    auto t = ReadSecretFile(f.join_token_file);
+    if (!t.ok()) {
+      std::cerr << "cascade status: " << t.status().message() << "\n";
+      return 2;
+    }
+    ctx.AddMetadata(kJoinTokenMetadata, *t);
+  }
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ClusterStatusResponse s;
   grpc::Status st = stub->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &s);
@@ -233,16 +265,21 @@ void AddServe(CLI::App& app, Action* action) {
   CLI::App* cmd = app.add_subcommand(
       "serve", "Run a coordinator and N local workers in this process (one command cluster)");
   f->config.server.listen = "127.0.0.1:50051";
+  f->config.server.control_listen = "127.0.0.1:50053";
   AddClusterFlags(*cmd, &f->config);
   cmd->add_option("--threads", f->threads, "Threads per worker (default: cores / workers)");
   cmd->callback([f, action] { *action = [f] { return RunServe(*f); }; });
 }
 
 void AddStatus(CLI::App& app, Action* action) {
-  auto server = std::make_shared<std::string>("127.0.0.1:50051");
+  auto f = std::make_shared<StatusFlags>();
   CLI::App* cmd = app.add_subcommand("status", "Show a running cluster's stages, workers and load");
-  cmd->add_option("--server,-s", *server, "Coordinator address");
-  cmd->callback([server, action] { *action = [server] { return RunStatus(*server); }; });
+  cmd->add_option("--server,-s", f->server, "The coordinator's control address");
+  cmd->add_option("--join-token-file", f->join_token_file, "File holding the cluster's join token");
+  cmd->add_option("--tls-cert", f->tls.cert, "Certificate (PEM) for the cluster's mTLS");
+  cmd->add_option("--tls-key", f->tls.key, "Its private key (PEM)");
+  cmd->add_option("--tls-ca", f->tls.ca, "The cluster's CA certificate (PEM)");
+  cmd->callback([f, action] { *action = [f] { return RunStatus(*f); }; });
 }
 
 void AddPlan(CLI::App& app, Action* action) {

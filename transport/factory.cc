@@ -56,11 +56,11 @@ absl::StatusOr<std::unique_ptr<ActivationSender>> MakeActivationSender(
   if (!a.ok()) return a.status();
   switch (a->scheme) {
     case Scheme::kTcp:
-      return MakeTcpActivationSender(a->host_port, options.connect_timeout);
+      return MakeTcpActivationSender(a->host_port, options);
     case Scheme::kGrpc:
-      return MakeGrpcActivationSender(a->host_port, options.connect_timeout);
+      return MakeGrpcActivationSender(a->host_port, options);
     case Scheme::kInproc:
-      return MakeInProcActivationSender(a->name);
+      return MakeInProcActivationSender(a->name, options.link_key);
     case Scheme::kMpi:
     case Scheme::kNccl:
       break;
@@ -76,11 +76,11 @@ absl::StatusOr<std::unique_ptr<ResultSender>> MakeResultSender(const std::string
   if (!a.ok()) return a.status();
   switch (a->scheme) {
     case Scheme::kTcp:
-      return MakeTcpResultSender(a->host_port, options.connect_timeout);
+      return MakeTcpResultSender(a->host_port, options);
     case Scheme::kGrpc:
-      return MakeGrpcResultSender(a->host_port, options.connect_timeout);
+      return MakeGrpcResultSender(a->host_port, options);
     case Scheme::kInproc:
-      return MakeInProcResultSender(a->name);
+      return MakeInProcResultSender(a->name, options.link_key);
     case Scheme::kMpi:
     case Scheme::kNccl:
       break;

@@ -21,10 +21,6 @@
 
 namespace cascade {
 
-struct SenderOptions {
-  std::chrono::milliseconds connect_timeout = std::chrono::seconds(10);
-};
-
 absl::StatusOr<std::unique_ptr<ActivationSender>> MakeActivationSender(
     const std::string& address, const SenderOptions& options = {});
 absl::StatusOr<std::unique_ptr<ResultSender>> MakeResultSender(const std::string& address,

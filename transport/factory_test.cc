@@ -14,6 +14,7 @@ using ::testing::HasSubstr;
 
 FrameExpectations Stage0() {
   FrameExpectations e;
+  e.link_key = "key-0";
   e.plan_id = 5;
   e.stage = 0;
   e.first_stage = true;
@@ -42,7 +43,7 @@ TEST(TransportFactory, InprocFramesAreValidatedLikeNetworkFrames) {
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   EXPECT_EQ(InProcEndpoint::Register("factory-test-stage", {&router, nullptr}).status().code(),
             absl::StatusCode::kAlreadyExists);
-  auto sender = MakeActivationSender((*endpoint)->address());
+  auto sender = MakeActivationSender((*endpoint)->address(), {.link_key = "key-0"});
   ASSERT_TRUE(sender.ok()) << sender.status();
   ASSERT_TRUE((*sender)->Send(TokenFrame(1, 42)).ok());
   auto f = receiver->Receive();
@@ -55,6 +56,10 @@ TEST(TransportFactory, InprocFramesAreValidatedLikeNetworkFrames) {
   auto lost = receiver->Receive();
   ASSERT_TRUE(lost.has_value());
   EXPECT_THAT(lost->error, HasSubstr("outside the vocabulary"));
+  // A sender with another key is refused before anything of its frame is looked at.
+  auto stranger = MakeActivationSender((*endpoint)->address(), {.link_key = "guess"});
+  ASSERT_TRUE(stranger.ok());
+  EXPECT_EQ((*stranger)->Send(TokenFrame(9, 1)).code(), absl::StatusCode::kUnavailable);
   // Once the endpoint is gone, sends fail naming it.
   endpoint->reset();
   absl::Status st = (*sender)->Send(TokenFrame(3, 1));
@@ -65,7 +70,10 @@ TEST(TransportFactory, InprocFramesAreValidatedLikeNetworkFrames) {
 TEST(TransportFactory, InprocResultsReachTheHandler) {
   std::vector<uint64_t> got;
   DataPlaneHandlers h;
-  h.results = [&](const v1::StepResult& r, const std::string&) { got.push_back(r.batch_id()); };
+  h.results = [&](const v1::StepResult& r, const std::string&) {
+    got.push_back(r.batch_id());
+    return absl::OkStatus();
+  };
   auto endpoint = InProcEndpoint::Register("factory-test-coordinator", h);
   ASSERT_TRUE(endpoint.ok());
   auto sender = MakeResultSender("inproc://factory-test-coordinator");

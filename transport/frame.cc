@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/checked_math.h"
+#include "util/secret.h"
 #include "util/status_macros.h"
 
 namespace cascade {
@@ -74,6 +75,10 @@ void EncodeFrame(const StageFrame& f, v1::ActivationFrame* out) {
 }
 
 absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const FrameExpectations& e) {
+  if (!SecretsEqual(in.link_key(), e.link_key)) {
+    return absl::PermissionDeniedError(
+        "activation frame: link_key is not the key of this stage's inbound link");
+  }
   if (in.version() != kFrameVersion) {
     return Bad("version",
                absl::StrCat(in.version(), " is not the supported version ", kFrameVersion));
@@ -191,8 +196,11 @@ void EncodeResult(const StepResult& r, v1::StepResult* out) {
   if (!r.error.empty()) out->set_error(r.error);
 }
 
-absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, uint64_t plan_id,
-                                        int64_t vocab_size) {
+absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, const std::string& link_key,
+                                        uint64_t plan_id, int64_t vocab_size) {
+  if (!SecretsEqual(in.link_key(), link_key)) {
+    return absl::PermissionDeniedError("step result: link_key is not the results link's key");
+  }
   if (in.plan_id() != plan_id) {
     return absl::InvalidArgumentError(
         absl::StrCat("step result: plan_id ", in.plan_id(), " is not the current plan ", plan_id));

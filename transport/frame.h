@@ -6,7 +6,9 @@
 //   what the receiving stage expects (version, plan, stage index, dtype, shape against the
 //   payload size, one entry per token in every per-token field, token ids, positions,
 //   sampling values and sizes) before it copies anything; a bad frame gives
-//   InvalidArgument naming the field.
+//   InvalidArgument naming the field. First of all it checks the link key (in time that
+//   does not depend on the key): a frame without this link's key gives PermissionDenied,
+//   and whoever sent it must learn nothing more and change nothing (no error frame).
 // - Plain data; thread-compatible.
 #ifndef CASCADE_TRANSPORT_FRAME_H_
 #define CASCADE_TRANSPORT_FRAME_H_
@@ -60,6 +62,7 @@ struct StepResult {
 
 // What a stage accepts.
 struct FrameExpectations {
+  std::string link_key;  // the inbound link's key (LoadStageRequest.inbound_key)
   uint64_t plan_id = 0;
   uint32_t stage = 0;
   bool first_stage = false;
@@ -77,9 +80,9 @@ void EncodeFrame(const StageFrame& frame, v1::ActivationFrame* out);
 absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const FrameExpectations& e);
 
 void EncodeResult(const StepResult& result, v1::StepResult* out);
-// Checks the result against the plan and the vocabulary.
-absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, uint64_t plan_id,
-                                        int64_t vocab_size);
+// Checks the result's link key (PermissionDenied), then the plan and the vocabulary.
+absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, const std::string& link_key,
+                                        uint64_t plan_id, int64_t vocab_size);
 
 void EncodeSampling(const SamplingParams& p, v1::SamplingParams* out);
 SamplingParams DecodeSampling(const v1::SamplingParams& p);

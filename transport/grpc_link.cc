@@ -103,20 +103,20 @@ class GrpcDialer : public Dialer {
 }  // namespace
 
 std::unique_ptr<ActivationSender> MakeGrpcActivationSender(const HostPort& target,
-                                                           std::chrono::milliseconds timeout) {
+                                                           const SenderOptions& options) {
   return std::make_unique<NetworkActivationSender>(
       "next stage at " + target.ToString(),
       [target](AckHandler on_ack) {
         return std::make_unique<GrpcDialer<v1::StagePipe>>(target, std::move(on_ack));
       },
-      timeout);
+      options);
 }
 
 std::unique_ptr<ResultSender> MakeGrpcResultSender(const HostPort& target,
-                                                   std::chrono::milliseconds timeout) {
+                                                   const SenderOptions& options) {
   return std::make_unique<NetworkResultSender>(
       "coordinator at " + target.ToString(),
-      std::make_unique<GrpcDialer<v1::Coordinator>>(target, nullptr), timeout);
+      std::make_unique<GrpcDialer<v1::Coordinator>>(target, nullptr), options);
 }
 
 namespace {
@@ -142,7 +142,12 @@ class ForwardReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
       FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why));
       return;
     }
-    if (std::optional<v1::FrameAck> ack = router_->Deliver(frame, peer_)) QueueAck(*ack);
+    auto delivered = router_->Deliver(frame, peer_);
+    if (!delivered.ok()) {  // not from this plan's link: end the stream, say nothing more
+      FinishOnce(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "wrong link key"));
+      return;
+    }
+    if (*delivered) QueueAck(**delivered);
     StartRead(&in_);
   }
 

@@ -25,10 +25,10 @@
 namespace cascade {
 
 // `target` is the peer's host:port.
-std::unique_ptr<ActivationSender> MakeGrpcActivationSender(
-    const HostPort& target, std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
-std::unique_ptr<ResultSender> MakeGrpcResultSender(
-    const HostPort& target, std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
+std::unique_ptr<ActivationSender> MakeGrpcActivationSender(const HostPort& target,
+                                                           const SenderOptions& options = {});
+std::unique_ptr<ResultSender> MakeGrpcResultSender(const HostPort& target,
+                                                   const SenderOptions& options = {});
 
 // StagePipe service: routes incoming frames to `router`, which must outlive it.
 class StagePipeService final

@@ -34,7 +34,7 @@ StageFrame SomeFrame() {
 }
 
 TEST(GrpcResultSender, UnreachableCoordinatorIsNamedInTheError) {
-  auto sender = MakeGrpcResultSender(kNobody, milliseconds(300));
+  auto sender = MakeGrpcResultSender(kNobody, {.connect_timeout = milliseconds(300)});
   absl::Status st = sender->Send(SomeResult());
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(st.message().find("coordinator at 127.0.0.1:1"), std::string::npos) << st;
@@ -56,7 +56,7 @@ absl::Status SendThenStop(Sender& sender, Item item, Stop stop) {
 }
 
 TEST(GrpcResultSender, CloseStopsASendWaitingToConnect) {
-  auto owned = MakeGrpcResultSender(kNobody, std::chrono::seconds(60));
+  auto owned = MakeGrpcResultSender(kNobody, {.connect_timeout = std::chrono::seconds(60)});
   ResultSender& sender = *owned;
   const absl::Status st = SendThenStop(sender, SomeResult(), [&] { sender.Close(); });
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
@@ -65,7 +65,7 @@ TEST(GrpcResultSender, CloseStopsASendWaitingToConnect) {
 }
 
 TEST(GrpcActivationSender, CloseStopsASendWaitingToConnect) {
-  auto owned = MakeGrpcActivationSender(kNobody, std::chrono::seconds(60));
+  auto owned = MakeGrpcActivationSender(kNobody, {.connect_timeout = std::chrono::seconds(60)});
   ActivationSender& sender = *owned;
   const absl::Status st = SendThenStop(sender, SomeFrame(), [&] { sender.Close(); });
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
@@ -75,7 +75,7 @@ TEST(GrpcActivationSender, CloseStopsASendWaitingToConnect) {
 TEST(GrpcActivationSender, StopReconnectingStopsASendWaitingToConnect) {
   // What a stopping stage does before draining its queue: a dead next stage must not hold
   // each remaining frame for the connect timeout.
-  auto owned = MakeGrpcActivationSender(kNobody, std::chrono::seconds(60));
+  auto owned = MakeGrpcActivationSender(kNobody, {.connect_timeout = std::chrono::seconds(60)});
   ActivationSender& sender = *owned;
   const absl::Status st = SendThenStop(sender, SomeFrame(), [&] { sender.StopReconnecting(); });
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
@@ -87,7 +87,7 @@ TEST(GrpcActivationSender, StopReconnectingStopsASendWaitingToConnect) {
 }
 
 TEST(GrpcActivationSender, UnreachableNextStageIsNamedInTheError) {
-  auto sender = MakeGrpcActivationSender(kNobody, milliseconds(300));
+  auto sender = MakeGrpcActivationSender(kNobody, {.connect_timeout = milliseconds(300)});
   absl::Status st = sender->Send(SomeFrame());
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(st.message().find("next stage at 127.0.0.1:1"), std::string::npos) << st;

@@ -1,5 +1,7 @@
 #include "transport/grpc_util.h"
 
+#include "transport/security.h"
+
 namespace cascade {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
@@ -14,7 +16,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   // Frames are small and latency matters more than batching on the wire.
   args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, 64 * 1024);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, ChannelCredentials(), args);
 }
 
 void ConfigureServer(grpc::ServerBuilder* builder) {
@@ -25,6 +27,9 @@ void ConfigureServer(grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // A port another server holds is an error, never shared (gRPC sets SO_REUSEPORT
+  // otherwise, and two servers on one port would split the connections between them).
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
 
 grpc::Status ToGrpc(const absl::Status& s) {

@@ -14,6 +14,12 @@ namespace cascade {
 // Largest message on any Cascade channel: an activation frame of 8192 tokens x 8192 dims.
 constexpr int kMaxMessageBytes = 256 << 20;
 
+// Metadata keys of Cascade's credentials on gRPC calls: the join token a worker presents
+// to register (and an operator to read the cluster's status), and the coordinator's secret
+// it presents to workers' control services.
+constexpr char kJoinTokenMetadata[] = "x-cascade-join-token";
+constexpr char kCoordinatorMetadata[] = "x-cascade-coordinator";
+
 // A channel with Cascade's limits: message sizes, keepalive pings that detect a dead peer
 // within ~15 s, and bounded reconnect backoff.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);

@@ -20,6 +20,10 @@ class InboxReceiver : public ActivationReceiver {
 
 absl::Status FrameInbox::Accept(const v1::ActivationFrame& wire) {
   absl::StatusOr<StageFrame> frame = DecodeFrame(wire, expect_);
+  if (!frame.ok() && frame.status().code() == absl::StatusCode::kPermissionDenied) {
+    rejected_.fetch_add(1);
+    return frame.status();  // not from this plan's link: it may not touch any batch
+  }
   if (!frame.ok()) {
     rejected_.fetch_add(1);
     // Tell the rest of the pipeline that this batch is lost.
@@ -45,8 +49,8 @@ void FrameRouter::SetInbox(std::shared_ptr<FrameInbox> inbox) {
   inbox_ = std::move(inbox);
 }
 
-std::optional<v1::FrameAck> FrameRouter::Deliver(const v1::ActivationFrame& frame,
-                                                 const std::string& peer) {
+absl::StatusOr<std::optional<v1::FrameAck>> FrameRouter::Deliver(
+    const v1::ActivationFrame& frame, const std::string& peer) {
   std::shared_ptr<FrameInbox> inbox;
   {
     absl::MutexLock lock(&mu_);
@@ -55,13 +59,14 @@ std::optional<v1::FrameAck> FrameRouter::Deliver(const v1::ActivationFrame& fram
   const absl::Status st = inbox
                               ? inbox->Accept(frame)
                               : absl::FailedPreconditionError("no stage is loaded on this worker");
-  if (st.ok()) return std::nullopt;
+  if (st.ok()) return std::optional<v1::FrameAck>();
   rejected_.fetch_add(1);
   spdlog::warn("frame {} from {} rejected: {}", frame.batch_id(), peer, st.message());
+  if (st.code() == absl::StatusCode::kPermissionDenied) return st;
   v1::FrameAck ack;
   ack.set_batch_id(frame.batch_id());
   ack.set_error(std::string(st.message()));
-  return ack;
+  return std::optional<v1::FrameAck>(std::move(ack));
 }
 
 }  // namespace cascade

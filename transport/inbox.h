@@ -4,9 +4,11 @@
 // the stage loaded now. Transports only parse bytes into messages and hand them here.
 //
 // Contract:
-// - FrameInbox::Accept validates with DecodeFrame before queueing. A frame that fails is
-//   counted, logged by the router, answered with a FrameAck carrying the reason, and
-//   turned into an error frame for its batch, so that the rest of the pipeline and the
+// - FrameInbox::Accept validates with DecodeFrame before queueing. A frame without the
+//   inbound link's key is refused with PermissionDenied and nothing else happens (the
+//   transport closes the connection it came on). A frame with the key that fails another
+//   check is counted, logged by the router, answered with a FrameAck carrying the reason,
+//   and turned into an error frame for its batch, so that the rest of the pipeline and the
 //   coordinator learn the batch is lost; nothing of it reaches the stage.
 // - FrameRouter::Deliver with no stage loaded refuses the frame the same way (no error
 //   frame: there is no pipeline to tell).
@@ -53,9 +55,11 @@ class FrameInbox {
 class FrameRouter {
  public:
   void SetInbox(std::shared_ptr<FrameInbox> inbox) ABSL_LOCKS_EXCLUDED(mu_);
-  // Validates and queues one parsed frame from `peer` (named in logs). A refused frame is
-  // logged and answered: the FrameAck to send back; nullopt when it was accepted.
-  std::optional<v1::FrameAck> Deliver(const v1::ActivationFrame& frame, const std::string& peer)
+  // Validates and queues one parsed frame from `peer` (named in logs). nullopt: accepted;
+  // else the FrameAck to answer with, or, for a frame without the link's key, an error
+  // (the transport drops the connection).
+  absl::StatusOr<std::optional<v1::FrameAck>> Deliver(const v1::ActivationFrame& frame,
+                                                      const std::string& peer)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Frames refused here since start (by any inbox, or for want of one).
   uint64_t rejected() const { return rejected_.load(); }
@@ -67,8 +71,9 @@ class FrameRouter {
 };
 
 // Where step results arriving at the coordinator go (any transport); `peer` names the
-// sender in logs.
-using ResultHandler = std::function<void(const v1::StepResult& result, const std::string& peer)>;
+// sender in logs. An error (a result without the link's key) drops the connection.
+using ResultHandler =
+    std::function<absl::Status(const v1::StepResult& result, const std::string& peer)>;
 
 // What one process receives on its data plane: frames for its stage (workers), results
 // (the coordinator), or both. Null / empty members refuse that kind.

@@ -90,7 +90,8 @@ absl::Status Gone(const std::string& name) {
 
 class InProcActivationSender : public ActivationSender {
  public:
-  explicit InProcActivationSender(std::string name) : name_(std::move(name)) {}
+  InProcActivationSender(std::string name, std::string key)
+      : name_(std::move(name)), key_(std::move(key)) {}
   absl::Status Send(StageFrame frame) override {
     if (closed_.load()) return absl::UnavailableError("link is closed");
     std::shared_ptr<EndpointState> e = Endpoints::Get().Find(name_);
@@ -99,7 +100,10 @@ class InProcActivationSender : public ActivationSender {
     EncodeFrame(frame, &wire);
     absl::ReaderMutexLock lock(&e->mu);
     if (!e->alive) return Gone(name_);
-    if (e->handlers.frames->Deliver(wire, "this process")) rejected_.fetch_add(1);
+    wire.set_link_key(key_);
+    auto delivered = e->handlers.frames->Deliver(wire, "this process");
+    if (!delivered.ok()) return absl::UnavailableError(delivered.status().message());
+    if (*delivered) rejected_.fetch_add(1);
     return absl::OkStatus();
   }
   void Close() override { closed_.store(true); }
@@ -107,28 +111,34 @@ class InProcActivationSender : public ActivationSender {
 
  private:
   const std::string name_;
+  const std::string key_;
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> rejected_{0};
 };
 
 class InProcResultSender : public ResultSender {
  public:
-  explicit InProcResultSender(std::string name) : name_(std::move(name)) {}
+  InProcResultSender(std::string name, std::string key)
+      : name_(std::move(name)), key_(std::move(key)) {}
   absl::Status Send(StepResult result) override {
     if (closed_.load()) return absl::UnavailableError("link is closed");
     std::shared_ptr<EndpointState> e = Endpoints::Get().Find(name_);
     if (!e || !e->handlers.results) return Gone(name_);
     v1::StepResult wire;
     EncodeResult(result, &wire);
+    wire.set_link_key(key_);
     absl::ReaderMutexLock lock(&e->mu);
     if (!e->alive) return Gone(name_);
-    e->handlers.results(wire, "this process");
+    if (absl::Status st = e->handlers.results(wire, "this process"); !st.ok()) {
+      return absl::UnavailableError(st.message());
+    }
     return absl::OkStatus();
   }
   void Close() override { closed_.store(true); }
 
  private:
   const std::string name_;
+  const std::string key_;
   std::atomic<bool> closed_{false};
 };
 
@@ -149,12 +159,14 @@ absl::StatusOr<std::unique_ptr<InProcEndpoint>> InProcEndpoint::Register(
 
 InProcEndpoint::~InProcEndpoint() { Endpoints::Get().Remove(name_); }
 
-std::unique_ptr<ActivationSender> MakeInProcActivationSender(const std::string& name) {
-  return std::make_unique<InProcActivationSender>(name);
+std::unique_ptr<ActivationSender> MakeInProcActivationSender(const std::string& name,
+                                                             const std::string& link_key) {
+  return std::make_unique<InProcActivationSender>(name, link_key);
 }
 
-std::unique_ptr<ResultSender> MakeInProcResultSender(const std::string& name) {
-  return std::make_unique<InProcResultSender>(name);
+std::unique_ptr<ResultSender> MakeInProcResultSender(const std::string& name,
+                                                     const std::string& link_key) {
+  return std::make_unique<InProcResultSender>(name, link_key);
 }
 
 }  // namespace cascade

@@ -53,8 +53,12 @@ class InProcEndpoint {
 };
 
 // Senders to a registered endpoint (the transport factory's inproc:// case).
-std::unique_ptr<ActivationSender> MakeInProcActivationSender(const std::string& name);
-std::unique_ptr<ResultSender> MakeInProcResultSender(const std::string& name);
+// Senders to a registered endpoint (the transport factory's inproc:// case); every frame
+// carries `link_key`.
+std::unique_ptr<ActivationSender> MakeInProcActivationSender(const std::string& name,
+                                                             const std::string& link_key);
+std::unique_ptr<ResultSender> MakeInProcResultSender(const std::string& name,
+                                                     const std::string& link_key);
 
 }  // namespace cascade
 

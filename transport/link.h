@@ -17,13 +17,24 @@
 #ifndef CASCADE_TRANSPORT_LINK_H_
 #define CASCADE_TRANSPORT_LINK_H_
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "transport/frame.h"
 
 namespace cascade {
+
+// How a sender is made.
+struct SenderOptions {
+  // How long a send waits for the peer to accept a connection.
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(10);
+  // The link's key (LoadStageRequest.outbound_key): every frame or result carries it, and
+  // the receiver drops what does not.
+  std::string link_key;
+};
 
 class ActivationSender {
  public:

@@ -73,29 +73,33 @@ void ReconnectingLink::End(bool graceful) {
 
 NetworkActivationSender::NetworkActivationSender(
     std::string peer, const std::function<std::unique_ptr<Dialer>(AckHandler)>& make_dialer,
-    std::chrono::milliseconds connect_timeout)
-    : rejected_(std::make_shared<std::atomic<uint64_t>>(0)) {
+    const SenderOptions& options)
+    : rejected_(std::make_shared<std::atomic<uint64_t>>(0)), link_key_(options.link_key) {
   AckHandler on_ack = [rejected = rejected_, peer](const v1::FrameAck& ack) {
     if (ack.error().empty()) return;
     rejected->fetch_add(1);
     spdlog::warn("{} rejected batch {}: {}", peer, ack.batch_id(), ack.error());
   };
-  link_ = std::make_unique<ReconnectingLink>(peer, make_dialer(std::move(on_ack)), connect_timeout);
+  link_ = std::make_unique<ReconnectingLink>(peer, make_dialer(std::move(on_ack)),
+                                             options.connect_timeout);
 }
 
 absl::Status NetworkActivationSender::Send(StageFrame frame) {
   absl::MutexLock lock(&mu_);
   EncodeFrame(frame, &wire_);
+  wire_.set_link_key(link_key_);
   return link_->Send(wire_);
 }
 
 NetworkResultSender::NetworkResultSender(std::string peer, std::unique_ptr<Dialer> dialer,
-                                         std::chrono::milliseconds connect_timeout)
-    : link_(std::move(peer), std::move(dialer), connect_timeout) {}
+                                         const SenderOptions& options)
+    : link_key_(options.link_key),
+      link_(std::move(peer), std::move(dialer), options.connect_timeout) {}
 
 absl::Status NetworkResultSender::Send(StepResult result) {
   absl::MutexLock lock(&mu_);
   EncodeResult(result, &wire_);
+  wire_.set_link_key(link_key_);
   return link_.Send(wire_);
 }
 

@@ -94,7 +94,7 @@ class NetworkActivationSender : public ActivationSender {
   // `make_dialer` is given the handler for the peer's rejection notices.
   NetworkActivationSender(std::string peer,
                           const std::function<std::unique_ptr<Dialer>(AckHandler)>& make_dialer,
-                          std::chrono::milliseconds connect_timeout);
+                          const SenderOptions& options);
   absl::Status Send(StageFrame frame) override ABSL_LOCKS_EXCLUDED(mu_);
   void Close() override { link_->Close(); }
   void Abort() override { link_->Abort(); }
@@ -103,6 +103,7 @@ class NetworkActivationSender : public ActivationSender {
 
  private:
   std::shared_ptr<std::atomic<uint64_t>> rejected_;
+  const std::string link_key_;
   absl::Mutex mu_;
   v1::ActivationFrame wire_ ABSL_GUARDED_BY(mu_);  // reused between Sends
   std::unique_ptr<ReconnectingLink> link_;
@@ -112,13 +113,14 @@ class NetworkActivationSender : public ActivationSender {
 class NetworkResultSender : public ResultSender {
  public:
   NetworkResultSender(std::string peer, std::unique_ptr<Dialer> dialer,
-                      std::chrono::milliseconds connect_timeout);
+                      const SenderOptions& options);
   absl::Status Send(StepResult result) override ABSL_LOCKS_EXCLUDED(mu_);
   void Close() override { link_.Close(); }
   void Abort() override { link_.Abort(); }
   void StopReconnecting() override { link_.StopReconnecting(); }
 
  private:
+  const std::string link_key_;
   absl::Mutex mu_;
   v1::StepResult wire_ ABSL_GUARDED_BY(mu_);
   ReconnectingLink link_;

@@ -10,21 +10,26 @@
 #include "absl/strings/str_cat.h"
 #include "transport/grpc_util.h"
 #include "transport/reconnecting_link.h"
+#include "transport/security.h"
 #include "util/logging.h"
 
 namespace cascade {
 namespace {
 
+// A TLS handshake gets this long; so does a new connection for its first frame.
+constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
+
 // One outgoing TCP connection and the thread that reads what the peer sends back.
 class TcpConnection : public Connection {
  public:
-  TcpConnection(Fd fd, TcpFrameKind kind, std::string peer, AckHandler on_ack)
-      : fd_(std::move(fd)), kind_(kind) {
+  TcpConnection(std::unique_ptr<ByteStream> stream, TcpFrameKind kind, std::string peer,
+                AckHandler on_ack)
+      : stream_(std::move(stream)), kind_(kind) {
     reader_ = std::thread([this, peer = std::move(peer), on_ack = std::move(on_ack)] {
       TcpFrameKind k;
       std::string body;
       for (;;) {
-        auto got = ReadFrame(fd_.get(), kMaxMessageBytes, &k, &body);
+        auto got = ReadFrame(*stream_, kMaxMessageBytes, &k, &body);
         if (!got.ok()) {
           if (!finishing_.load()) spdlog::warn("data link to {} broke: {}", peer, got.status().message());
           break;
@@ -44,7 +49,7 @@ class TcpConnection : public Connection {
   ~TcpConnection() override { Finish(false); }
 
   absl::Status Write(const google::protobuf::MessageLite& msg) override {
-    return WriteFrame(fd_.get(), kind_, msg, &scratch_);
+    return WriteFrame(*stream_, kind_, msg, &scratch_);
   }
   bool broken() const override {
     absl::MutexLock lock(&mu_);
@@ -55,17 +60,17 @@ class TcpConnection : public Connection {
     finishing_.store(true);
     if (graceful) {
       // Let the peer read everything sent, then see the end of the stream and close.
-      ::shutdown(fd_.get(), SHUT_WR);
+      stream_->Shutdown(SHUT_WR);
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(2));
     }
-    ::shutdown(fd_.get(), SHUT_RDWR);
+    stream_->Shutdown(SHUT_RDWR);
     reader_.join();
-    fd_.reset();
+    stream_.reset();
   }
 
  private:
-  Fd fd_;
+  std::unique_ptr<ByteStream> stream_;
   const TcpFrameKind kind_;
   std::string scratch_;  // used by the (serialized) writer only
   std::thread reader_;
@@ -81,7 +86,11 @@ class TcpDialer : public Dialer {
   absl::StatusOr<std::unique_ptr<Connection>> Dial(std::chrono::milliseconds timeout) override {
     auto fd = ConnectTcp(target_, timeout);
     if (!fd.ok()) return fd.status();
-    return std::unique_ptr<Connection>(new TcpConnection(std::move(*fd), kind_, peer_, on_ack_));
+    // TLS (when the process has an identity) takes its own handshake time.
+    auto stream = ClientStream(std::move(*fd), target_.host, std::max(timeout, kHandshakeTimeout));
+    if (!stream.ok()) return stream.status();
+    return std::unique_ptr<Connection>(
+        new TcpConnection(std::move(*stream), kind_, peer_, on_ack_));
   }
 
  private:
@@ -109,7 +118,7 @@ std::string PeerName(int fd) {
 }  // namespace
 
 std::unique_ptr<ActivationSender> MakeTcpActivationSender(const HostPort& target,
-                                                          std::chrono::milliseconds timeout) {
+                                                          const SenderOptions& options) {
   const std::string peer = absl::StrCat("next stage at tcp://", target.ToString());
   return std::make_unique<NetworkActivationSender>(
       peer,
@@ -117,22 +126,26 @@ std::unique_ptr<ActivationSender> MakeTcpActivationSender(const HostPort& target
         return std::make_unique<TcpDialer>(target, TcpFrameKind::kActivation, peer,
                                            std::move(on_ack));
       },
-      timeout);
+      options);
 }
 
 std::unique_ptr<ResultSender> MakeTcpResultSender(const HostPort& target,
-                                                  std::chrono::milliseconds timeout) {
+                                                  const SenderOptions& options) {
   const std::string peer = absl::StrCat("coordinator at tcp://", target.ToString());
   return std::make_unique<NetworkResultSender>(
-      peer, std::make_unique<TcpDialer>(target, TcpFrameKind::kResult, peer, nullptr), timeout);
+      peer, std::make_unique<TcpDialer>(target, TcpFrameKind::kResult, peer, nullptr), options);
 }
 
 // ---------------------------------------------------------------- server
 
 struct TcpFrameServer::Connection {
-  Fd fd;
+  Fd fd;                                // until Serve wraps it into `stream`
+  int socket = -1;                      // for shutdown(2) from other threads
+  std::unique_ptr<ByteStream> stream;   // owned by the Serve thread while it runs
   std::string peer;
+  std::chrono::steady_clock::time_point accepted;
   std::thread thread;
+  std::atomic<bool> proven{false};      // it delivered a frame the handler accepted
   std::atomic<bool> done{false};
 };
 
@@ -168,7 +181,7 @@ int TcpFrameServer::open_connections() const {
 
 void TcpFrameServer::CloseConnections() {
   absl::MutexLock lock(&mu_);
-  for (auto& c : connections_) ::shutdown(c->fd.get(), SHUT_RDWR);
+  for (auto& c : connections_) ::shutdown(c->socket, SHUT_RDWR);
 }
 
 void TcpFrameServer::ReapLocked() {
@@ -201,13 +214,27 @@ void TcpFrameServer::AcceptLoop() {
     ReapLocked();
     const std::string peer = PeerName(fd.get());
     if (static_cast<int>(connections_.size()) >= max_connections_) {
-      spdlog::warn("{}: refusing a connection from {}: {} connections already open", name_, peer,
-                   connections_.size());
-      continue;  // fd closes here
+      // Full: make room by dropping the oldest connection that never delivered a frame
+      // (idle or hostile connections must not lock out the pipeline's own), else refuse.
+      Connection* idle = nullptr;
+      for (auto& c : connections_) {
+        if (!c->proven.load() && !c->done.load() && (!idle || c->accepted < idle->accepted)) {
+          idle = c.get();
+        }
+      }
+      if (idle == nullptr) {
+        spdlog::warn("{}: refusing a connection from {}: {} connections already open", name_,
+                     peer, connections_.size());
+        continue;  // fd closes here
+      }
+      spdlog::warn("{}: dropping {} (no frame yet) to make room for {}", name_, idle->peer, peer);
+      ::shutdown(idle->socket, SHUT_RDWR);
     }
     auto c = std::make_unique<Connection>();
+    c->socket = fd.get();
     c->fd = std::move(fd);
     c->peer = peer;
+    c->accepted = std::chrono::steady_clock::now();
     Connection* raw = c.get();
     connections_.push_back(std::move(c));
     raw->thread = std::thread([this, raw] { Serve(raw); });
@@ -215,15 +242,28 @@ void TcpFrameServer::AcceptLoop() {
 }
 
 void TcpFrameServer::Serve(Connection* c) {
-  const int fd = c->fd.get();
+  auto stream = ServerStream(std::move(c->fd), kHandshakeTimeout);
+  if (!stream.ok()) {
+    if (!stopping_.load()) {
+      spdlog::warn("{}: connection from {} closed: {}", name_, c->peer, stream.status().message());
+    }
+    ::shutdown(c->socket, SHUT_RDWR);
+    c->done.store(true);
+    return;
+  }
+  c->stream = std::move(*stream);
+  ByteStream& s = *c->stream;
   std::string scratch;
-  const Reply reply = [fd, &scratch](TcpFrameKind kind, const google::protobuf::MessageLite& m) {
-    return WriteFrame(fd, kind, m, &scratch);
+  const Reply reply = [&s, &scratch](TcpFrameKind kind, const google::protobuf::MessageLite& m) {
+    return WriteFrame(s, kind, m, &scratch);
   };
   TcpFrameKind kind;
   std::string body;
+  // A new connection must start its first frame soon; after that an idle link is normal.
+  const auto first_deadline = std::chrono::steady_clock::now() + kHandshakeTimeout;
   while (!stopping_.load()) {
-    auto got = ReadFrame(fd, kMaxMessageBytes, &kind, &body);
+    auto got = ReadFrame(s, kMaxMessageBytes, &kind, &body, std::chrono::seconds(30),
+                         c->proven.load() ? nullptr : &first_deadline);
     if (!got.ok()) {
       if (!stopping_.load()) {
         spdlog::warn("{}: connection from {} closed: {}", name_, c->peer, got.status().message());
@@ -235,9 +275,10 @@ void TcpFrameServer::Serve(Connection* c) {
       spdlog::warn("{}: connection from {} closed: {}", name_, c->peer, st.message());
       break;
     }
+    c->proven.store(true);
   }
   // The peer sees the end of the stream now; the descriptor is closed when reaped.
-  ::shutdown(fd, SHUT_RDWR);
+  s.Shutdown(SHUT_RDWR);
   c->done.store(true);
 }
 
@@ -246,7 +287,7 @@ void TcpFrameServer::Shutdown() {
   if (listen_fd_) ::shutdown(listen_fd_.get(), SHUT_RDWR);
   if (accept_thread_.joinable()) accept_thread_.join();
   absl::MutexLock lock(&mu_);
-  for (auto& c : connections_) ::shutdown(c->fd.get(), SHUT_RDWR);
+  for (auto& c : connections_) ::shutdown(c->socket, SHUT_RDWR);
   for (auto& c : connections_) {
     if (c->thread.joinable()) c->thread.join();
   }
@@ -266,9 +307,10 @@ TcpFrameServer::Handler DataPlaneHandler(DataPlaneHandlers handlers) {
         return absl::InvalidArgumentError(
             absl::StrCat("undecodable activation frame (", body.size(), " bytes)"));
       }
-      std::optional<v1::FrameAck> ack = h.frames->Deliver(frame, peer);
-      if (!ack) return absl::OkStatus();
-      if (absl::Status w = reply(TcpFrameKind::kAck, *ack); !w.ok()) {
+      auto delivered = h.frames->Deliver(frame, peer);
+      if (!delivered.ok()) return delivered.status();  // wrong key: drop the connection
+      if (!*delivered) return absl::OkStatus();
+      if (absl::Status w = reply(TcpFrameKind::kAck, **delivered); !w.ok()) {
         return absl::UnavailableError(absl::StrCat("cannot answer the rejection: ", w.message()));
       }
       return absl::OkStatus();
@@ -279,8 +321,7 @@ TcpFrameServer::Handler DataPlaneHandler(DataPlaneHandlers handlers) {
         return absl::InvalidArgumentError(
             absl::StrCat("undecodable step result (", body.size(), " bytes)"));
       }
-      h.results(result, peer);
-      return absl::OkStatus();
+      return h.results(result, peer);
     }
     return absl::InvalidArgumentError(
         absl::StrCat("a ", TcpFrameKindName(kind), " frame is not taken on this data port"));

@@ -36,10 +36,10 @@
 
 namespace cascade {
 
-std::unique_ptr<ActivationSender> MakeTcpActivationSender(
-    const HostPort& target, std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
-std::unique_ptr<ResultSender> MakeTcpResultSender(
-    const HostPort& target, std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
+std::unique_ptr<ActivationSender> MakeTcpActivationSender(const HostPort& target,
+                                                          const SenderOptions& options = {});
+std::unique_ptr<ResultSender> MakeTcpResultSender(const HostPort& target,
+                                                  const SenderOptions& options = {});
 
 class TcpFrameServer {
  public:

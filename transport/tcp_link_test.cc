@@ -22,8 +22,11 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kDim = 4;
 
+constexpr char kKey[] = "link-1-key";
+
 FrameExpectations Stage1() {
   FrameExpectations e;
+  e.link_key = kKey;
   e.plan_id = 11;
   e.stage = 1;
   e.dim = kDim;
@@ -77,22 +80,23 @@ absl::StatusOr<ReadOutcome> ReadAfter(const std::string& bytes, bool close_after
   if (close_after) a.reset();
   TcpFrameKind kind;
   std::string scratch;
-  return ReadFrame(b.get(), 1 << 20, &kind, body ? body : &scratch, stall);
+  SocketStream stream(std::move(b));
+  return ReadFrame(stream, 1 << 20, &kind, body ? body : &scratch, stall);
 }
 
 TEST(TcpWire, AFrameRoundTripsAndACleanCloseIsNotAnError) {
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  Fd a(sv[0]), b(sv[1]);
+  SocketStream a{Fd(sv[0])}, b{Fd(sv[1])};
   v1::FrameAck ack;
   ack.set_batch_id(42);
   ack.set_error("because");
   std::string scratch;
-  ASSERT_TRUE(WriteFrame(a.get(), TcpFrameKind::kAck, ack, &scratch).ok());
-  a.reset();
+  ASSERT_TRUE(WriteFrame(a, TcpFrameKind::kAck, ack, &scratch).ok());
+  a.Shutdown(SHUT_RDWR);
   TcpFrameKind kind;
   std::string body;
-  auto got = ReadFrame(b.get(), 1 << 20, &kind, &body);
+  auto got = ReadFrame(b, 1 << 20, &kind, &body);
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(*got, ReadOutcome::kFrame);
   EXPECT_EQ(kind, TcpFrameKind::kAck);
@@ -100,7 +104,7 @@ TEST(TcpWire, AFrameRoundTripsAndACleanCloseIsNotAnError) {
   ASSERT_TRUE(back.ParseFromString(body));
   EXPECT_EQ(back.batch_id(), 42u);
   EXPECT_EQ(back.error(), "because");
-  got = ReadFrame(b.get(), 1 << 20, &kind, &body);
+  got = ReadFrame(b, 1 << 20, &kind, &body);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, ReadOutcome::kClosed);
 }
@@ -193,7 +197,7 @@ struct RawClient {
 
 TEST(TcpActivationSender, FramesArriveInOrderWithTheirPayload) {
   TcpStage stage;
-  auto owned = *MakeActivationSender(stage.address());
+  auto owned = *MakeActivationSender(stage.address(), {.link_key = kKey});
   ActivationSender& sender = *owned;
   constexpr int kFrames = 50;
   auto sent = std::async(std::launch::async, [&] {
@@ -217,7 +221,7 @@ TEST(TcpActivationSender, FramesArriveInOrderWithTheirPayload) {
 
 TEST(TcpActivationSender, ARejectedFrameIsAnsweredAndTheLinkKeepsWorking) {
   TcpStage stage;
-  auto owned = *MakeActivationSender(stage.address());
+  auto owned = *MakeActivationSender(stage.address(), {.link_key = kKey});
   ActivationSender& sender = *owned;
   StageFrame bad = Frame(5, 2);
   bad.hidden.pop_back();  // shape [2, 4] with 7 floats
@@ -239,7 +243,7 @@ TEST(TcpActivationSender, ARejectedFrameIsAnsweredAndTheLinkKeepsWorking) {
 
 TEST(TcpFrameServer, GarbageAndBrokenFramesCloseOnlyTheirConnection) {
   TcpStage stage;
-  auto owned = *MakeActivationSender(stage.address());
+  auto owned = *MakeActivationSender(stage.address(), {.link_key = kKey});
   ActivationSender& sender = *owned;
   ASSERT_TRUE(sender.Send(Frame(1, 1)).ok());
   ASSERT_TRUE(stage.Next().has_value());
@@ -272,24 +276,60 @@ TEST(TcpFrameServer, GarbageAndBrokenFramesCloseOnlyTheirConnection) {
   EXPECT_EQ(stage.rejected(), 0u);  // no frame was rejected: none was decoded
 }
 
-TEST(TcpFrameServer, ConnectionsBeyondTheLimitAreRefused) {
+TEST(TcpFrameServer, AtTheLimitIdleConnectionsMakeRoomAndTheLinkKeepsItsPlace) {
   TcpStage stage(0, 2);
-  RawClient a(stage.port()), b(stage.port());
+  auto owned = *MakeActivationSender(stage.address(), {.link_key = kKey});
+  ASSERT_TRUE(owned->Send(Frame(1, 1)).ok());  // the pipeline's link: it has delivered
+  ASSERT_TRUE(stage.Next().has_value());
+  RawClient idle(stage.port());
   ASSERT_TRUE(stage.WaitForConnections(2));
-  RawClient c(stage.port());
-  EXPECT_TRUE(c.ClosedByPeer());
-  EXPECT_FALSE(a.ClosedByPeer(milliseconds(100)));
-  EXPECT_EQ(stage.WaitForConnections(2), true);
-  // A connection that ends makes room for a new one.
-  a.fd.reset();
-  ASSERT_TRUE(stage.WaitForConnections(1));
-  RawClient d(stage.port());
-  EXPECT_TRUE(stage.WaitForConnections(2));
-  EXPECT_FALSE(d.ClosedByPeer(milliseconds(100)));
+  // A third connection: the idle one (no frame yet) is dropped to make room for it.
+  RawClient newcomer(stage.port());
+  EXPECT_TRUE(idle.ClosedByPeer());
+  EXPECT_FALSE(newcomer.ClosedByPeer(milliseconds(100)));
+  // The link that proved itself is never the one dropped.
+  RawClient another(stage.port());
+  EXPECT_TRUE(newcomer.ClosedByPeer());
+  ASSERT_TRUE(owned->Send(Frame(2, 1)).ok());
+  auto f = stage.Next();
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->batch_id, 2u);
+}
+
+TEST(TcpFrameServer, AFrameWithoutTheLinkKeyClosesItsConnectionAndTouchesNoBatch) {
+  TcpStage stage;
+  auto stranger = *MakeActivationSender(stage.address(), {.link_key = "a guess"});
+  ASSERT_TRUE(stranger->Send(Frame(7, 1)).ok());
+  // Refused before anything of it is looked at: no error frame reaches the stage (that
+  // would let a stranger cancel other people's batches), and the connection is dropped.
+  auto owned = *MakeActivationSender(stage.address(), {.link_key = kKey});
+  ASSERT_TRUE(owned->Send(Frame(8, 1)).ok());
+  auto f = stage.Next();
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->batch_id, 8u);
+  EXPECT_TRUE(f->error.empty());
+  EXPECT_EQ(stage.rejected(), 1u);
+  // It may connect again; each of its frames meets the same end.
+  for (uint64_t b = 20; b < 25; ++b) {
+    (void)stranger->Send(Frame(b, 1));
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_TRUE(owned->Send(Frame(9, 1)).ok());
+  auto g = stage.Next();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->batch_id, 9u);  // nothing of the stranger's came in between
+  EXPECT_GE(stage.rejected(), 2u);
+}
+
+TEST(TcpFrameServer, ANewConnectionMustStartAFrameInTime) {
+  TcpStage stage;
+  RawClient quiet(stage.port());
+  // Dropped after the first-frame deadline (10 s), not kept forever.
+  EXPECT_TRUE(quiet.ClosedByPeer(std::chrono::seconds(15)));
 }
 
 TEST(TcpActivationSender, UnreachableNextStageIsNamedInTheError) {
-  auto sender = MakeTcpActivationSender({"127.0.0.1", 1}, milliseconds(300));
+  auto sender = MakeTcpActivationSender({"127.0.0.1", 1}, {.connect_timeout = milliseconds(300)});
   absl::Status st = sender->Send(Frame(1, 1));
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(st.message()), HasSubstr("next stage at tcp://127.0.0.1:1"));
@@ -297,7 +337,7 @@ TEST(TcpActivationSender, UnreachableNextStageIsNamedInTheError) {
 
 TEST(TcpActivationSender, CloseAndStopReconnectingEndAWaitForConnection) {
   for (bool close : {true, false}) {
-    auto owned = MakeTcpActivationSender({"127.0.0.1", 1}, std::chrono::seconds(60));
+    auto owned = MakeTcpActivationSender({"127.0.0.1", 1}, {.connect_timeout = std::chrono::seconds(60)});
     ActivationSender& sender = *owned;
     auto send = std::async(std::launch::async, [&] { return sender.Send(Frame(1, 1)); });
     std::this_thread::sleep_for(milliseconds(200));
@@ -314,7 +354,8 @@ TEST(TcpActivationSender, CloseAndStopReconnectingEndAWaitForConnection) {
 
 TEST(TcpActivationSender, ReconnectsAfterTheNextStageDropsTheConnection) {
   TcpStage stage;
-  auto sender = *MakeActivationSender(stage.address(), {.connect_timeout = milliseconds(2000)});
+  auto sender = *MakeActivationSender(stage.address(),
+                                      {.connect_timeout = milliseconds(2000), .link_key = kKey});
   ASSERT_TRUE(sender->Send(Frame(1, 1)).ok());
   ASSERT_TRUE(stage.Next().has_value());
   ASSERT_TRUE(stage.WaitForConnections(1));
@@ -351,7 +392,10 @@ TEST(TcpActivationSender, ReconnectsAfterTheNextStageDropsTheConnection) {
 TEST(TcpResultSender, ResultsReachTheHandler) {
   std::promise<v1::StepResult> got;
   DataPlaneHandlers handlers;
-  handlers.results = [&](const v1::StepResult& r, const std::string&) { got.set_value(r); };
+  handlers.results = [&](const v1::StepResult& r, const std::string&) {
+    got.set_value(r);
+    return absl::OkStatus();
+  };
   auto server = TcpFrameServer::Start("127.0.0.1:0", "test coordinator", DataPlaneHandler(handlers));
   ASSERT_TRUE(server.ok()) << server.status();
   auto sender = *MakeResultSender(absl::StrCat("tcp://127.0.0.1:", (*server)->port()));

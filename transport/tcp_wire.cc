@@ -33,35 +33,14 @@ uint32_t GetU32(const unsigned char* p) {
 
 std::string Errno(int err) { return std::strerror(err); }
 
-// Reads up to n bytes into buf. With a deadline, waits for data no longer than it.
-// Returns bytes read (0 at end of stream) or an error.
-absl::StatusOr<size_t> ReadSome(int fd, char* buf, size_t n, const Clock::time_point* deadline) {
-  for (;;) {
-    if (deadline) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count();
-      if (left <= 0) return absl::DeadlineExceededError("peer stalled in the middle of a frame");
-      pollfd p{fd, POLLIN, 0};
-      const int r = ::poll(&p, 1, static_cast<int>(left));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return absl::UnavailableError(absl::StrCat("poll: ", Errno(errno)));
-      if (r == 0) continue;  // re-checks the deadline
-    }
-    const ssize_t got = ::recv(fd, buf, n, 0);
-    if (got >= 0) return static_cast<size_t>(got);
-    if (errno == EINTR) continue;
-    return absl::UnavailableError(absl::StrCat("connection broke: ", Errno(errno)));
-  }
-}
-
 // Reads into buf until *done == n. `what` and `total` (the part's whole size, which a
 // buffer growing in steps does not hold yet) name the bytes in errors. Fails when no byte
 // arrives for `stall` (a stalled peer), not when a large frame simply takes long.
-absl::Status ReadExact(int fd, char* buf, size_t n, size_t total, std::chrono::milliseconds stall,
-                       const char* what, size_t* done) {
+absl::Status ReadExact(ByteStream& stream, char* buf, size_t n, size_t total,
+                       std::chrono::milliseconds stall, const char* what, size_t* done) {
   while (*done < n) {
     const Clock::time_point deadline = Clock::now() + stall;
-    auto got = ReadSome(fd, buf + *done, n - *done, &deadline);
+    auto got = stream.Read(buf + *done, n - *done, &deadline);
     if (!got.ok()) return got.status();
     if (*got == 0) {
       return absl::DataLossError(absl::StrCat("connection closed inside a frame's ", what,
@@ -84,25 +63,6 @@ const char* TcpFrameKindName(TcpFrameKind kind) {
       return "result";
   }
   return "unknown";
-}
-
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) {
-    reset();
-    fd_ = o.release();
-  }
-  return *this;
-}
-
-int Fd::release() {
-  const int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
-void Fd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
 }
 
 void ConfigureDataSocket(int fd) {
@@ -206,8 +166,8 @@ absl::StatusOr<Fd> ListenTcp(const HostPort& at, int* bound_port) {
       absl::StrCat("cannot listen on ", at.host, ":", at.port, ": ", last_error));
 }
 
-absl::Status WriteFrame(int fd, TcpFrameKind kind, const google::protobuf::MessageLite& msg,
-                        std::string* scratch) {
+absl::Status WriteFrame(ByteStream& stream, TcpFrameKind kind,
+                        const google::protobuf::MessageLite& msg, std::string* scratch) {
   const size_t body = msg.ByteSizeLong();
   if (body > UINT32_MAX) return absl::InvalidArgumentError("message too large for one frame");
   scratch->resize(kTcpHeaderBytes + body);
@@ -217,28 +177,23 @@ absl::Status WriteFrame(int fd, TcpFrameKind kind, const google::protobuf::Messa
   PutU16(p + 6, static_cast<uint16_t>(kind));
   PutU32(p + 8, static_cast<uint32_t>(body));
   msg.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(p + kTcpHeaderBytes));
-  size_t sent = 0;
-  while (sent < scratch->size()) {
-    const ssize_t n = ::send(fd, p + sent, scratch->size() - sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("send: ", Errno(errno)));
-    }
-    sent += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
+  return stream.Write(p, scratch->size());
 }
 
-absl::StatusOr<ReadOutcome> ReadFrame(int fd, size_t max_body, TcpFrameKind* kind,
-                                      std::string* body, std::chrono::milliseconds stall_timeout) {
+absl::StatusOr<ReadOutcome> ReadFrame(ByteStream& stream, size_t max_body, TcpFrameKind* kind,
+                                      std::string* body, std::chrono::milliseconds stall_timeout,
+                                      const Clock::time_point* start_deadline) {
   char header[kTcpHeaderBytes];
-  // Wait as long as it takes for a frame to start: an idle link is normal.
-  auto first = ReadSome(fd, header, kTcpHeaderBytes, nullptr);
+  auto first = stream.Read(header, kTcpHeaderBytes, start_deadline);
+  if (!first.ok() && first.status().code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError("no frame arrived in time on a new connection");
+  }
   if (!first.ok()) return first.status();
   if (*first == 0) return ReadOutcome::kClosed;
   size_t done = *first;
   if (absl::Status st =
-          ReadExact(fd, header, kTcpHeaderBytes, kTcpHeaderBytes, stall_timeout, "header", &done);
+          ReadExact(stream, header, kTcpHeaderBytes, kTcpHeaderBytes, stall_timeout, "header",
+                    &done);
       !st.ok()) {
     return st;
   }
@@ -270,7 +225,7 @@ absl::StatusOr<ReadOutcome> ReadFrame(int fd, size_t max_body, TcpFrameKind* kin
   while (got < length) {
     if (body->size() == got) body->resize(std::min<size_t>(length, std::max(kStep, got * 2)));
     if (absl::Status st =
-            ReadExact(fd, body->data(), body->size(), length, stall_timeout, "body", &got);
+            ReadExact(stream, body->data(), body->size(), length, stall_timeout, "body", &got);
         !st.ok()) {
       return st;
     }

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "google/protobuf/message_lite.h"
 #include "transport/address.h"
+#include "transport/byte_stream.h"
 
 namespace cascade {
 
@@ -45,25 +46,6 @@ enum class TcpFrameKind : uint16_t {
 };
 const char* TcpFrameKindName(TcpFrameKind kind);
 
-// An owned file descriptor (closed on destruction).
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  int release();
-  void reset();
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
-
 // Connects to host:port (names resolved with getaddrinfo), waiting at most `timeout`.
 // Sets TCP_NODELAY and keepalive probes that detect a vanished peer within ~15 s.
 absl::StatusOr<Fd> ConnectTcp(const HostPort& to, std::chrono::milliseconds timeout);
@@ -74,16 +56,18 @@ absl::StatusOr<Fd> ListenTcp(const HostPort& at, int* bound_port);
 // Sets TCP_NODELAY and keepalive on an accepted socket.
 void ConfigureDataSocket(int fd);
 
-// Writes one frame (header + serialized message) with a single send; `scratch` is reused
+// Writes one frame (header + serialized message) in one write; `scratch` is reused
 // between calls to avoid allocations. Unavailable when the connection is down.
-absl::Status WriteFrame(int fd, TcpFrameKind kind, const google::protobuf::MessageLite& msg,
-                        std::string* scratch);
+absl::Status WriteFrame(ByteStream& stream, TcpFrameKind kind,
+                        const google::protobuf::MessageLite& msg, std::string* scratch);
 
 enum class ReadOutcome { kFrame, kClosed };
-// Reads the next frame into *kind and *body (body bytes only).
+// Reads the next frame into *kind and *body (body bytes only). The wait for a frame to
+// start is unbounded (an idle link is normal) unless `start_deadline` is given.
 absl::StatusOr<ReadOutcome> ReadFrame(
-    int fd, size_t max_body, TcpFrameKind* kind, std::string* body,
-    std::chrono::milliseconds stall_timeout = std::chrono::seconds(30));
+    ByteStream& stream, size_t max_body, TcpFrameKind* kind, std::string* body,
+    std::chrono::milliseconds stall_timeout = std::chrono::seconds(30),
+    const std::chrono::steady_clock::time_point* start_deadline = nullptr);
 
 }  // namespace cascade
 

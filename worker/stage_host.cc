@@ -1,5 +1,8 @@
 #include "worker/stage_host.h"
 
+#include <limits.h>
+#include <stdlib.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +58,21 @@ absl::Status StageHost::Validate(const v1::LoadStageRequest& req) const {
   }
   if (!req.device().empty()) {
     if (auto d = ParseDevice(req.device()); !d.ok()) return d.status();
+  }
+  if (!options_.model_dir.empty()) {
+    // The real paths, so that neither ".." nor a symbolic link leads out of the folder.
+    char dir[PATH_MAX], file[PATH_MAX];
+    if (::realpath(options_.model_dir.c_str(), dir) == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--model-dir ", options_.model_dir, " cannot be resolved"));
+    }
+    const std::string prefix = std::string(dir) + "/";
+    if (::realpath(req.model_path().c_str(), file) == nullptr ||
+        std::string(file).rfind(prefix, 0) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "model_path '", req.model_path(), "' is not under this worker's model folder ",
+          options_.model_dir));
+    }
   }
   return absl::OkStatus();
 }
@@ -120,14 +138,17 @@ absl::StatusOr<v1::LoadStageResponse> StageHost::Load(const v1::LoadStageRequest
   e.vocab_size = c.vocab_size;
   e.max_tokens = req.max_batch_tokens();
   e.context_length = c.context_length;
+  e.link_key = req.inbound_key();
   std::unique_ptr<ActivationSender> out;
   std::shared_ptr<ResultSender> results;
+  SenderOptions link;
+  link.link_key = req.outbound_key();
   if (last) {
-    auto r = MakeResultSender(req.coordinator_address());
+    auto r = MakeResultSender(req.coordinator_address(), link);
     if (!r.ok()) return fail(r.status());
     results = std::move(*r);
   } else {
-    auto o = MakeActivationSender(req.next_address());
+    auto o = MakeActivationSender(req.next_address(), link);
     if (!o.ok()) return fail(o.status());
     out = std::move(*o);
   }

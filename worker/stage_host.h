@@ -35,6 +35,7 @@ namespace cascade {
 struct StageHostOptions {
   int threads = 1;                              // unless the request says otherwise
   DeviceSpec device{DeviceKind::kAuto, 0};      // unless the request says otherwise
+  std::string model_dir;  // models are opened only under this folder ("" = anywhere)
 };
 
 class StageHost {

@@ -110,8 +110,8 @@ TEST(StageHost, UnloadOnlyItsPlanAndDrainLeaveItIdle) {
   f.set_version(kFrameVersion);
   f.set_batch_id(3);
   auto ack = router.Deliver(f, "test");
-  ASSERT_TRUE(ack.has_value());
-  EXPECT_THAT(ack->error(), HasSubstr("no stage is loaded"));
+  ASSERT_TRUE(ack.ok() && ack->has_value());
+  EXPECT_THAT((*ack)->error(), HasSubstr("no stage is loaded"));
   v1::WorkerStatus st;
   ASSERT_TRUE(host.Load(Request(testing::BundledModel())).ok());
   host.FillStatus(&st);

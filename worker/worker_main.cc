@@ -8,6 +8,8 @@
 #include "util/logging.h"
 #include "util/runtime.h"
 #include "util/signals.h"
+#include "transport/security.h"
+#include "util/secret.h"
 #include "util/units.h"
 #include "worker/worker_server.h"
 
@@ -17,9 +19,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Cascade worker: runs one pipeline stage", "cascade-worker"};
   app.get_formatter()->column_width(40);
   cascade::WorkerOptions o;
-  std::string memory, device = "auto", log_level = "info";
+  std::string memory, device = "auto", log_level = "info", join_token_file;
+  cascade::TlsFiles tls;
   o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  app.add_option("--coordinator,-c", o.coordinator, "Coordinator address (host:port)")->required();
+  app.add_option("--coordinator,-c", o.coordinator,
+                 "The coordinator's control address (host:port, its --control-listen)")
+      ->required();
   app.add_option("--listen,-l", o.listen, "Address to listen on (port 0 picks one)")
       ->capture_default_str();
   app.add_option("--advertise", o.advertise,
@@ -35,12 +40,31 @@ int main(int argc, char** argv) {
   app.add_option("--memory", memory, "Memory this worker may use, e.g. 8GiB (default: available)");
   app.add_option("--gflops", o.gflops, "Relative speed for planning (default: --threads)");
   app.add_option("--device", device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--model-dir", o.model_dir,
+                 "Open models only under this folder (default: wherever the coordinator says)");
+  app.add_option("--join-token-file", join_token_file,
+                 "File holding the cluster's join token (when the coordinator asks for one)");
+  app.add_option("--tls-cert", tls.cert, "This worker's certificate (PEM): mTLS on every link");
+  app.add_option("--tls-key", tls.key, "Its private key (PEM)");
+  app.add_option("--tls-ca", tls.ca, "The cluster's CA certificate (PEM)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (auto st = cascade::InitLogging(log_level, "worker"); !st.ok()) {
     std::cerr << "cascade-worker: " << st.message() << "\n";
     return 2;
+  }
+  if (auto st = cascade::SetTransportSecurity(tls); !st.ok()) {
+    std::cerr << "cascade-worker: " << st.message() << "\n";
+    return 2;
+  }
+  if (!join_token_file.empty()) {
+    auto token = cascade::ReadSecretFile(join_token_file);
+    if (!token.ok()) {
+      std::cerr << "cascade-worker: --join-token-file: " << token.status().message() << "\n";
+      return 2;
+    }
+    o.join_token = *token;
   }
   auto parsed_device = cascade::ParseDevice(device);
   if (!parsed_device.ok()) {

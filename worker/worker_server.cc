@@ -12,7 +12,9 @@
 #include "transport/address.h"
 #include "transport/frame.h"
 #include "transport/grpc_util.h"
+#include "transport/security.h"
 #include "util/logging.h"
+#include "util/secret.h"
 
 namespace cascade {
 
@@ -31,21 +33,25 @@ uint64_t AvailableMemoryBytes() {
 class WorkerServer::WorkerService final : public v1::Worker::Service {
  public:
   // `worker_id` is read at each call: it is final once the server has its port.
-  WorkerService(StageHost* host, const std::string* worker_id)
-      : host_(host), worker_id_(worker_id) {}
+  WorkerService(StageHost* host, const std::string* worker_id, const WorkerServer* server)
+      : host_(host), worker_id_(worker_id), server_(server) {}
 
-  grpc::Status LoadStage(grpc::ServerContext*, const v1::LoadStageRequest* req,
+  grpc::Status LoadStage(grpc::ServerContext* ctx, const v1::LoadStageRequest* req,
                          v1::LoadStageResponse* resp) override {
+    if (grpc::Status auth = FromCoordinator(ctx); !auth.ok()) return auth;
     auto r = host_->Load(*req);
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
     return grpc::Status::OK;
   }
-  grpc::Status Unload(grpc::ServerContext*, const v1::UnloadRequest* req,
+  grpc::Status Unload(grpc::ServerContext* ctx, const v1::UnloadRequest* req,
                       v1::UnloadResponse*) override {
+    if (grpc::Status auth = FromCoordinator(ctx); !auth.ok()) return auth;
     return ToGrpc(host_->Unload(req->plan_id()));
   }
-  grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*, v1::DrainResponse*) override {
+  grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,
+                     v1::DrainResponse*) override {
+    if (grpc::Status auth = FromCoordinator(ctx); !auth.ok()) return auth;
     host_->Drain();
     return grpc::Status::OK;
   }
@@ -57,8 +63,28 @@ class WorkerServer::WorkerService final : public v1::Worker::Service {
   }
 
  private:
+  // Only the coordinator this worker registered with may change its stage.
+  grpc::Status FromCoordinator(const grpc::ServerContext* ctx) const {
+    const std::string secret = server_->coordinator_secret();
+    if (secret.empty()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this worker has not registered with a coordinator");
+    }
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kCoordinatorMetadata);
+    if (it == md.end() ||
+        !SecretsEqual(absl::string_view(it->second.data(), it->second.size()), secret)) {
+      spdlog::warn("refused a control call from {}: not from this worker's coordinator",
+                   ctx->peer());
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "only the coordinator this worker registered with may do that");
+    }
+    return grpc::Status::OK;
+  }
+
   StageHost* host_;
   const std::string* worker_id_;
+  const WorkerServer* server_;
 };
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOptions& options) {
@@ -70,13 +96,16 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
     w->options_.node = host;
   }
   w->host_ = std::make_unique<StageHost>(
-      StageHostOptions{.threads = options.threads, .device = options.device}, &w->router_);
+      StageHostOptions{
+          .threads = options.threads, .device = options.device, .model_dir = options.model_dir},
+      &w->router_);
   w->pipe_service_ = std::make_unique<StagePipeService>(&w->router_);
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
-  w->worker_service_ = std::make_unique<WorkerService>(w->host_.get(), &w->options_.worker_id);
+  builder.AddListeningPort(options.listen, ServerCredentials(ServerRole::kCluster), &port);
+  w->worker_service_ =
+      std::make_unique<WorkerService>(w->host_.get(), &w->options_.worker_id, w.get());
   builder.RegisterService(w->worker_service_.get());
   builder.RegisterService(w->pipe_service_.get());
   w->server_ = builder.BuildAndStart();
@@ -110,6 +139,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
 WorkerServer::~WorkerServer() { Shutdown(); }
 
 void WorkerServer::Drain() { host_->Drain(); }
+
+std::string WorkerServer::coordinator_secret() const {
+  absl::MutexLock lock(&mu_);
+  return coordinator_secret_;
+}
 
 void WorkerServer::Shutdown() {
   {
@@ -147,6 +181,7 @@ v1::WorkerResources WorkerServer::Resources() const {
 void WorkerServer::RegistrationLoop() {
   auto stub = v1::Coordinator::NewStub(MakeChannel(options_.coordinator));
   uint64_t session = 0;
+  std::string session_secret;
   double interval = 1.0;
   bool registered = false;
   for (;;) {
@@ -166,11 +201,20 @@ void WorkerServer::RegistrationLoop() {
       *req.mutable_resources() = Resources();
       v1::RegisterResponse resp;
       grpc::ClientContext ctx;
+      if (!options_.join_token.empty()) ctx.AddMetadata(kJoinTokenMetadata, options_.join_token);
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       grpc::Status st = stub->Register(&ctx, req, &resp);
+      if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+        spdlog::error("the coordinator refused this worker: {}", st.error_message());
+      }
       if (st.ok()) {
         registered = true;
         session = resp.session();
+        session_secret = resp.session_secret();
+        {
+          absl::MutexLock lock(&mu_);
+          coordinator_secret_ = resp.coordinator_secret();
+        }
         interval = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1.0;
         spdlog::info("registered with coordinator {} as {}", options_.coordinator,
                      resp.worker_id());
@@ -180,6 +224,7 @@ void WorkerServer::RegistrationLoop() {
     v1::HeartbeatRequest hb;
     hb.set_worker_id(options_.worker_id);
     hb.set_session(session);
+    hb.set_session_secret(session_secret);
     host_->FillHeartbeat(&hb);
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;

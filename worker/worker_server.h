@@ -9,6 +9,9 @@
 //   registration. Unless data_listen is "off", it also listens for data-plane frames over
 //   TCP and registers that address as tcp://<advertised host>:<port>; frames from either
 //   transport reach the same stage with the same checks.
+// - The control service takes LoadStage, Unload and Drain only from the coordinator the
+//   worker registered with (it presents the secret of that registration); anyone may ask
+//   for Status. The data plane takes only frames with the loaded stage's link key.
 // - Drain() finishes the frames the stage holds and unloads it (see StageHost); Shutdown()
 //   stops serving and joins every thread. Thread-safe.
 #ifndef CASCADE_WORKER_WORKER_SERVER_H_
@@ -43,6 +46,10 @@ struct WorkerOptions {
   uint64_t memory_bytes = 0;  // 0: MemAvailable of this machine
   double gflops = 0;          // relative speed for planning; 0: threads
   DeviceSpec device{DeviceKind::kAuto, 0};
+  // Presented to register ("" when the coordinator needs none).
+  std::string join_token;
+  // LoadStage opens models only under this folder ("" = wherever the coordinator says).
+  std::string model_dir;
 };
 
 class WorkerServer {
@@ -62,6 +69,8 @@ class WorkerServer {
   class WorkerService;
   WorkerServer() = default;
   void RegistrationLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // The coordinator's secret from the last registration ("" before one).
+  std::string coordinator_secret() const ABSL_LOCKS_EXCLUDED(mu_);
   v1::WorkerResources Resources() const;
 
   WorkerOptions options_;
@@ -74,8 +83,9 @@ class WorkerServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<DataPlaneServer> data_;
   std::thread registration_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::string coordinator_secret_ ABSL_GUARDED_BY(mu_);
 };
 
 // Bytes of memory available on this machine (MemAvailable), or 0 if unknown.

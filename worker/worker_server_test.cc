@@ -33,33 +33,33 @@ TEST(WorkerServer, AdvertisesItsTcpDataPlaneUnlessOff) {
   EXPECT_EQ((*grpc_only)->data_address(), "");
 }
 
-TEST(WorkerServer, LoadStageRejectsAMalformedDataAddress) {
+TEST(WorkerServer, ControlCallsNeedTheCoordinatorItRegisteredWith) {
   WorkerOptions o;
   o.listen = "127.0.0.1:0";
   auto w = WorkerServer::Start(o);
   ASSERT_TRUE(w.ok()) << w.status();
   auto stub = v1::Worker::NewStub(MakeChannel((*w)->address()));
+  // Not registered with anyone: nobody may load, unload or drain it.
   v1::LoadStageRequest req;
-  req.set_plan_id(1);
-  req.set_model_path(std::string(CASCADE_SOURCE_DIR) + "/models/stories260K.gguf");
-  req.set_stage_index(0);
-  req.set_num_stages(2);
-  req.set_first_layer(0);
-  req.set_last_layer(2);
-  req.set_kv_blocks(16);
-  req.set_kv_block_size(16);
-  req.set_max_batch_tokens(64);
-  req.set_next_address("tcp://no-port-here");
+  req.set_model_path("/etc/passwd");
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   v1::LoadStageResponse resp;
   const grpc::Status st = stub->LoadStage(&ctx, req, &resp);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("tcp://no-port-here"));
-  // The worker still serves: its status answers.
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("not registered"));
   grpc::ClientContext ctx2;
+  v1::UnloadResponse u;
+  EXPECT_EQ(stub->Unload(&ctx2, v1::UnloadRequest(), &u).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  grpc::ClientContext ctx3;
+  v1::DrainResponse d;
+  EXPECT_EQ(stub->Drain(&ctx3, v1::DrainRequest(), &d).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // Anyone may ask how it is.
+  grpc::ClientContext ctx4;
   v1::WorkerStatus status;
-  EXPECT_TRUE(stub->Status(&ctx2, v1::StatusRequest(), &status).ok());
+  EXPECT_TRUE(stub->Status(&ctx4, v1::StatusRequest(), &status).ok());
+  EXPECT_EQ(status.state(), v1::WORKER_STATE_IDLE);
 }
 
 }  // namespace

@@ -54,6 +54,7 @@ def free_port():
 
 port = free_port()
 addr = f"127.0.0.1:{port}"
+control = f"127.0.0.1:{free_port()}"  # the control plane workers register with
 procs = []
 logs = open(os.path.join(work, "cluster.log"), "w")
 
@@ -90,7 +91,8 @@ def check(cond, what):
 
 try:
     start([f"{bin_dir}/cascade-coordinator", "--model", model, "--listen", addr,
-           "--workers", "2", "--min-stages", "2", "--log-level", "info"])
+           "--control-listen", control, "--workers", "2", "--min-stages", "2",
+           "--log-level", "info"])
     channel = grpc.insecure_channel(addr)
     hstub = HealthStub(channel)
     deadline = time.time() + 20
@@ -102,7 +104,7 @@ try:
           f"health is NOT_SERVING before the workers load (got {status})")
 
     for i in range(2):
-        start([f"{bin_dir}/cascade-worker", "--coordinator", addr, "--listen", "127.0.0.1:0",
+        start([f"{bin_dir}/cascade-worker", "--coordinator", control, "--listen", "127.0.0.1:0",
                "--threads", "1", "--memory", "1GiB", "--id", f"py{i}"])
     deadline = time.time() + 60
     while health(hstub) != health_pb2.HealthCheckResponse.SERVING and time.time() < deadline:
