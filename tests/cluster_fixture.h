@@ -29,6 +29,10 @@ struct ClusterOptions {
   std::vector<std::string> worker_flags;       // extra flags for every worker
   int spares = 0;  // network-namespace hosts made for workers beyond `workers`
   int threads = 1;
+  // How the test's own channels connect (TLS clusters), and the join token its status
+  // queries present.
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  std::string join_token;
 };
 
 class Cluster {
@@ -63,10 +67,8 @@ class Cluster {
     channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
     channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
     channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
-    channel_ =
-        grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), channel_args);
-    control_channel_ = grpc::CreateCustomChannel(control_address_,
-                                                 grpc::InsecureChannelCredentials(), channel_args);
+    channel_ = grpc::CreateCustomChannel(address_, o.credentials, channel_args);
+    control_channel_ = grpc::CreateCustomChannel(control_address_, o.credentials, channel_args);
     ok_ = coordinator_ != nullptr;
   }
 
@@ -74,6 +76,8 @@ class Cluster {
     coordinator_.reset();  // first, so that no stream into the workers stays open
     workers_.clear();
     if (o_.netns) TearDownNamespaces();
+    // The logs have been printed by a failing test; nothing is left behind.
+    std::system(("rm -rf " + dir_).c_str());
   }
 
   bool ok() const { return ok_; }
@@ -135,6 +139,7 @@ class Cluster {
 
   v1::ClusterStatusResponse Status() {
     grpc::ClientContext ctx;
+    if (!o_.join_token.empty()) ctx.AddMetadata("x-cascade-join-token", o_.join_token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::ClusterStatusResponse resp;
     Control()->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &resp);
@@ -150,6 +155,10 @@ class Cluster {
   }
 
   Subprocess& worker(int i) { return *workers_[i]; }
+  Subprocess& coordinator() { return *coordinator_; }
+  const std::string& dir() const { return dir_; }
+  std::shared_ptr<grpc::Channel> channel() { return channel_; }
+  std::shared_ptr<grpc::Channel> control_channel() { return control_channel_; }
 
  private:
   // Host 0 is the coordinator, 1..N the workers.
