@@ -29,6 +29,7 @@ struct ClusterOptions {
   std::vector<std::string> worker_flags;       // extra flags for every worker
   int spares = 0;  // network-namespace hosts made for workers beyond `workers`
   int threads = 1;
+  std::string worker_memory = "2GiB";
   // How the test's own channels connect (TLS clusters), and the join token its status
   // queries present.
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
@@ -98,7 +99,7 @@ class Cluster {
       for (const std::string& a :
            {std::string(CASCADE_WORKER_BIN), std::string("--coordinator"), control_address_,
             std::string("--listen"), host + ":0", std::string("--threads"),
-            std::to_string(o_.threads), std::string("--memory"), std::string("2GiB"),
+            std::to_string(o_.threads), std::string("--memory"), o_.worker_memory,
             std::string("--id"), absl::StrCat("w", i), std::string("--log-level"),
             std::string("info")}) {
         args.push_back(a);
