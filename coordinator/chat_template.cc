@@ -17,6 +17,14 @@ ChatFormat DetectChatFormat(const std::string& t) {
   return ChatFormat::kUnknown;
 }
 
+absl::StatusOr<ChatFormat> ChatFormatFromName(const std::string& name) {
+  for (ChatFormat f : {ChatFormat::kLlama3, ChatFormat::kChatMl, ChatFormat::kLlama2,
+                       ChatFormat::kMistral, ChatFormat::kZephyr, ChatFormat::kGemma}) {
+    if (name == ChatFormatName(f)) return f;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a chat format"));
+}
+
 const char* ChatFormatName(ChatFormat f) {
   switch (f) {
     case ChatFormat::kLlama3:

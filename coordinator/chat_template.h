@@ -24,6 +24,8 @@ enum class ChatFormat { kUnknown, kLlama3, kChatMl, kLlama2, kMistral, kZephyr, 
 
 ChatFormat DetectChatFormat(const std::string& jinja_template);
 const char* ChatFormatName(ChatFormat f);
+// The format ChatFormatName gives that name; InvalidArgument otherwise.
+absl::StatusOr<ChatFormat> ChatFormatFromName(const std::string& name);
 
 // The prompt for `messages`, ending where the assistant's reply starts. BOS is not
 // included (the tokenizer adds it when the model asks for one).

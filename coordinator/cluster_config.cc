@@ -99,12 +99,31 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   t.push_back(Text("model", &c->model, "GGUF file or Hugging Face folder to serve"));
   t.push_back(Text("served-model-name", &c->served_model_name,
                    "The model's id in the APIs (default: its own name, or its file name)"));
+  t.push_back(Text("chat-template", &c->chat_template,
+                   "Chat format: llama3, chatml, llama2, mistral, zephyr, gemma, or a file "
+                   "with a Jinja chat template of one of them (default: the model's own)"));
   // Server.
   t.push_back(Text("listen", &c->server.listen, "Address of the public gRPC API"));
   t.push_back(Text("control-listen", &c->server.control_listen,
                    "Address of the control plane workers register with"));
-  t.push_back(Text("http-listen", &c->server.http_listen,
+  t.push_back(Text("http-listen", &c->server.http.listen,
                    "Also serve the OpenAI-compatible HTTP API here, e.g. 0.0.0.0:8080"));
+  t.push_back(Integer("http-max-connections", &c->server.http.max_connections, 1, 1 << 20,
+                      "Open HTTP connections at most (more are refused)"));
+  t.push_back(Option(
+      "http-idle-timeout-s",
+      "Seconds an HTTP connection may send nothing (headers, body, between requests)",
+      [c](const std::string& s) -> absl::Status {
+        int v = 0;
+        if (!absl::SimpleAtoi(s, &v) || v < 1 || v > 86400) {
+          return Bad("http-idle-timeout-s", s, "an integer in [1, 86400]");
+        }
+        c->server.http.idle_timeout = std::chrono::seconds(v);
+        return absl::OkStatus();
+      },
+      [c] { return absl::StrCat(c->server.http.idle_timeout.count()); }));
+  t.push_back(Text("cors-origin", &c->server.cors_origin,
+                   "Access-Control-Allow-Origin of the HTTP API (\"\": no CORS headers)"));
   t.push_back(Text("advertise", &c->server.advertise,
                    "Control address workers use to reach the coordinator (default: "
                    "control-listen's host:port)"));

@@ -24,6 +24,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "coordinator/http_server.h"
 #include "coordinator/planner.h"
 #include "tensor/device.h"
 
@@ -39,8 +40,9 @@ const char* DataPlaneName(DataPlane d);
 struct ServerConfig {
   std::string listen = "0.0.0.0:50051";          // public gRPC API (Inference, health)
   std::string control_listen = "0.0.0.0:50053";  // the workers' control plane
-  std::string http_listen;                       // OpenAI-compatible HTTP API ("" = off)
   std::string advertise;  // the control address workers reach us at ("" = control_listen's)
+  HttpServerOptions http;   // the OpenAI-compatible HTTP API (http.listen "" = off)
+  std::string cors_origin = "*";  // its Access-Control-Allow-Origin ("" = no CORS)
 };
 
 // Who may talk to the cluster (docs/architecture.md, "Security").
@@ -80,6 +82,9 @@ struct StageConfig {
 struct ClusterConfig {
   std::string model;  // GGUF file or Hugging Face folder
   std::string served_model_name;  // the id clients use ("" = the model's name)
+  // The chat prompt format: a family name (llama3, chatml, llama2, mistral, zephyr, gemma)
+  // or a file holding a Jinja chat template of one of them ("" = the model's own).
+  std::string chat_template;
   ServerConfig server;
   SecurityConfig security;
   DataPlaneConfig data_plane;

@@ -68,7 +68,7 @@ class CoordinatorServer::Impl {
           "the control plane takes any worker that registers (no --join-token-file, no "
           "--tls-*): run it only on loopback or a network you trust");
     }
-    auto model = ServedModel::Open(config_.model, config_.served_model_name);
+    auto model = ServedModel::Open(config_.model, config_.served_model_name, config_.chat_template);
     if (!model.ok()) return model.status();
     model_ = std::move(*model);
     controller_ = std::make_unique<ClusterController>(
@@ -142,9 +142,13 @@ class CoordinatorServer::Impl {
     }
     spdlog::info("coordinator: API on {}, control plane on {} (workers send results to {}){}",
                  address_, advertise, results_address, TlsEnabled() ? "; mTLS" : "");
-    if (!config_.server.http_listen.empty()) {
-      http_ = std::make_unique<HttpApi>(frontend_.get(), api_key);
-      if (absl::Status st = http_->Start(config_.server.http_listen); !st.ok()) return st;
+    if (!config_.server.http.listen.empty()) {
+      HttpApiOptions http;
+      http.api_key = api_key;
+      http.cors_origin = config_.server.cors_origin;
+      auto started = HttpApi::Start(frontend_.get(), config_.server.http, std::move(http));
+      if (!started.ok()) return started.status();
+      http_ = std::move(*started);
     }
     controller_->Start(results_address);
     return absl::OkStatus();

@@ -3,9 +3,12 @@
 #include <chrono>
 #include <random>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/chat_template.h"
-#include "httplib.h"
+#include "coordinator/openai_request.h"
 #include "nlohmann/json.hpp"
 #include "util/logging.h"
 #include "util/secret.h"
@@ -15,38 +18,19 @@ namespace {
 
 using Json = nlohmann::json;
 
-int HttpStatusFor(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-      return 400;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kResourceExhausted:
-      return 429;
-    case absl::StatusCode::kUnavailable:
-      return 503;
-    case absl::StatusCode::kCancelled:
-      return 499;
-    default:
-      return 500;
-  }
-}
+// Text from tokens may hold partial UTF-8 (a token's bytes); JSON gets U+FFFD for those.
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-void SendError(httplib::Response& res, const absl::Status& st) {
-  const int http = HttpStatusFor(st.code());
-  Json body = {{"error",
-                {{"message", std::string(st.message())},
-                 {"type", http == 400 ? "invalid_request_error" : "server_error"},
-                 {"code", absl::StatusCodeToString(st.code())}}}};
-  res.status = http;
-  res.set_content(body.dump(), "application/json");
+int64_t NowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string NewId(const char* prefix) {
+  static absl::Mutex mu(absl::kConstInit);
   static std::mt19937_64 rng(std::random_device{}());
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  absl::MutexLock lock(&mu);
   char buf[40];
   std::snprintf(buf, sizeof(buf), "%s-%016llx", prefix, static_cast<unsigned long long>(rng()));
   return buf;
@@ -66,308 +50,514 @@ const char* FinishName(FinishReason r) {
   return "stop";
 }
 
-// Reads the common sampling/limit fields of a completions body into `req`.
-absl::Status ParseCommon(const Json& j, v1::GenerateRequest* req, bool* stream) {
-  auto bad = [](const std::string& field, const char* want) {
-    return absl::InvalidArgumentError(absl::StrCat("'", field, "' must be ", want));
-  };
-  auto number = [&](const char* key, float* out) -> absl::Status {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return absl::OkStatus();
-    if (!it->is_number()) return bad(key, "a number");
-    *out = it->get<float>();
-    return absl::OkStatus();
-  };
-  if (auto it = j.find("n");
-      it != j.end() && !it->is_null() && (!it->is_number_integer() || it->get<int64_t>() != 1)) {
-    return absl::InvalidArgumentError("'n' must be 1 (one choice per request)");
-  }
-  req->set_max_tokens(16);  // OpenAI's default
-  if (auto it = j.find("max_tokens"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer()) return bad("max_tokens", "an integer");
-    const int64_t v = it->get<int64_t>();
-    if (v < 1 || v > (1 << 24)) return absl::InvalidArgumentError("'max_tokens' is out of range");
-    req->set_max_tokens(static_cast<int32_t>(v));
-  }
-  v1::SamplingParams* s = req->mutable_sampling();
-  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, presence = 0.0f, frequency = 0.0f,
-        repetition = 1.0f, top_k = 0.0f;
-  for (auto st :
-       {number("temperature", &temperature), number("top_p", &top_p), number("min_p", &min_p),
-        number("presence_penalty", &presence), number("frequency_penalty", &frequency),
-        number("repetition_penalty", &repetition), number("top_k", &top_k)}) {
-    if (!st.ok()) return st;
-  }
-  s->set_temperature(temperature);
-  s->set_top_p(top_p);
-  s->set_min_p(min_p);
-  s->set_presence_penalty(presence);
-  s->set_frequency_penalty(frequency);
-  s->set_repetition_penalty(repetition);
-  s->set_top_k(static_cast<int32_t>(top_k));
-  if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer()) return bad("seed", "an integer");
-    s->set_seed(static_cast<uint64_t>(it->get<int64_t>()));
-    s->set_has_seed(true);
-  }
-  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
-    if (it->is_string()) {
-      req->add_stop(it->get<std::string>());
-    } else if (it->is_array()) {
-      for (const auto& x : *it) {
-        if (!x.is_string()) return bad("stop", "a string or a list of strings");
-        req->add_stop(x.get<std::string>());
-      }
-    } else {
-      return bad("stop", "a string or a list of strings");
-    }
-  }
-  if (auto it = j.find("logprobs"); it != j.end() && !it->is_null()) {
-    if (it->is_boolean()) {
-      req->set_logprobs(it->get<bool>());
-    } else if (it->is_number_integer()) {
-      req->set_logprobs(it->get<int64_t>() > 0);
-    } else {
-      return bad("logprobs", "a boolean or an integer");
-    }
-  }
-  *stream = false;
-  if (auto it = j.find("stream"); it != j.end() && !it->is_null()) {
-    if (!it->is_boolean()) return bad("stream", "a boolean");
-    *stream = it->get<bool>();
-  }
-  if (auto it = j.find("model"); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) return bad("model", "a string");
-    req->set_model(it->get<std::string>());
-  }
-  return absl::OkStatus();
+HttpHead JsonHead(int status, const Json& body) {
+  HttpHead h;
+  h.status = status;
+  h.headers = {{"Content-Type", "application/json"}};
+  h.body = Dump(body);
+  return h;
 }
+
+Json ErrorJson(const std::string& message, const char* type, const std::string& param,
+               const std::string& code) {
+  return Json{{"error",
+               {{"message", message},
+                {"type", type},
+                {"param", param.empty() ? Json() : Json(param)},
+                {"code", code.empty() ? Json() : Json(code)}}}};
+}
+
+// An absl::Status as OpenAI's error: HTTP status, type and code.
+HttpHead ErrorHead(const absl::Status& st) {
+  int http = 500;
+  const char* type = "server_error";
+  std::string code;
+  switch (st.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+      http = 400;
+      type = "invalid_request_error";
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      http = 401;
+      type = "invalid_request_error";
+      code = "invalid_api_key";
+      break;
+    case absl::StatusCode::kNotFound:
+      http = 404;
+      type = "invalid_request_error";
+      code = "model_not_found";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      http = 429;
+      type = "rate_limit_error";
+      code = "rate_limit_exceeded";
+      break;
+    case absl::StatusCode::kUnavailable:
+      http = 503;
+      code = "service_unavailable";
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      http = 504;
+      code = "timeout";
+      break;
+    default:
+      break;
+  }
+  return JsonHead(http, ErrorJson(std::string(st.message()), type, ErrorParam(st), code));
+}
+
+// The answer to one completion request: one RequestStream per choice, gathered whole or
+// streamed as server-sent events.
+class CompletionReply final : public HttpReply {
+ public:
+  struct Choice {
+    std::shared_ptr<RequestStream> stream;
+    int prompt_index = 0;
+    std::string echo;  // text sent in front of the completion (echo)
+    // Gathered (non-streamed) or per-event state:
+    std::string text;
+    std::vector<int32_t> ids;
+    std::vector<float> logprobs;
+    std::vector<std::vector<TokenLogprob>> top;
+    bool started = false;  // streamed: the first chunk went out
+    bool done = false;
+    FinishReason finish = FinishReason::kLength;
+    absl::Status status;
+    StreamUsage usage;
+  };
+
+  CompletionReply(const OpenAiRequest& req, std::string model, const Tokenizer* tokenizer,
+                  std::vector<Choice> choices)
+      : chat_(req.endpoint == OpenAiEndpoint::kChat),
+        stream_(req.stream),
+        include_usage_(req.include_usage),
+        logprobs_(req.base.logprobs()),
+        model_(std::move(model)),
+        tokenizer_(tokenizer),
+        id_(NewId(chat_ ? "chatcmpl" : "cmpl")),
+        created_(NowSeconds()),
+        choices_(std::move(choices)) {}
+
+  ~CompletionReply() override { Abandon(); }
+
+  void SetWake(std::function<void()> wake) override {
+    for (Choice& c : choices_) c.stream->SetListener(wake);
+  }
+
+  std::optional<HttpHead> Head() override {
+    if (stream_) {
+      HttpHead h;
+      h.headers = {{"Content-Type", "text/event-stream"},
+                   {"Cache-Control", "no-cache"},
+                   {"X-Accel-Buffering", "no"}};
+      h.streamed = true;
+      return h;
+    }
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      while (!c.done) {
+        std::optional<StreamEvent> e = c.stream->TryNext();
+        if (!e) return std::nullopt;
+        Absorb(c, *e);
+        if (c.done && !c.status.ok()) {
+          Abandon();
+          return ErrorHead(c.status);
+        }
+      }
+    }
+    finished_ = true;
+    Json out = Json::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      Json choice = {{"index", i}, {"finish_reason", FinishName(c.finish)}};
+      if (chat_) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+        choice["logprobs"] = logprobs_ ? ChatLogprobs(c.ids, c.logprobs, c.top) : Json();
+      } else {
+        choice["text"] = c.echo + c.text;
+        choice["logprobs"] =
+            logprobs_ ? CompletionLogprobs(c.ids, c.logprobs, c.top, c.echo.size()) : Json();
+      }
+      out.push_back(std::move(choice));
+    }
+    Json body = {{"id", id_},         {"object", chat_ ? "chat.completion" : "text_completion"},
+                 {"created", created_}, {"model", model_},
+                 {"choices", out},      {"usage", Usage()}};
+    if (chat_) body["system_fingerprint"] = nullptr;
+    return JsonHead(200, body);
+  }
+
+  bool Body(std::string* out) override {
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      if (!c.started) {
+        c.started = true;
+        if (chat_) {
+          out->append(Event(Chunk(i, Json{{"role", "assistant"}, {"content", ""}}, Json(), Json())));
+        } else if (!c.echo.empty()) {
+          out->append(Event(Chunk(i, c.echo, Json(), Json())));
+        }
+      }
+      while (!c.done) {
+        std::optional<StreamEvent> e = c.stream->TryNext();
+        if (!e) break;
+        const size_t offset = c.echo.size() + c.text.size();
+        Absorb(c, *e);
+        if (c.done && !c.status.ok()) {
+          const HttpHead err = ErrorHead(c.status);
+          out->append(absl::StrCat("data: ", err.body, "\n\n"));
+          continue;
+        }
+        Json lp;
+        if (logprobs_ && !e->ids.empty()) {
+          lp = chat_ ? ChatLogprobs(e->ids, e->logprobs, e->top_logprobs)
+                     : CompletionLogprobs(e->ids, e->logprobs, e->top_logprobs, offset);
+        }
+        if (!e->text.empty() || !lp.is_null()) {
+          out->append(Event(Chunk(i, chat_ ? Json{{"content", e->text}} : Json(e->text), lp, Json())));
+        }
+        if (c.done) {
+          out->append(Event(Chunk(i, chat_ ? Json::object() : Json(""), Json(),
+                                  Json(FinishName(c.finish)))));
+        }
+      }
+    }
+    for (const Choice& c : choices_) {
+      if (!c.done) return true;
+    }
+    if (include_usage_) {
+      Json chunk = Base();
+      chunk["choices"] = Json::array();
+      chunk["usage"] = Usage();
+      out->append(Event(chunk));
+    }
+    out->append("data: [DONE]\n\n");
+    finished_ = true;
+    return false;
+  }
+
+  void Abandon() override {
+    if (finished_) return;
+    for (Choice& c : choices_) {
+      if (!c.done) c.stream->Cancel();
+    }
+  }
+
+ private:
+  static void Absorb(Choice& c, const StreamEvent& e) {
+    c.text += e.text;
+    c.ids.insert(c.ids.end(), e.ids.begin(), e.ids.end());
+    c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    c.top.insert(c.top.end(), e.top_logprobs.begin(), e.top_logprobs.end());
+    if (e.last) {
+      c.done = true;
+      c.finish = e.finish;
+      c.status = e.status;
+      c.usage = e.usage;
+    }
+  }
+
+  Json Usage() const {
+    int64_t prompt = 0, completion = 0;
+    int last_prompt = -1;
+    for (const Choice& c : choices_) {
+      if (c.prompt_index != last_prompt) prompt += c.usage.prompt_tokens;  // once per prompt
+      last_prompt = c.prompt_index;
+      completion += c.usage.completion_tokens;
+    }
+    return Json{{"prompt_tokens", prompt},
+                {"completion_tokens", completion},
+                {"total_tokens", prompt + completion}};
+  }
+
+  Json Base() const {
+    Json j = {{"id", id_},
+              {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_},
+              {"model", model_}};
+    if (include_usage_) j["usage"] = nullptr;
+    return j;
+  }
+
+  // One streamed chunk for choice `i`: `payload` is the chat delta or the completion text.
+  Json Chunk(size_t i, Json payload, Json logprobs, Json finish) const {
+    Json choice = {{"index", i}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+    choice[chat_ ? "delta" : "text"] = std::move(payload);
+    Json j = Base();
+    j["choices"] = Json::array({choice});
+    return j;
+  }
+
+  static std::string Event(const Json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
+
+  std::string Piece(int32_t id) const { return tokenizer_->TokenToPiece(id, true); }
+
+  static Json Bytes(const std::string& s) {
+    Json b = Json::array();
+    for (unsigned char ch : s) b.push_back(static_cast<int>(ch));
+    return b;
+  }
+
+  Json ChatLogprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
+                    const std::vector<std::vector<TokenLogprob>>& top) const {
+    Json content = Json::array();
+    for (size_t k = 0; k < ids.size() && k < lps.size(); ++k) {
+      const std::string piece = Piece(ids[k]);
+      Json alts = Json::array();
+      if (k < top.size()) {
+        for (const TokenLogprob& t : top[k]) {
+          const std::string p = Piece(t.token);
+          alts.push_back({{"token", p}, {"logprob", t.logprob}, {"bytes", Bytes(p)}});
+        }
+      }
+      content.push_back(
+          {{"token", piece}, {"logprob", lps[k]}, {"bytes", Bytes(piece)}, {"top_logprobs", alts}});
+    }
+    return Json{{"content", content}, {"refusal", nullptr}};
+  }
+
+  Json CompletionLogprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
+                          const std::vector<std::vector<TokenLogprob>>& top,
+                          size_t offset) const {
+    Json tokens = Json::array(), values = Json::array(), alts = Json::array(),
+         offsets = Json::array();
+    for (size_t k = 0; k < ids.size() && k < lps.size(); ++k) {
+      const std::string piece = Piece(ids[k]);
+      tokens.push_back(piece);
+      values.push_back(lps[k]);
+      offsets.push_back(offset);
+      offset += piece.size();
+      Json alt = Json::object();
+      if (k < top.size()) {
+        for (const TokenLogprob& t : top[k]) alt[Piece(t.token)] = t.logprob;
+      }
+      alts.push_back(top.empty() ? Json() : alt);
+    }
+    return Json{{"tokens", tokens},
+                {"token_logprobs", values},
+                {"top_logprobs", alts},
+                {"text_offset", offsets}};
+  }
+
+  const bool chat_, stream_, include_usage_, logprobs_;
+  const std::string model_;
+  const Tokenizer* tokenizer_;
+  const std::string id_;
+  const int64_t created_;
+  std::vector<Choice> choices_;
+  bool finished_ = false;
+};
 
 }  // namespace
 
-HttpApi::HttpApi(ServingBackend* backend, std::string api_key)
-    : backend_(backend), api_key_(std::move(api_key)), server_(std::make_unique<httplib::Server>()) {
-  Routes();
+class HttpApi::Handler {
+ public:
+  Handler(ServingBackend* backend, HttpApiOptions options)
+      : backend_(backend), options_(std::move(options)), created_(NowSeconds()) {}
+
+  std::unique_ptr<HttpReply> Handle(HttpRequest req) {
+    std::unique_ptr<HttpReply> reply = Route(req);
+    if (options_.cors_origin.empty()) return reply;
+    return std::make_unique<WithCors>(std::move(reply), options_.cors_origin);
+  }
+
+ private:
+  // Adds the CORS headers to another reply's head.
+  class WithCors final : public HttpReply {
+   public:
+    WithCors(std::unique_ptr<HttpReply> inner, std::string origin)
+        : inner_(std::move(inner)), origin_(std::move(origin)) {}
+    void SetWake(std::function<void()> wake) override { inner_->SetWake(std::move(wake)); }
+    std::optional<HttpHead> Head() override {
+      std::optional<HttpHead> h = inner_->Head();
+      if (h) {
+        h->headers.emplace_back("Access-Control-Allow-Origin", origin_);
+        if (origin_ != "*") h->headers.emplace_back("Vary", "Origin");
+      }
+      return h;
+    }
+    bool Body(std::string* out) override { return inner_->Body(out); }
+    void Abandon() override { inner_->Abandon(); }
+
+   private:
+    std::unique_ptr<HttpReply> inner_;
+    const std::string origin_;
+  };
+
+  static std::unique_ptr<HttpReply> Reply(HttpHead h) { return ImmediateReply(std::move(h)); }
+
+  std::unique_ptr<HttpReply> Route(const HttpRequest& req) {
+    const std::string& path = req.path;
+    if (req.method == "OPTIONS" && !options_.cors_origin.empty()) {
+      HttpHead h;
+      h.status = 204;
+      const std::string& asked = req.Header("access-control-request-headers");
+      h.headers = {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                   {"Access-Control-Allow-Headers",
+                    asked.empty() ? "Authorization, Content-Type" : asked},
+                   {"Access-Control-Max-Age", "600"}};
+      return Reply(std::move(h));
+    }
+    if (path != "/health" && path != "/metrics" && !options_.api_key.empty() &&
+        !SecretsEqual(req.Header("authorization"), "Bearer " + options_.api_key)) {
+      return Reply(JsonHead(401, ErrorJson("this API needs its key: 'Authorization: Bearer <key>'",
+                                           "invalid_request_error", "", "invalid_api_key")));
+    }
+    const bool is_model = absl::StartsWith(path, "/v1/models/") && path.size() > 11;
+    const bool known = path == "/health" || path == "/v1/models" || is_model ||
+                       path == "/v1/completions" || path == "/v1/chat/completions" ||
+                       (path == "/metrics" && options_.metrics);
+    if (!known) {
+      return Reply(JsonHead(404, ErrorJson(absl::StrCat("no such path: ", req.method, " ", path),
+                                           "invalid_request_error", "", "not_found")));
+    }
+    const char* want = absl::StartsWith(path, "/v1/c") ? "POST" : "GET";
+    if (req.method != want && !(req.method == "HEAD" && std::string(want) == "GET")) {
+      HttpHead h = JsonHead(405, ErrorJson(absl::StrCat(path, " takes ", want, ", not ", req.method),
+                                           "invalid_request_error", "", "method_not_allowed"));
+      h.headers.emplace_back("Allow", want);
+      return Reply(std::move(h));
+    }
+    if (path == "/health") {
+      auto sched = backend_->scheduler();
+      return Reply(JsonHead(sched.ok() ? 200 : 503,
+                            Json{{"status", sched.ok() ? "ok" : std::string(sched.status().message())}}));
+    }
+    if (path == "/metrics") {
+      HttpHead h;
+      h.headers = {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}};
+      h.body = options_.metrics();
+      return Reply(std::move(h));
+    }
+    if (path == "/v1/models") {
+      return Reply(JsonHead(200, Json{{"object", "list"}, {"data", Json::array({ModelJson()})}}));
+    }
+    if (is_model) {
+      const std::string id = path.substr(11);
+      if (id != backend_->model().id()) {
+        return Reply(JsonHead(404, ErrorJson(absl::StrCat("The model '", id, "' does not exist"),
+                                             "invalid_request_error", "model", "model_not_found")));
+      }
+      return Reply(JsonHead(200, ModelJson()));
+    }
+    const OpenAiEndpoint endpoint =
+        path == "/v1/chat/completions" ? OpenAiEndpoint::kChat : OpenAiEndpoint::kCompletions;
+    auto reply = Complete(req.body, endpoint);
+    if (!reply.ok()) return Reply(ErrorHead(reply.status()));
+    return std::move(*reply);
+  }
+
+  Json ModelJson() const {
+    const v1::ModelInfo info = backend_->model_info();
+    return Json{{"id", info.id()},
+                {"object", "model"},
+                {"created", created_},
+                {"owned_by", "cascade"},
+                {"context_length", info.context_length()},
+                {"ready", info.ready()}};
+  }
+
+  absl::StatusOr<std::unique_ptr<HttpReply>> Complete(const std::string& body,
+                                                      OpenAiEndpoint endpoint) {
+    auto parsed = ParseOpenAiRequest(body, endpoint);
+    if (!parsed.ok()) return parsed.status();
+    OpenAiRequest& req = *parsed;
+    const ServedModel& model = backend_->model();
+    if (!req.base.model().empty() && req.base.model() != model.id()) {
+      return WithParam(absl::NotFoundError(absl::StrCat("The model '", req.base.model(),
+                                                        "' does not exist (serving '",
+                                                        model.id(), "')")),
+                       "model");
+    }
+    if (endpoint == OpenAiEndpoint::kChat) {
+      if (model.chat_format() == ChatFormat::kUnknown) {
+        return ParamError("messages",
+                          "this model has no chat template Cascade renders; start the server "
+                          "with --chat-template (llama3, chatml, llama2, mistral, zephyr, gemma "
+                          "or a template file), or use /v1/completions");
+      }
+      auto prompt = RenderChat(model.chat_format(), req.messages);
+      if (!prompt.ok()) return ParamError("messages", prompt.status().message());
+      req.prompts.push_back({*prompt, {}});
+    }
+    auto sched = backend_->scheduler();
+    if (!sched.ok()) return sched.status();
+    std::vector<CompletionReply::Choice> choices;
+    auto cancel_all = [&] {
+      for (auto& c : choices) c.stream->Cancel();
+    };
+    for (size_t p = 0; p < req.prompts.size(); ++p) {
+      const OpenAiRequest::Prompt& prompt = req.prompts[p];
+      v1::GenerateRequest g = req.base;
+      if (prompt.ids.empty()) {
+        g.set_prompt(prompt.text);
+      } else {
+        for (int32_t id : prompt.ids) g.add_prompt_ids(id);
+      }
+      auto first = ToSequenceRequest(g, model.tokenizer());
+      if (!first.ok()) {
+        cancel_all();
+        return ParamError(endpoint == OpenAiEndpoint::kChat ? "messages" : "prompt",
+                          first.status().message());
+      }
+      std::string echo;
+      if (req.echo) echo = prompt.ids.empty() ? prompt.text : model.tokenizer().Decode(prompt.ids);
+      for (int32_t k = 0; k < req.n; ++k) {
+        SequenceRequest s = *first;
+        // Choice k of a seeded request draws from seed + k: choice 0 is the text a single
+        // choice with that seed gives. Unseeded choices each get a seed of their own.
+        if (req.base.sampling().has_seed()) {
+          s.sampling.seed = req.base.sampling().seed() + static_cast<uint64_t>(p * req.n + k);
+        } else if (k > 0 || p > 0) {
+          s.sampling.seed = std::random_device{}();
+        }
+        auto submitted = (*sched)->Submit(std::move(s));
+        if (!submitted.ok()) {
+          cancel_all();
+          const absl::Status& st = submitted.status();
+          if (st.code() == absl::StatusCode::kInvalidArgument) {
+            return ParamError(endpoint == OpenAiEndpoint::kChat ? "messages" : "prompt",
+                              st.message());
+          }
+          return st;
+        }
+        CompletionReply::Choice c;
+        c.stream = *submitted;
+        c.prompt_index = static_cast<int>(p);
+        c.echo = echo;
+        choices.push_back(std::move(c));
+      }
+    }
+    return std::unique_ptr<HttpReply>(
+        std::make_unique<CompletionReply>(req, model.id(), &model.tokenizer(), std::move(choices)));
+  }
+
+  ServingBackend* const backend_;
+  const HttpApiOptions options_;
+  const int64_t created_;
+};
+
+absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(ServingBackend* backend,
+                                                       const HttpServerOptions& server,
+                                                       HttpApiOptions options) {
+  std::unique_ptr<HttpApi> api(new HttpApi());
+  api->handler_ = std::make_unique<Handler>(backend, std::move(options));
+  auto started = HttpServer::Start(
+      server, [h = api->handler_.get()](HttpRequest req) { return h->Handle(std::move(req)); });
+  if (!started.ok()) return started.status();
+  api->server_ = std::move(*started);
+  spdlog::info("OpenAI-compatible HTTP API on {} (port {})", server.listen, api->server_->port());
+  return api;
 }
 
 HttpApi::~HttpApi() { Stop(); }
 
-absl::Status HttpApi::Start(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("HTTP listen address '", listen, "' is not host:port"));
-  }
-  const std::string host = listen.substr(0, colon);
-  const int port = std::atoi(listen.c_str() + colon + 1);
-  port_ =
-      port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
-  if (port_ <= 0) return absl::UnavailableError(absl::StrCat("HTTP: cannot listen on ", listen));
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  spdlog::info("OpenAI-compatible HTTP API on {}:{}", host, port_);
-  return absl::OkStatus();
-}
-
 void HttpApi::Stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (server_) server_->Stop();
 }
 
-void HttpApi::Routes() {
-  server_->set_payload_max_length(8 << 20);
-  // A port another server holds is an error, never shared: no SO_REUSEPORT.
-  server_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  if (!api_key_.empty()) {
-    server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (req.path == "/health" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
-      if (SecretsEqual(req.get_header_value("Authorization"), "Bearer " + api_key_)) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      res.status = 401;
-      Json body = {{"error",
-                    {{"message", "this API needs its key: 'Authorization: Bearer <key>'"},
-                     {"type", "invalid_request_error"},
-                     {"param", nullptr},
-                     {"code", "invalid_api_key"}}}};
-      res.set_content(body.dump(), "application/json");
-      return httplib::Server::HandlerResponse::Handled;
-    });
-  }
-
-  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    auto sched = backend_->scheduler();
-    res.status = sched.ok() ? 200 : 503;
-    Json body = {{"status", sched.ok() ? "ok" : std::string(sched.status().message())}};
-    res.set_content(body.dump(), "application/json");
-  });
-
-  server_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const v1::ModelInfo info = backend_->model_info();
-    Json body = {{"object", "list"},
-                 {"data",
-                  {{{"id", info.id()},
-                    {"object", "model"},
-                    {"owned_by", "cascade"},
-                    {"context_length", info.context_length()},
-                    {"ready", info.ready()}}}}};
-    res.set_content(body.dump(), "application/json");
-  });
-
-  // Both completion endpoints: parse, render (chat), submit, then answer whole or as SSE.
-  auto handle = [this](const httplib::Request& http_req, httplib::Response& res, bool chat) {
-    Json j = Json::parse(http_req.body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-      return SendError(res, absl::InvalidArgumentError("the body is not a JSON object"));
-    }
-    v1::GenerateRequest req;
-    bool stream = false;
-    if (absl::Status st = ParseCommon(j, &req, &stream); !st.ok()) return SendError(res, st);
-    if (chat) {
-      auto it = j.find("messages");
-      if (it == j.end() || !it->is_array()) {
-        return SendError(res, absl::InvalidArgumentError("'messages' must be a list"));
-      }
-      std::vector<ChatMessage> messages;
-      for (size_t i = 0; i < it->size(); ++i) {
-        const Json& m = (*it)[i];
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
-            !m.contains("content") || !m["content"].is_string()) {
-          return SendError(res, absl::InvalidArgumentError(absl::StrCat(
-                                    "messages[", i, "] needs string 'role' and 'content'")));
-        }
-        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-      }
-      auto prompt = RenderChat(DetectChatFormat(backend_->model().chat_template()), messages);
-      if (!prompt.ok()) return SendError(res, prompt.status());
-      req.set_prompt(*prompt);
-    } else {
-      auto it = j.find("prompt");
-      if (it == j.end() || it->is_null()) {
-        return SendError(res, absl::InvalidArgumentError("'prompt' is required"));
-      }
-      if (it->is_string()) {
-        req.set_prompt(it->get<std::string>());
-      } else if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
-        for (const auto& x : *it) {
-          if (!x.is_number_integer()) {
-            return SendError(res, absl::InvalidArgumentError("'prompt' mixes ids and text"));
-          }
-          req.add_prompt_ids(static_cast<int32_t>(x.get<int64_t>()));
-        }
-      } else {
-        return SendError(
-            res, absl::InvalidArgumentError("'prompt' must be a string or a list of token ids"));
-      }
-    }
-    const v1::ModelInfo info = backend_->model_info();
-    if (!req.model().empty() && req.model() != info.id()) {
-      return SendError(
-          res, absl::NotFoundError(absl::StrCat("model '", req.model(), "' is not served here")));
-    }
-    auto sched = backend_->scheduler();
-    if (!sched.ok()) return SendError(res, sched.status());
-    auto sreq = ToSequenceRequest(req, backend_->model().tokenizer());
-    if (!sreq.ok()) return SendError(res, sreq.status());
-    auto submitted = (*sched)->Submit(std::move(*sreq));
-    if (!submitted.ok()) return SendError(res, submitted.status());
-    std::shared_ptr<RequestStream> rs = *submitted;
-    const std::string id = NewId(chat ? "chatcmpl" : "cmpl");
-    const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count();
-    const std::string object = chat ? "chat.completion" : "text_completion";
-    auto usage_json = [](const StreamUsage& u) {
-      return Json{{"prompt_tokens", u.prompt_tokens},
-                  {"completion_tokens", u.completion_tokens},
-                  {"total_tokens", u.prompt_tokens + u.completion_tokens}};
-    };
-    if (!stream) {
-      std::string text;
-      std::vector<float> logprobs;
-      for (;;) {
-        auto e = rs->Next(std::chrono::seconds(600));
-        if (!e) {
-          rs->Cancel();
-          return SendError(res, absl::DeadlineExceededError("generation timed out"));
-        }
-        text += e->text;
-        logprobs.insert(logprobs.end(), e->logprobs.begin(), e->logprobs.end());
-        if (!e->last) continue;
-        if (!e->status.ok()) return SendError(res, e->status);
-        Json choice = {{"index", 0}, {"finish_reason", FinishName(e->finish)}};
-        if (chat) {
-          choice["message"] = {{"role", "assistant"}, {"content", text}};
-        } else {
-          choice["text"] = text;
-          choice["logprobs"] = req.logprobs() ? Json{{"token_logprobs", logprobs}} : Json();
-        }
-        Json body = {{"id", id},           {"object", object},    {"created", created},
-                     {"model", info.id()}, {"choices", {choice}}, {"usage", usage_json(e->usage)}};
-        res.set_content(body.dump(), "application/json");
-        return;
-      }
-    }
-    // Server-sent events: one chunk per piece of text, then [DONE].
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [rs, id, created, chat,
-                                                           model = info.id()](
-                                                              size_t, httplib::DataSink& sink) {
-      const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-      bool first = true;
-      for (;;) {
-        auto e = rs->Next(std::chrono::milliseconds(100));
-        if (!e) {
-          if (!sink.is_writable()) {
-            rs->Cancel();  // the client went away
-          }
-          continue;
-        }
-        Json choice = {{"index", 0}, {"finish_reason", nullptr}};
-        if (e->last) {
-          choice["finish_reason"] = e->status.ok() ? FinishName(e->finish) : "error";
-        }
-        if (chat) {
-          Json delta = {{"content", e->text}};
-          if (first) delta["role"] = "assistant";
-          choice["delta"] = delta;
-        } else {
-          choice["text"] = e->text;
-        }
-        first = false;
-        Json chunk = {{"id", id},
-                      {"object", chunk_object},
-                      {"created", created},
-                      {"model", model},
-                      {"choices", {choice}}};
-        if (e->last && e->status.ok()) {
-          chunk["usage"] = {{"prompt_tokens", e->usage.prompt_tokens},
-                            {"completion_tokens", e->usage.completion_tokens},
-                            {"total_tokens", e->usage.prompt_tokens + e->usage.completion_tokens}};
-        }
-        if (e->last && !e->status.ok()) {
-          chunk["error"] = {{"message", std::string(e->status.message())}};
-        }
-        const std::string line = "data: " + chunk.dump() + "\n\n";
-        if (!sink.write(line.data(), line.size())) {
-          rs->Cancel();
-          if (!e->last) continue;  // drain to the last event, then stop
-        }
-        if (e->last) {
-          const std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
-          sink.done();
-          return true;
-        }
-      }
-    });
-  };
-  server_->Post("/v1/completions",
-                [handle](const httplib::Request& q, httplib::Response& r) { handle(q, r, false); });
-  server_->Post("/v1/chat/completions",
-                [handle](const httplib::Request& q, httplib::Response& r) { handle(q, r, true); });
-}
+int HttpApi::port() const { return server_ ? server_->port() : 0; }
 
 }  // namespace cascade

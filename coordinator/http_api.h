@@ -1,48 +1,57 @@
-// The OpenAI-compatible HTTP API (cpp-httplib): POST /v1/completions and
-// /v1/chat/completions (both with "stream": true as server-sent events), GET /v1/models,
-// and GET /health (200 when serving, 503 otherwise). It runs on the same scheduler as
-// the gRPC API, so batching, limits and cancellation are shared.
+// The OpenAI-compatible HTTP API, on HttpServer (coordinator/http_server.h):
+//   POST /v1/completions, /v1/chat/completions  (plain, or "stream": true as server-sent
+//        events); n > 1 and lists of prompts, echo, logprobs / top_logprobs, logit_bias,
+//        seed, stop, stream_options.include_usage (coordinator/openai_request.h lists
+//        what is refused, and how)
+//   GET  /v1/models, /v1/models/{id}
+//   GET  /health   200 while serving, 503 otherwise
+//   GET  /metrics  Prometheus text format (when a metrics source is given)
+// It runs on the same scheduler as the gRPC API, so batching, limits and cancellation are
+// shared; no handler blocks the server's threads.
 //
-// Contract: request bodies are validated field by field; errors use OpenAI's shape
-// {"error": {"message", "type", "code"}} with 400 (bad request), 404 (unknown model),
-// 429 (queue full) or 503 (loading or a stage is down). A client that disconnects
-// mid-stream cancels its request. Thread-safe; Stop() joins the server thread.
+// Contract: errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}:
+// 400 (a bad argument, `param` naming it), 401 (no or a wrong API key), 404 (unknown
+// model or path), 405 (a known path, another method), 413 (body too large), 429 (queue
+// full), 503 (loading, draining or a stage is down). With an API key every path but
+// /health, /metrics and CORS preflights needs "Authorization: Bearer KEY". A client that
+// disconnects mid-stream cancels its request. Thread-safe; Stop() ends every request
+// still open.
 #ifndef CASCADE_COORDINATOR_HTTP_API_H_
 #define CASCADE_COORDINATOR_HTTP_API_H_
 
+#include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace cascade {
 
+struct HttpApiOptions {
+  std::string api_key;      // "" = none needed
+  std::string cors_origin;  // Access-Control-Allow-Origin; "" = no CORS headers
+  // The body of GET /metrics (Prometheus text format); null = no /metrics.
+  std::function<std::string()> metrics;
+};
+
 class HttpApi {
  public:
-  // `api_key`: the bearer token requests must carry ("Authorization: Bearer KEY"; /health
-  // and /metrics excepted); "" = none needed.
-  explicit HttpApi(ServingBackend* backend, std::string api_key = "");
+  static absl::StatusOr<std::unique_ptr<HttpApi>> Start(ServingBackend* backend,
+                                                       const HttpServerOptions& server,
+                                                       HttpApiOptions options);
   ~HttpApi();
 
-  // Listens on host:port (port 0 picks one) and serves on a background thread.
-  absl::Status Start(const std::string& listen);
   void Stop();
-  int port() const { return port_; }
+  int port() const;
+
+  class Handler;
 
  private:
-  void Routes();
-
-  ServingBackend* backend_;
-  const std::string api_key_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  HttpApi() = default;
+  std::unique_ptr<Handler> handler_;
+  std::unique_ptr<HttpServer> server_;
 };
 
 }  // namespace cascade

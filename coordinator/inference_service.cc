@@ -13,6 +13,13 @@ namespace {
 constexpr size_t kMaxPromptBytes = 4 << 20;
 constexpr int kMaxPromptIds = 1 << 20;
 
+void FillTop(const std::vector<TokenLogprob>& top, v1::TopLogprobs* out) {
+  for (const TokenLogprob& t : top) {
+    out->add_token_ids(t.token);
+    out->add_logprobs(t.logprob);
+  }
+}
+
 void FillUsage(const StreamUsage& u, v1::Usage* out) {
   out->set_prompt_tokens(u.prompt_tokens);
   out->set_completion_tokens(u.completion_tokens);
@@ -76,7 +83,8 @@ absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req
   s.max_tokens = req.max_tokens();
   s.stop.assign(req.stop().begin(), req.stop().end());
   s.ignore_eos = req.ignore_eos();
-  s.logprobs = req.logprobs();
+  s.logprobs = req.logprobs() || req.top_logprobs() > 0;
+  s.top_logprobs = req.top_logprobs();
   return s;
 }
 
@@ -144,6 +152,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* ctx,
     r.set_text(e.text);
     for (int32_t id : e.ids) r.add_token_ids(id);
     for (float lp : e.logprobs) r.add_logprobs(lp);
+    for (const auto& top : e.top_logprobs) FillTop(top, r.add_top_logprobs());
     if (e.last) {
       r.set_finish_reason(ToProto(e.finish));
       FillUsage(e.usage, r.mutable_usage());
@@ -159,6 +168,7 @@ grpc::Status InferenceServiceImpl::Complete(grpc::ServerContext* ctx,
     resp->mutable_text()->append(e.text);
     for (int32_t id : e.ids) resp->add_token_ids(id);
     for (float lp : e.logprobs) resp->add_logprobs(lp);
+    for (const auto& top : e.top_logprobs) FillTop(top, resp->add_top_logprobs());
     if (e.last) {
       resp->set_finish_reason(ToProto(e.finish));
       FillUsage(e.usage, resp->mutable_usage());

@@ -4,7 +4,9 @@
 // Contract: the scheduler Push()es events, the last one with `last` set, exactly once; the
 // handler calls Next() until it gets that event (or nullopt on timeout). Cancel() may be
 // called from any thread at any time; the scheduler then frees the sequence within one
-// step. Thread-safe.
+// step. A listener set with SetListener() is called after every Push() (on the pushing
+// thread, outside the stream's lock; it must be quick and must not call Push()), so an
+// event-driven handler (the HTTP server) need not poll. Thread-safe.
 #ifndef CASCADE_COORDINATOR_REQUEST_STREAM_H_
 #define CASCADE_COORDINATOR_REQUEST_STREAM_H_
 
@@ -12,6 +14,8 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +40,7 @@ struct StreamEvent {
   std::string text;             // newly visible text (complete UTF-8)
   std::vector<int32_t> ids;     // ids that produced it
   std::vector<float> logprobs;  // per id, when asked for
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per id, when asked for
   bool last = false;
   FinishReason finish = FinishReason::kLength;
   absl::Status status;  // non-OK: the request failed (last is set)
@@ -46,6 +51,10 @@ class RequestStream {
  public:
   // Waits up to `timeout` for the next event.
   std::optional<StreamEvent> Next(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  // The next event if one is queued; never waits.
+  std::optional<StreamEvent> TryNext() ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls `listener` after each later Push(), and once now if events are already queued.
+  void SetListener(std::function<void()> listener) ABSL_LOCKS_EXCLUDED(mu_);
   void Cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
 
@@ -55,6 +64,7 @@ class RequestStream {
   bool HasEvent() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); }
   absl::Mutex mu_;
   std::deque<StreamEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::function<void()>> listener_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> cancelled_{false};
 };
 

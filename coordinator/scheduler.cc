@@ -381,7 +381,10 @@ void Scheduler::HandleResult(const StepResult& r) {
       StreamEvent e;
       e.text = step.text;
       e.ids.push_back(t->second->token);
-      if (s.seq->request().logprobs) e.logprobs.push_back(t->second->logprob);
+      if (s.seq->request().logprobs) {
+        e.logprobs.push_back(t->second->logprob);
+        if (s.seq->request().top_logprobs > 0) e.top_logprobs.push_back(t->second->top);
+      }
       s.stream->Push(std::move(e));
       ++generated;
     }
@@ -467,6 +470,7 @@ bool Scheduler::SendBatch() {
       ss.params = s.seq->request().sampling;
       ss.draw_index = static_cast<uint64_t>(end);
       ss.logprobs = s.seq->request().logprobs;
+      ss.top_logprobs = s.seq->request().top_logprobs;
       const auto window = s.seq->PenaltyWindow();
       ss.recent_tokens.assign(window.begin(), window.end());
       frame.sampling.push_back(std::move(ss));

@@ -1,5 +1,8 @@
 #include "coordinator/served_model.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "nlohmann/json.hpp"
 #include "util/logging.h"
 #include "util/mapped_file.h"
@@ -31,7 +34,8 @@ std::string NameFromPath(std::string path) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Open(const std::string& path,
-                                                               const std::string& served_name) {
+                                                               const std::string& served_name,
+                                                               const std::string& chat_template) {
   std::unique_ptr<ServedModel> m(new ServedModel());
   m->path_ = path;
   auto src = ModelSource::Open(path);
@@ -45,6 +49,30 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Open(const std::string
                  m->tokenizer_->vocab_size(), m->source_->config().vocab_size);
   }
   m->chat_template_ = ReadChatTemplate(*m->source_);
+  m->chat_format_ = DetectChatFormat(m->chat_template_);
+  if (!chat_template.empty()) {
+    auto format = ChatFormatFromName(chat_template);
+    if (!format.ok()) {
+      std::ifstream in(chat_template, std::ios::binary);
+      if (!in) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--chat-template '", chat_template,
+            "' is neither a chat format (llama3, chatml, llama2, mistral, zephyr, gemma) nor a "
+            "readable file"));
+      }
+      std::stringstream text;
+      text << in.rdbuf();
+      m->chat_template_ = text.str();
+      format = DetectChatFormat(m->chat_template_);
+      if (*format == ChatFormat::kUnknown) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--chat-template ", chat_template,
+            ": the template is of no family Cascade renders (llama3, chatml, llama2, mistral, "
+            "zephyr, gemma)"));
+      }
+    }
+    m->chat_format_ = *format;
+  }
   m->id_ = !served_name.empty()                  ? served_name
            : !m->source_->config().name.empty() ? m->source_->config().name
                                                  : NameFromPath(path);

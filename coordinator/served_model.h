@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.pb.h"
+#include "coordinator/chat_template.h"
 #include "coordinator/planner.h"
 #include "model/model_source.h"
 #include "model/tokenizer.h"
@@ -21,9 +22,13 @@ namespace cascade {
 class ServedModel {
  public:
   // `served_name` is the id clients use; "" means the model's own name, or else its file
-  // or folder name without the extension.
+  // or folder name without the extension. `chat_template` overrides the model's chat
+  // format: a family name (ChatFormatName) or a file with a Jinja template of a known
+  // family; an unknown name, an unreadable file or a template of no known family is an
+  // error naming it.
   static absl::StatusOr<std::unique_ptr<ServedModel>> Open(const std::string& path,
-                                                           const std::string& served_name = "");
+                                                           const std::string& served_name = "",
+                                                           const std::string& chat_template = "");
 
   const std::string& path() const { return path_; }
   const std::string& id() const { return id_; }
@@ -32,6 +37,8 @@ class ServedModel {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   // Jinja source from GGUF tokenizer.chat_template or tokenizer_config.json; "" if none.
   const std::string& chat_template() const { return chat_template_; }
+  // The format chat requests are rendered in (kUnknown: the model cannot chat).
+  ChatFormat chat_format() const { return chat_format_; }
   const ModelProfile& profile() const { return profile_; }
   // Id, architecture and sizes (the cluster fills in stages and readiness).
   v1::ModelInfo Info() const;
@@ -39,6 +46,7 @@ class ServedModel {
  private:
   ServedModel() = default;
   std::string path_, id_, chat_template_;
+  ChatFormat chat_format_ = ChatFormat::kUnknown;
   std::unique_ptr<ModelSource> source_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelProfile profile_;

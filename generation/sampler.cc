@@ -40,6 +40,20 @@ absl::Status SamplingParams::Validate() const {
     return bad(absl::StrCat("presence_penalty ", presence_penalty, " is outside [-2, 2]"));
   }
   if (penalty_last_n < 0) return bad("penalty_last_n is negative");
+  if (logit_bias.size() > kMaxLogitBias) {
+    return bad(absl::StrCat("logit_bias has ", logit_bias.size(), " entries; at most ",
+                            kMaxLogitBias));
+  }
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto& [tok, bias] = logit_bias[i];
+    if (tok < 0) return bad(absl::StrCat("logit_bias token ", tok, " is negative"));
+    if (i > 0 && tok <= logit_bias[i - 1].first) {
+      return bad(absl::StrCat("logit_bias tokens are not sorted and distinct at ", tok));
+    }
+    if (!std::isfinite(bias) || std::fabs(bias) > 100) {
+      return bad(absl::StrCat("logit_bias for token ", tok, " is ", bias, ", outside [-100, 100]"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -47,7 +61,8 @@ std::string SamplingParams::DebugString() const {
   return absl::StrCat("temperature=", temperature, " top_k=", top_k, " top_p=", top_p,
                       " min_p=", min_p, " repetition_penalty=", repetition_penalty,
                       " frequency_penalty=", frequency_penalty,
-                      " presence_penalty=", presence_penalty, " seed=", seed);
+                      " presence_penalty=", presence_penalty, " seed=", seed,
+                      " logit_bias=", logit_bias.size());
 }
 
 double UniformDraw(uint64_t seed, uint64_t index) {
@@ -59,7 +74,8 @@ double UniformDraw(uint64_t seed, uint64_t index) {
 }
 
 SampleResult Sample(std::span<const float> logits, const SamplingParams& p,
-                    std::span<const int32_t> history, uint64_t draw_index, bool with_logprob) {
+                    std::span<const int32_t> history, uint64_t draw_index, bool with_logprob,
+                    int32_t top_n) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   // Raw log-softmax for the reported logprob.
   double raw_lse = 0;
@@ -70,12 +86,24 @@ SampleResult Sample(std::span<const float> logits, const SamplingParams& p,
     raw_lse = raw_max + std::log(raw_sum);
   }
   auto result = [&](int32_t tok) {
-    return SampleResult{tok, with_logprob ? static_cast<float>(logits[tok] - raw_lse) : 0.0f};
+    SampleResult r{tok, with_logprob ? static_cast<float>(logits[tok] - raw_lse) : 0.0f, {}};
+    const int32_t n = with_logprob ? std::clamp(top_n, 0, std::min(vocab, kMaxTopLogprobs)) : 0;
+    if (n > 0) {
+      std::vector<int32_t> ids(vocab);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      });
+      for (int32_t i = 0; i < n; ++i) {
+        r.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - raw_lse)});
+      }
+    }
+    return r;
   };
   const bool penalties =
       !history.empty() &&
       (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f);
-  if (p.greedy() && !penalties) {  // first maximum wins ties, deterministically
+  if (p.greedy() && !penalties && p.logit_bias.empty()) {  // first maximum wins ties, deterministically
     return result(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
                                        logits.begin()));
   }
@@ -95,6 +123,9 @@ SampleResult Sample(std::span<const float> logits, const SamplingParams& p,
       }
       v -= static_cast<float>(cnt) * p.frequency_penalty + p.presence_penalty;
     }
+  }
+  for (const auto& [tok, bias] : p.logit_bias) {
+    if (tok < vocab) z[tok] += bias;
   }
   if (p.greedy()) {
     // First maximum wins ties, deterministically.

@@ -54,6 +54,49 @@ TEST(Sampler, SkippingTheLogprobKeepsEveryToken) {
   EXPECT_EQ(Sample(l, penalized, std::vector<int32_t>{1, 1}, 0, false).token, 2);
 }
 
+TEST(Sampler, TopLogprobsAreTheLikeliestTokensOfTheRawDistribution) {
+  auto l = Logits();
+  double sum = 0;
+  for (float v : l) sum += std::exp(v);
+  SamplingParams p = WholeDistribution(0.7f);
+  p.logit_bias = {{3, 50.0f}};  // biases change the draw, not the reported distribution
+  const SampleResult r = Sample(l, p, {}, 4, true, 3);
+  ASSERT_EQ(r.top.size(), 3u);
+  EXPECT_EQ(r.top[0].token, 1);
+  EXPECT_EQ(r.top[1].token, 2);
+  EXPECT_EQ(r.top[2].token, 0);
+  EXPECT_NEAR(r.top[0].logprob, 3.0 - std::log(sum), 1e-5);
+  EXPECT_NEAR(r.top[2].logprob, 1.0 - std::log(sum), 1e-5);
+  EXPECT_EQ(r.token, 3);  // +50 makes token 3 all but certain
+  EXPECT_NEAR(r.logprob, -1.0 - std::log(sum), 1e-5);
+  // More than the vocabulary: all of it. Without logprobs: none.
+  EXPECT_EQ(Sample(l, p, {}, 4, true, 20).top.size(), 5u);
+  EXPECT_TRUE(Sample(l, p, {}, 4, false, 3).top.empty());
+}
+
+TEST(Sampler, LogitBiasBansAndForcesTokens) {
+  auto l = Logits();
+  SamplingParams greedy = SamplingParams::Greedy();
+  greedy.logit_bias = {{1, -100.0f}};
+  EXPECT_EQ(Sample(l, greedy, {}, 0).token, 2);  // the argmax is banned
+  SamplingParams hot = WholeDistribution(1.0f);
+  hot.logit_bias = {{1, -100.0f}, {2, -100.0f}};
+  for (uint64_t draw = 0; draw < 200; ++draw) {
+    const int32_t t = Sample(l, hot, {}, draw).token;
+    EXPECT_NE(t, 1);
+    EXPECT_NE(t, 2);
+  }
+  hot.logit_bias = {{4, 100.0f}};
+  for (uint64_t draw = 0; draw < 200; ++draw) EXPECT_EQ(Sample(l, hot, {}, draw).token, 4);
+  SamplingParams bad = SamplingParams::Greedy();
+  bad.logit_bias = {{2, 1.0f}, {1, 1.0f}};
+  EXPECT_FALSE(bad.Validate().ok());  // not sorted
+  bad.logit_bias = {{1, 101.0f}};
+  EXPECT_FALSE(bad.Validate().ok());
+  bad.logit_bias = {{-1, 1.0f}};
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
 TEST(Sampler, SameSeedSameDrawsDifferentSeedDifferentDraws) {
   auto l = Logits();
   SamplingParams p = WholeDistribution(1.5f);

@@ -41,6 +41,16 @@ absl::Status ValidateSequenceRequest(const SequenceRequest& req, int64_t vocab_s
         absl::StrCat("max_tokens ", req.max_tokens, " is outside [0, ", kMaxTokensLimit, "]"));
   }
   if (absl::Status st = req.sampling.Validate(); !st.ok()) return st;
+  for (const auto& [tok, bias] : req.sampling.logit_bias) {
+    if (tok >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias token ", tok,
+                                                     " is outside the vocabulary of ", vocab_size));
+    }
+  }
+  if (req.top_logprobs < 0 || req.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs ", req.top_logprobs, " is outside [0, ", kMaxTopLogprobs, "]"));
+  }
   if (req.stop.size() > kMaxStopStrings) {
     return absl::InvalidArgumentError(
         absl::StrCat(req.stop.size(), " stop strings; at most ", kMaxStopStrings));

@@ -40,7 +40,8 @@ struct SequenceRequest {
   int32_t max_tokens = 0;  // 0: up to the context
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  bool logprobs = false;
+  bool logprobs = false;     // report each generated token's log-probability
+  int32_t top_logprobs = 0;  // and this many most likely alternatives (<= kMaxTopLogprobs)
 };
 
 constexpr size_t kMaxStopStrings = 16;

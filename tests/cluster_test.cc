@@ -537,7 +537,7 @@ TEST(ClusterHttp, OpenAiCompatibleCompletions) {
   // Bad requests: OpenAI-shaped errors, and the server goes on.
   for (const char* bad :
        {R"({"prompt": 5})", R"({"prompt": "x", "max_tokens": "many"})", "{not json",
-        R"({"prompt": "x", "temperature": -1})", R"({"prompt": "x", "n": 3})"}) {
+        R"({"prompt": "x", "temperature": -1})", R"({"prompt": "x", "n": 17})"}) {
     auto r = http.Post("/v1/completions", bad, "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << bad;

@@ -1,5 +1,6 @@
 #include "transport/frame.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -27,6 +28,7 @@ void EncodeSampling(const SamplingParams& p, v1::SamplingParams* out) {
   out->set_presence_penalty(p.presence_penalty);
   out->set_seed(p.seed);
   out->set_has_seed(true);
+  for (const auto& [tok, bias] : p.logit_bias) (*out->mutable_logit_bias())[tok] = bias;
 }
 
 SamplingParams DecodeSampling(const v1::SamplingParams& p) {
@@ -39,6 +41,8 @@ SamplingParams DecodeSampling(const v1::SamplingParams& p) {
   s.frequency_penalty = p.frequency_penalty();
   s.presence_penalty = p.presence_penalty();
   s.seed = p.seed();
+  s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());
   return s;
 }
 
@@ -69,6 +73,7 @@ void EncodeFrame(const StageFrame& f, v1::ActivationFrame* out) {
     o->set_draw_index(s.draw_index);
     for (int32_t t : s.recent_tokens) o->add_recent_tokens(t);
     o->set_logprobs(s.logprobs);
+    o->set_top_logprobs(s.top_logprobs);
   }
   for (SeqId r : f.release) out->add_release_seq_ids(r);
   if (!f.error.empty()) out->set_error(f.error);
@@ -166,10 +171,22 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
     if (s.recent_tokens_size() > kMaxRecentTokens) {
       return Bad(field, absl::StrCat(s.recent_tokens_size(), " recent tokens"));
     }
+    if (s.params().logit_bias_size() > static_cast<int>(kMaxLogitBias)) {
+      return Bad(field, absl::StrCat(s.params().logit_bias_size(), " logit biases"));
+    }
+    if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxTopLogprobs) {
+      return Bad(field, absl::StrCat("top_logprobs ", s.top_logprobs()));
+    }
     SeqSampling o;
     o.seq = s.seq_id();
     o.params = DecodeSampling(s.params());
     CASCADE_RETURN_IF_ERROR(o.params.Validate());
+    for (const auto& [tok, bias] : o.params.logit_bias) {
+      if (tok >= e.vocab_size) {
+        return Bad(field, absl::StrCat("logit_bias token ", tok, " is outside the vocabulary"));
+      }
+    }
+    o.top_logprobs = s.top_logprobs();
     o.draw_index = s.draw_index();
     o.recent_tokens.assign(s.recent_tokens().begin(), s.recent_tokens().end());
     o.logprobs = s.logprobs();
@@ -192,6 +209,10 @@ void EncodeResult(const StepResult& r, v1::StepResult* out) {
     o->set_token(t.token);
     o->set_logprob(t.logprob);
     o->set_position(t.position);
+    for (const TokenLogprob& a : t.top) {
+      o->add_top_tokens(a.token);
+      o->add_top_logprobs(a.logprob);
+    }
   }
   if (!r.error.empty()) out->set_error(r.error);
 }
@@ -214,7 +235,20 @@ absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, const std::str
       return absl::InvalidArgumentError(
           absl::StrCat("step result: token ", t.token(), " is outside the vocabulary"));
     }
-    r.tokens.push_back({t.seq_id(), t.token(), t.logprob(), t.position()});
+    if (t.top_tokens_size() != t.top_logprobs_size() || t.top_tokens_size() > kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step result: ", t.top_tokens_size(), " top tokens with ", t.top_logprobs_size(),
+          " logprobs (at most ", kMaxTopLogprobs, ", one each)"));
+    }
+    SampledToken o{t.seq_id(), t.token(), t.logprob(), t.position(), {}};
+    for (int i = 0; i < t.top_tokens_size(); ++i) {
+      if (t.top_tokens(i) < 0 || t.top_tokens(i) >= vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("step result: top token ", t.top_tokens(i), " is outside the vocabulary"));
+      }
+      o.top.push_back({t.top_tokens(i), t.top_logprobs(i)});
+    }
+    r.tokens.push_back(std::move(o));
   }
   return r;
 }

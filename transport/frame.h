@@ -33,6 +33,7 @@ struct SeqSampling {
   uint64_t draw_index = 0;             // the new token's position
   std::vector<int32_t> recent_tokens;  // penalty window
   bool logprobs = false;
+  int32_t top_logprobs = 0;  // with logprobs: alternatives to report
 };
 
 struct StageFrame {
@@ -51,6 +52,7 @@ struct SampledToken {
   int32_t token = 0;
   float logprob = 0;
   int32_t position = 0;
+  std::vector<TokenLogprob> top;  // the likeliest tokens (SeqSampling::top_logprobs of them)
 };
 
 struct StepResult {

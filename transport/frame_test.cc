@@ -34,6 +34,9 @@ StageFrame Sample() {
   a.params.seed = 99;
   a.draw_index = 2;
   a.recent_tokens = {5, 6};
+  a.params.logit_bias = {{3, -100.0f}, {42, 2.5f}};
+  a.logprobs = true;
+  a.top_logprobs = 4;
   SeqSampling b;
   b.seq = 12;
   b.params = SamplingParams::Greedy();
@@ -63,6 +66,8 @@ TEST(Frame, RoundTrip) {
   EXPECT_EQ(f->sampling[0].params.seed, 99u);
   EXPECT_FLOAT_EQ(f->sampling[0].params.temperature, 0.7f);
   EXPECT_EQ(f->sampling[0].recent_tokens, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(f->sampling[0].params.logit_bias, want.sampling[0].params.logit_bias);
+  EXPECT_EQ(f->sampling[0].top_logprobs, 4);
   EXPECT_EQ(f->release, (std::vector<SeqId>{4, 8}));
 }
 
@@ -103,6 +108,33 @@ TEST(Frame, RejectsEveryKindOfBadField) {
       },
       "exceed the batch limit");
   ExpectRejected([](auto* w) { w->set_want_logits(0, true); }, "asks for two samples");
+  ExpectRejected([](auto* w) { w->mutable_sampling(0)->set_top_logprobs(21); }, "top_logprobs 21");
+  ExpectRejected(
+      [](auto* w) { (*w->mutable_sampling(0)->mutable_params()->mutable_logit_bias())[100] = 1; },
+      "logit_bias token 100 is outside the vocabulary");
+  ExpectRejected(
+      [](auto* w) { (*w->mutable_sampling(0)->mutable_params()->mutable_logit_bias())[7] = 200; },
+      "outside [-100, 100]");
+}
+
+TEST(Frame, ResultsCarryTheTopTokensAndAreChecked) {
+  StepResult r;
+  r.plan_id = 7;
+  r.batch_id = 2;
+  r.tokens.push_back({11, 5, -0.5f, 3, {{5, -0.5f}, {9, -1.5f}}});
+  v1::StepResult wire;
+  EncodeResult(r, &wire);
+  wire.set_link_key("k");
+  auto back = DecodeResult(wire, "k", 7, 100);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->tokens.size(), 1u);
+  EXPECT_EQ(back->tokens[0].top, r.tokens[0].top);
+  v1::StepResult lying = wire;
+  lying.mutable_tokens(0)->add_top_tokens(1);  // a token without its logprob
+  EXPECT_FALSE(DecodeResult(lying, "k", 7, 100).ok());
+  lying = wire;
+  lying.mutable_tokens(0)->set_top_tokens(1, 100);
+  EXPECT_FALSE(DecodeResult(lying, "k", 7, 100).ok());
 }
 
 TEST(Frame, FirstStageTakesTokensOnly) {

@@ -155,14 +155,16 @@ void StageExecutor::Process(StageFrame frame) {
     uint64_t draw = static_cast<uint64_t>(slot.pos) + 1;
     std::span<const int32_t> recent;
     bool logprob = false;
+    int32_t top_n = 0;
     if (it != sampling.end()) {
       params = it->second->params;
       draw = it->second->draw_index;
       recent = it->second->recent_tokens;
       logprob = it->second->logprobs;
+      top_n = it->second->top_logprobs;
     }
-    const SampleResult s = Sample(logits, params, recent, draw, logprob);
-    result.tokens.push_back({slot.seq, s.token, s.logprob, slot.pos + 1});
+    SampleResult s = Sample(logits, params, recent, draw, logprob, top_n);
+    result.tokens.push_back({slot.seq, s.token, s.logprob, slot.pos + 1, std::move(s.top)});
   }
   if (absl::Status s = results_->Send(std::move(result)); !s.ok()) {
     spdlog::warn("stage {}: cannot report to the coordinator: {}", stage_index_, s.message());
