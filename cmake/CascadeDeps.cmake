@@ -10,12 +10,12 @@ find_package(yaml-cpp CONFIG REQUIRED)       # YAML cluster files
 find_package(MPI COMPONENTS C)               # OpenMPI transport (optional at build time)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)   # pre-tokenizer regexes
-pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)        # the HTTP API's server (epoll, suspend/resume)
-pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)         # HTTP client in the tests
+pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)  # the HTTP API's server
 
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 if(CASCADE_BUILD_TESTS)
   find_package(GTest REQUIRED)
+  pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # HTTP client in tests
 endif()
 if(CASCADE_BUILD_BENCH)
   find_package(benchmark REQUIRED)
