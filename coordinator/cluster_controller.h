@@ -133,6 +133,8 @@ class ClusterController {
   // Called (on the controller's thread, without its lock) after every transition.
   void OnStateChange(std::function<void(ClusterState)> fn) ABSL_LOCKS_EXCLUDED(mu_);
   ClusterSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The scheduler's request metrics (whatever the state; counted since start).
+  ServingMetrics::Snapshot ServingMetricsSnapshot() const { return scheduler_->Metrics(); }
   const WorkerRegistry& registry() const { return registry_; }
 
  private:

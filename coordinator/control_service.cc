@@ -69,6 +69,7 @@ void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
     wi->set_state(w.state);
     wi->set_seconds_since_heartbeat(std::chrono::duration<double>(now - w.last_seen).count());
     wi->set_alive(s.alive[i]);
+    for (const v1::GpuStats& g : w.gpus) *wi->add_gpus() = g;
   }
   for (size_t i = 0; i < s.plan.stages.size(); ++i) {
     const StagePlan& st = s.plan.stages[i];

@@ -4,6 +4,7 @@
 #include "coordinator/cluster_controller.h"
 #include "coordinator/control_service.h"
 #include "coordinator/http_api.h"
+#include "coordinator/prometheus.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/served_model.h"
 #include "coordinator/worker_client.h"
@@ -146,6 +147,11 @@ class CoordinatorServer::Impl {
       HttpApiOptions http;
       http.api_key = api_key;
       http.cors_origin = config_.server.cors_origin;
+      http.metrics = [this] {
+        v1::ClusterStatusResponse status;
+        FillClusterStatus(controller_->Snapshot(), model_->id(), &status);
+        return RenderPrometheus(controller_->ServingMetricsSnapshot(), status);
+      };
       auto started = HttpApi::Start(frontend_.get(), config_.server.http, std::move(http));
       if (!started.ok()) return started.status();
       http_ = std::move(*started);

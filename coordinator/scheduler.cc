@@ -69,6 +69,12 @@ int64_t Scheduler::BlocksFor(int32_t prompt_len, int32_t max_tokens) const {
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Submit(SequenceRequest req) {
+  auto stream = Enqueue(std::move(req));
+  if (!stream.ok()) metrics_.RecordEnded(RequestOutcome::kRejected, -1);
+  return stream;
+}
+
+absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Enqueue(SequenceRequest req) {
   if (absl::Status st = ValidateSequenceRequest(req, vocab_size_, context_length_); !st.ok()) {
     return st;
   }
@@ -99,6 +105,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Submit(SequenceRequest
 }
 
 void Scheduler::OnResult(StepResult result) {
+  if (std::optional<double> hop = SecondsSince(result.sent_unix_ns)) metrics_.RecordResultHop(*hop);
   absl::MutexLock lock(&mu_);
   inbox_.results.push_back(std::move(result));
 }
@@ -138,6 +145,8 @@ void Scheduler::Admit() {
             "prompt of ", prompt, " tokens exceeds the KV cache of ", budget_tokens, " tokens"));
         ++stats_.failed;
       }
+      metrics_.RecordEnded(
+          p.stream->cancelled() ? RequestOutcome::kCancelled : RequestOutcome::kFailed, -1);
       p.stream->Push(std::move(e));
       waiting_.pop_front();
       continue;
@@ -154,6 +163,8 @@ void Scheduler::Admit() {
     s.stream = std::move(p.stream);
     s.submitted = p.submitted;
     s.admitted = Clock::now();
+    metrics_.RecordAdmitted(std::chrono::duration<double>(s.admitted - s.submitted).count(),
+                            static_cast<uint64_t>(prompt));
     waiting_.pop_front();
     blocks_reserved_ += s.blocks;
     stats_.prompt_tokens += static_cast<uint64_t>(prompt);
@@ -171,6 +182,7 @@ void Scheduler::EndWaiting(const absl::Status& why) {
     waiting_.front().stream->Push(std::move(e));
     waiting_.pop_front();
     ++stats_.failed;
+    metrics_.RecordEnded(RequestOutcome::kFailed, -1);
   }
 }
 
@@ -372,10 +384,15 @@ void Scheduler::HandleResult(const StepResult& r) {
     }
     auto t = sampled.find(id);
     if (t == sampled.end()) continue;  // a prefill chunk that samples nothing yet
+    const Clock::time_point now = Clock::now();
     if (!s.got_first) {
       s.got_first = true;
-      s.first_token = Clock::now();
+      s.first_token = now;
+      metrics_.RecordFirstToken(std::chrono::duration<double>(now - s.submitted).count());
+    } else {
+      metrics_.RecordToken(std::chrono::duration<double>(now - s.last_token).count());
     }
+    s.last_token = now;
     const Sequence::Step step = s.seq->Accept(t->second->token);
     if (step.appended) {
       StreamEvent e;
@@ -390,6 +407,7 @@ void Scheduler::HandleResult(const StepResult& r) {
     }
     if (step.finished) Finish(s, step.reason, absl::OkStatus());
   }
+  metrics_.RecordGenerated(generated);
   absl::MutexLock lock(&mu_);
   stats_.generated_tokens += generated;
 }
@@ -424,6 +442,12 @@ void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& stat
       ++stats_.failed;
     }
   }
+  const bool cancelled = status.ok() ? reason == FinishReason::kCancelled
+                                     : status.code() == absl::StatusCode::kCancelled;
+  metrics_.RecordEnded(cancelled     ? RequestOutcome::kCancelled
+                       : status.ok() ? RequestOutcome::kCompleted
+                                     : RequestOutcome::kFailed,
+                       e.usage.total_time_s);
   s.stream->Push(std::move(e));
   s.stream = nullptr;  // erased by the loop
 }
@@ -489,6 +513,7 @@ bool Scheduler::SendBatch() {
     ++stats_.batches;
     stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
   }
+  frame.sent_unix_ns = UnixNanos();
   if (absl::Status st = p.first_stage->Send(std::move(frame)); !st.ok()) {
     OnSendFailed(batch_id, st);
     return false;

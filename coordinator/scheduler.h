@@ -49,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/cluster_config.h"
 #include "coordinator/request_stream.h"
+#include "coordinator/serving_metrics.h"
 #include "generation/sequence.h"
 #include "model/tokenizer.h"
 #include "transport/link.h"
@@ -110,6 +111,9 @@ class Scheduler {
 
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(SequenceRequest request)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Request counts, tokens and latency histograms since the scheduler started.
+  ServingMetrics::Snapshot Metrics() const { return metrics_.Take(); }
+  ServingMetrics& metrics() { return metrics_; }
   void OnResult(StepResult result) ABSL_LOCKS_EXCLUDED(mu_);
 
   SchedulerStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -125,7 +129,7 @@ class Scheduler {
     int64_t blocks = 0;     // reserved KV blocks
     bool in_flight = false;
     std::shared_ptr<RequestStream> stream;  // null once finished
-    Clock::time_point submitted, admitted, first_token;
+    Clock::time_point submitted, admitted, first_token, last_token;
     bool got_first = false;
   };
   struct Pending {
@@ -146,6 +150,8 @@ class Scheduler {
     std::optional<PipelineSpec> attach;
   };
 
+  absl::StatusOr<std::shared_ptr<RequestStream>> Enqueue(SequenceRequest request)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t BlocksFor(int32_t prompt_len, int32_t max_tokens) const
@@ -170,6 +176,7 @@ class Scheduler {
   const int64_t vocab_size_;
   const SchedulerTimeouts timeouts_;
   std::function<void(const absl::Status&)> on_link_error_;
+  ServingMetrics metrics_;
 
   // Shared with other threads.
   mutable absl::Mutex mu_;

@@ -15,7 +15,7 @@ PACKAGES=(
   libyaml-cpp-dev libmicrohttpd-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  python3 python3-grpcio python3-grpc-tools python3-numpy
+  python3 python3-grpcio python3-grpc-tools python3-numpy python3-prometheus-client
   iproute2 procps nftables openssl libssl-dev
 )
 

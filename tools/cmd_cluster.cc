@@ -27,6 +27,7 @@ namespace {
 struct ServeFlags {
   ClusterConfig config;
   int threads = 0;
+  double cost_per_hour = 0;
 };
 
 int RunServe(ServeFlags f) {
@@ -60,6 +61,7 @@ int RunServe(ServeFlags f) {
     w.threads = f.threads > 0 ? f.threads : std::max(1, cores / n);
     w.memory_bytes = AvailableMemoryBytes() / static_cast<uint64_t>(n);
     w.device = f.config.stage.device.value_or(DeviceSpec{DeviceKind::kCpu, 0});
+    w.cost_per_hour = f.cost_per_hour / n;
     auto s = WorkerServer::Start(w);
     if (!s.ok()) {
       std::cerr << "cascade serve: " << s.status().message() << "\n";
@@ -268,6 +270,9 @@ void AddServe(CLI::App& app, Action* action) {
   f->config.server.control_listen = "127.0.0.1:50053";
   AddClusterFlags(*cmd, &f->config);
   cmd->add_option("--threads", f->threads, "Threads per worker (default: cores / workers)");
+  cmd->add_option("--cost-per-hour", f->cost_per_hour,
+                  "What this machine costs per hour, for the cost metrics (split over the workers)")
+      ->check(CLI::Range(0.0, 1e9));
   cmd->callback([f, action] { *action = [f] { return RunServe(*f); }; });
 }
 

@@ -1,6 +1,7 @@
 #include "transport/frame.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 
@@ -77,6 +78,20 @@ void EncodeFrame(const StageFrame& f, v1::ActivationFrame* out) {
   }
   for (SeqId r : f.release) out->add_release_seq_ids(r);
   if (!f.error.empty()) out->set_error(f.error);
+  out->set_sent_unix_ns(f.sent_unix_ns);
+}
+
+int64_t UnixNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::optional<double> SecondsSince(int64_t sent_unix_ns) {
+  if (sent_unix_ns <= 0) return std::nullopt;
+  const double s = static_cast<double>(UnixNanos() - sent_unix_ns) * 1e-9;
+  if (!(s >= 0 && s < 3600)) return std::nullopt;
+  return s;
 }
 
 absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const FrameExpectations& e) {
@@ -112,6 +127,7 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
   f.batch_id = in.batch_id();
   f.stage = in.stage();
   f.error = in.error();
+  f.sent_unix_ns = in.sent_unix_ns();
   f.release.assign(in.release_seq_ids().begin(), in.release_seq_ids().end());
   if (!f.error.empty() || n == 0) {
     if (n == 0 && (in.shape_size() != 0 || !in.payload().empty())) {
@@ -215,6 +231,7 @@ void EncodeResult(const StepResult& r, v1::StepResult* out) {
     }
   }
   if (!r.error.empty()) out->set_error(r.error);
+  out->set_sent_unix_ns(r.sent_unix_ns);
 }
 
 absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, const std::string& link_key,
@@ -230,6 +247,7 @@ absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, const std::str
   r.plan_id = in.plan_id();
   r.batch_id = in.batch_id();
   r.error = in.error();
+  r.sent_unix_ns = in.sent_unix_ns();
   for (const v1::SampledToken& t : in.tokens()) {
     if (t.token() < 0 || t.token() >= vocab_size) {
       return absl::InvalidArgumentError(

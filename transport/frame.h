@@ -14,6 +14,7 @@
 #define CASCADE_TRANSPORT_FRAME_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct StageFrame {
   std::vector<SeqSampling> sampling;
   std::vector<SeqId> release;  // free these sequences' KV before running the batch
   std::string error;           // set: an earlier stage failed this batch; pass it on
+  int64_t sent_unix_ns = 0;    // the sender's wall clock when it sent the frame (0: unknown)
 };
 
 struct SampledToken {
@@ -60,7 +62,14 @@ struct StepResult {
   uint64_t batch_id = 0;
   std::vector<SampledToken> tokens;
   std::string error;
+  int64_t sent_unix_ns = 0;  // the last stage's wall clock when it sent the result
 };
+
+// The wall clock in nanoseconds since the epoch, for sent_unix_ns.
+int64_t UnixNanos();
+// Seconds since `sent_unix_ns` by this host's clock; nullopt when unknown (0) or not in
+// [0, 1 h) (another host's clock far off).
+std::optional<double> SecondsSince(int64_t sent_unix_ns);
 
 // What a stage accepts.
 struct FrameExpectations {

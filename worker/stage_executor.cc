@@ -98,6 +98,11 @@ void StageExecutor::Fail(const StageFrame& in, const std::string& error) {
 void StageExecutor::Process(StageFrame frame) {
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = ThreadCpuSeconds();
+  if (std::optional<double> hop = SecondsSince(frame.sent_unix_ns); hop || !frame.hidden.empty()) {
+    absl::MutexLock lock(&stats_mu_);
+    if (hop) stats_.hop_in_seconds.Observe(*hop);
+    stats_.activation_bytes_in += frame.hidden.size() * sizeof(float);
+  }
   if (!frame.release.empty()) {
     for (SeqId seq : frame.release) stage_->FreeSequence(seq);
     absl::MutexLock lock(&stats_mu_);
@@ -132,6 +137,11 @@ void StageExecutor::Process(StageFrame frame) {
     next.sampling = std::move(frame.sampling);
     next.release = std::move(frame.release);
     const size_t tokens = next.slots.size();
+    {
+      absl::MutexLock lock(&stats_mu_);
+      stats_.activation_bytes_out += next.hidden.size() * sizeof(float);
+    }
+    next.sent_unix_ns = UnixNanos();
     if (absl::Status s = out_->Send(std::move(next)); !s.ok()) {
       spdlog::warn("stage {}: cannot reach the next stage: {}", stage_index_, s.message());
     }
@@ -166,6 +176,7 @@ void StageExecutor::Process(StageFrame frame) {
     SampleResult s = Sample(logits, params, recent, draw, logprob, top_n);
     result.tokens.push_back({slot.seq, s.token, s.logprob, slot.pos + 1, std::move(s.top)});
   }
+  result.sent_unix_ns = UnixNanos();
   if (absl::Status s = results_->Send(std::move(result)); !s.ok()) {
     spdlog::warn("stage {}: cannot report to the coordinator: {}", stage_index_, s.message());
   }

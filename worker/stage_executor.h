@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/stage.h"
 #include "transport/link.h"
+#include "util/histogram.h"
 
 namespace cascade {
 
@@ -33,6 +34,9 @@ struct ExecutorStats {
   double cpu_seconds = 0;   // the executor thread's CPU time in them (not its pool threads')
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_total = 0;
+  uint64_t activation_bytes_in = 0;   // activation payload received
+  uint64_t activation_bytes_out = 0;  // and sent to the next stage
+  Histogram hop_in_seconds{LatencyBounds()};  // previous hop's send to this receive
 };
 
 class StageExecutor {

@@ -234,6 +234,12 @@ void StageHost::FillStats(v1::StageStats* out) const {
   out->set_kv_blocks_used(s.kv_blocks_used);
   out->set_kv_blocks_total(s.kv_blocks_total);
   out->set_rejected_frames(router_->rejected());
+  out->set_activation_bytes_in(s.activation_bytes_in);
+  out->set_activation_bytes_out(s.activation_bytes_out);
+  v1::Histogram* h = out->mutable_hop_in_seconds();
+  for (double b : s.hop_in_seconds.bounds()) h->add_bounds(b);
+  for (uint64_t c : s.hop_in_seconds.counts()) h->add_counts(c);
+  h->set_sum(s.hop_in_seconds.sum());
 }
 
 void StageHost::FillStatus(v1::WorkerStatus* out) const {

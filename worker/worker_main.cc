@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--memory", memory, "Memory this worker may use, e.g. 8GiB (default: available)");
   app.add_option("--gflops", o.gflops, "Relative speed for planning (default: --threads)");
+  app.add_option("--cost-per-hour", o.cost_per_hour,
+                 "What this worker (its node share) costs per hour, for the cost metrics")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
   app.add_option("--device", device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--model-dir", o.model_dir,
                  "Open models only under this folder (default: wherever the coordinator says)");

@@ -163,6 +163,7 @@ v1::WorkerResources WorkerServer::Resources() const {
   r.set_cores(options_.threads);
   r.set_memory_bytes(options_.memory_bytes > 0 ? options_.memory_bytes : AvailableMemoryBytes());
   r.set_gflops(options_.gflops > 0 ? options_.gflops : options_.threads);
+  r.set_cost_per_hour(options_.cost_per_hour);
   v1::Device* cpu = r.add_devices();
   cpu->set_kind("cpu");
   cpu->set_name(DetectCpuFeatures().model_name);
@@ -226,6 +227,7 @@ void WorkerServer::RegistrationLoop() {
     hb.set_session(session);
     hb.set_session_secret(session_secret);
     host_->FillHeartbeat(&hb);
+    for (v1::GpuStats& g : gpus_.Sample()) *hb.add_gpus() = std::move(g);
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -29,6 +29,7 @@
 #include "transport/data_plane_server.h"
 #include "transport/grpc_link.h"
 #include "transport/inbox.h"
+#include "worker/gpu_monitor.h"
 #include "worker/stage_host.h"
 
 namespace cascade {
@@ -50,6 +51,7 @@ struct WorkerOptions {
   std::string join_token;
   // LoadStage opens models only under this folder ("" = wherever the coordinator says).
   std::string model_dir;
+  double cost_per_hour = 0;  // what this worker costs per hour, for the cost metrics
 };
 
 class WorkerServer {
@@ -74,6 +76,7 @@ class WorkerServer {
   v1::WorkerResources Resources() const;
 
   WorkerOptions options_;
+  GpuMonitor gpus_;
   std::string advertise_;
   std::string data_advertise_;
   FrameRouter router_;

@@ -1,0 +1,43 @@
+// The coordinator's /metrics: Prometheus text exposition format 0.0.4, from the
+// scheduler's ServingMetrics and the cluster's status (stages' heartbeats, workers' GPUs
+// and prices). Names follow Prometheus conventions: a cascade_ prefix, base units in the
+// name (_seconds, _bytes, _celsius, _ratio, _dollars), _total on counters.
+//
+//   requests    cascade_requests_total{outcome}, cascade_requests_running,
+//               cascade_requests_waiting, cascade_prompt_tokens_total,
+//               cascade_generation_tokens_total, histograms
+//               cascade_time_to_first_token_seconds, cascade_inter_token_latency_seconds,
+//               cascade_request_duration_seconds, cascade_request_queue_seconds
+//   KV cache    cascade_kv_blocks_reserved, cascade_kv_blocks_capacity (the scheduler's
+//               books); cascade_stage_kv_blocks_used / _free {stage, worker} (the stages')
+//   stages      cascade_stage_busy_seconds_total, cascade_stage_frames_total,
+//               cascade_stage_tokens_total, cascade_stage_rejected_frames_total {stage,
+//               worker}
+//   hops        cascade_hop_latency_seconds{hop} (histogram), and
+//               cascade_hop_activation_bytes_total{hop}; hops are named "coordinator->0",
+//               "0->1", ..., "N->coordinator"
+//   workers     cascade_worker_up{worker}, cascade_gpu_utilization_ratio,
+//               cascade_gpu_memory_used_bytes, cascade_gpu_memory_total_bytes,
+//               cascade_gpu_temperature_celsius {worker, gpu, model}
+//   cost        cascade_cost_per_hour_dollars{worker} (each live worker's --cost-per-hour),
+//               cascade_generation_tokens_per_second (the last minute's rate) and
+//               cascade_generation_tokens_per_dollar (that rate over the live workers'
+//               price; absent while no price is set)
+//
+// Contract: a pure function; label values are escaped as the format requires.
+#ifndef CASCADE_COORDINATOR_PROMETHEUS_H_
+#define CASCADE_COORDINATOR_PROMETHEUS_H_
+
+#include <string>
+
+#include "cascade/v1/worker.pb.h"
+#include "coordinator/serving_metrics.h"
+
+namespace cascade {
+
+std::string RenderPrometheus(const ServingMetrics::Snapshot& serving,
+                             const v1::ClusterStatusResponse& cluster);
+
+}  // namespace cascade
+
+#endif  // CASCADE_COORDINATOR_PROMETHEUS_H_

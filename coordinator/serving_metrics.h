@@ -1,0 +1,64 @@
+// ServingMetrics: what the scheduler measures about the requests it serves, for /metrics:
+// requests by outcome, prompt and generated tokens, and the latency histograms (time to
+// first token, inter-token latency, end-to-end latency, queue time), plus the recent
+// generation rate (tokens per second over the last minute) the cost figures use.
+//
+// Contract: thread-safe; every Record* is O(1) (a lock and a few adds). Snapshot() copies.
+#ifndef CASCADE_COORDINATOR_SERVING_METRICS_H_
+#define CASCADE_COORDINATOR_SERVING_METRICS_H_
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "util/histogram.h"
+
+namespace cascade {
+
+// How a request ended.
+enum class RequestOutcome { kCompleted, kFailed, kCancelled, kRejected };
+inline constexpr int kRequestOutcomes = 4;
+const char* RequestOutcomeName(RequestOutcome o);  // "completed", ...
+
+class ServingMetrics {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Snapshot {
+    std::array<uint64_t, kRequestOutcomes> requests{};  // by RequestOutcome
+    uint64_t prompt_tokens = 0;
+    uint64_t generation_tokens = 0;
+    Histogram time_to_first_token, inter_token, end_to_end, queue;
+    Histogram result_hop;  // last stage -> coordinator, by the sender's clock
+    double recent_tokens_per_s = 0;  // generated, over the last minute (or since start)
+  };
+
+  ServingMetrics();
+
+  void RecordAdmitted(double queue_s, uint64_t prompt_tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordFirstToken(double ttft_s) ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordToken(double since_previous_s) ABSL_LOCKS_EXCLUDED(mu_);  // later tokens
+  void RecordGenerated(uint64_t tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  // A request ended; e2e_s < 0 when it never ran (rejected, or ended while waiting).
+  void RecordEnded(RequestOutcome outcome, double e2e_s) ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordResultHop(double seconds) ABSL_LOCKS_EXCLUDED(mu_);
+
+  Snapshot Take() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  static constexpr int kWindowSeconds = 60;
+  void Advance(Clock::time_point now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  Snapshot s_ ABSL_GUARDED_BY(mu_);
+  const Clock::time_point start_;
+  // Generated tokens per second of the last minute, a ring indexed by second.
+  mutable std::array<uint64_t, kWindowSeconds> per_second_ ABSL_GUARDED_BY(mu_){};
+  mutable int64_t current_second_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_COORDINATOR_SERVING_METRICS_H_
