@@ -4,6 +4,7 @@
 #include "coordinator/cluster_controller.h"
 #include "coordinator/control_service.h"
 #include "coordinator/http_api.h"
+#include "grpc/health/v1/health.pb.h"
 #include "coordinator/prometheus.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/served_model.h"
@@ -86,6 +87,9 @@ class CoordinatorServer::Impl {
     // The public API: Inference, health, reflection.
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    // Reflection describes services from the linked descriptor pool; gRPC's built-in
+    // health service brings none, so link ours (proto/grpc/health/v1) by using it.
+    (void)grpc::health::v1::HealthCheckRequest::descriptor();
     {
       grpc::ServerBuilder builder;
       ConfigureServer(&builder);

@@ -6,6 +6,9 @@
 #include "transport/frame.h"
 #include "transport/grpc_util.h"
 #include "util/secret.h"
+#include "util/utf8.h"
+#include "grpcpp/impl/codegen/method_handler.h"
+#include "grpcpp/impl/codegen/rpc_service_method.h"
 
 namespace cascade {
 namespace {
@@ -28,7 +31,86 @@ void FillUsage(const StreamUsage& u, v1::Usage* out) {
   out->set_total_time_s(u.total_time_s);
 }
 
+// Registers one method whose request arrives as `Wire` and is handed on as `Public`.
+// `path` must outlive the server (gRPC keeps the pointer).
+template <typename Wire, typename Public, typename Response, typename Fn>
+grpc::internal::RpcServiceMethod* UnaryMethod(const char* path, InferenceServiceImpl* self,
+                                              Fn fn) {
+  return new grpc::internal::RpcServiceMethod(
+      path, grpc::internal::RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<InferenceServiceImpl, Wire, Response>(
+          [fn](InferenceServiceImpl* s, grpc::ServerContext* ctx, const Wire* wire,
+               Response* resp) {
+            Public req;
+            if (absl::Status st = FromWire(*wire, &req); !st.ok()) return ToGrpc(st);
+            return (s->*fn)(ctx, &req, resp);
+          },
+          self));
+}
+
 }  // namespace
+
+absl::Status FromWire(const google::protobuf::Message& wire, google::protobuf::Message* out) {
+  const google::protobuf::Descriptor* d = wire.GetDescriptor();
+  const google::protobuf::Reflection* r = wire.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->type() != google::protobuf::FieldDescriptor::TYPE_BYTES) continue;
+    const int n = f->is_repeated() ? r->FieldSize(wire, f) : 1;
+    for (int k = 0; k < n; ++k) {
+      const std::string v = f->is_repeated() ? r->GetRepeatedString(wire, f, k) : r->GetString(wire, f);
+      if (!IsValidUtf8(v)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", f->name(), f->is_repeated() ? absl::StrCat("[", k, "]") : "",
+                         "' is not valid UTF-8 text"));
+      }
+    }
+  }
+  if (!out->ParseFromString(wire.SerializeAsString())) {
+    return absl::InvalidArgumentError(absl::StrCat("the request is not a valid ",
+                                                   out->GetDescriptor()->full_name()));
+  }
+  return absl::OkStatus();
+}
+
+InferenceServiceImpl::InferenceServiceImpl(ServingBackend* backend, std::string api_key)
+    : backend_(backend), api_key_(std::move(api_key)) {
+  using grpc::internal::RpcMethod;
+  using grpc::internal::RpcServiceMethod;
+  // The method paths inference.proto gives, "/cascade.v1.Inference/Generate" and so on.
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::Inference::service_full_name());
+  auto path = [&](Method m, const char* name) {
+    const google::protobuf::MethodDescriptor* md = service->FindMethodByName(name);
+    paths_[static_cast<int>(m)] = absl::StrCat("/", service->full_name(), "/", md->name());
+    return paths_[static_cast<int>(m)].c_str();
+  };
+  // The RpcServiceMethod objects (and their handlers) are owned by grpc::Service.
+  AddMethod(new RpcServiceMethod(
+      path(Method::kGenerate, "Generate"), RpcMethod::SERVER_STREAMING,
+      new grpc::internal::ServerStreamingHandler<InferenceServiceImpl, v1::wire::GenerateRequest,
+                                                 v1::GenerateResponse>(
+          [](InferenceServiceImpl* s, grpc::ServerContext* ctx,
+             const v1::wire::GenerateRequest* wire,
+             grpc::ServerWriter<v1::GenerateResponse>* writer) {
+            v1::GenerateRequest req;
+            if (absl::Status st = FromWire(*wire, &req); !st.ok()) return ToGrpc(st);
+            return s->Generate(ctx, &req, writer);
+          },
+          this)));
+  AddMethod(UnaryMethod<v1::wire::GenerateRequest, v1::GenerateRequest, v1::CompleteResponse>(
+      path(Method::kComplete, "Complete"), this, &InferenceServiceImpl::Complete));
+  AddMethod(UnaryMethod<v1::wire::TokenizeRequest, v1::TokenizeRequest, v1::TokenizeResponse>(
+      path(Method::kTokenize, "Tokenize"), this, &InferenceServiceImpl::Tokenize));
+  AddMethod(
+      UnaryMethod<v1::wire::DetokenizeRequest, v1::DetokenizeRequest, v1::DetokenizeResponse>(
+          path(Method::kDetokenize, "Detokenize"), this, &InferenceServiceImpl::Detokenize));
+  AddMethod(UnaryMethod<v1::ListModelsRequest, v1::ListModelsRequest, v1::ListModelsResponse>(
+      path(Method::kListModels, "ListModels"), this, &InferenceServiceImpl::ListModels));
+  AddMethod(UnaryMethod<v1::wire::GetModelInfoRequest, v1::GetModelInfoRequest, v1::ModelInfo>(
+      path(Method::kGetModelInfo, "GetModelInfo"), this, &InferenceServiceImpl::GetModelInfo));
+}
 
 v1::FinishReason ToProto(FinishReason r) {
   switch (r) {

@@ -3,6 +3,12 @@
 // and cancellation to the scheduler (a client that goes away frees its KV blocks on every
 // stage within one step).
 //
+// Requests are read as the messages of inference_wire.proto (strings as bytes) and checked
+// for UTF-8 here, so text that is not UTF-8 gets INVALID_ARGUMENT naming the field rather
+// than gRPC's bare INTERNAL parse failure; the service therefore registers its methods
+// itself (at the paths inference.proto gives them, as generated code would) instead of
+// deriving from the generated v1::Inference::Service.
+//
 // Contract: every handler checks the caller's bearer token (when --api-key-file is set;
 // UNAUTHENTICATED otherwise), validates its request and answers INVALID_ARGUMENT (naming
 // the field), RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (still loading) or NOT_FOUND
@@ -10,10 +16,13 @@
 #ifndef CASCADE_COORDINATOR_INFERENCE_SERVICE_H_
 #define CASCADE_COORDINATOR_INFERENCE_SERVICE_H_
 
+#include <array>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.grpc.pb.h"
+#include "cascade/v1/inference_wire.pb.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/served_model.h"
 #include "model/tokenizer.h"
@@ -36,25 +45,28 @@ class ServingBackend {
 absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req,
                                                   const Tokenizer& tokenizer);
 
-class InferenceServiceImpl final : public v1::Inference::Service {
+// Parses `wire` (a message of inference_wire.proto) as its inference.proto twin, after
+// checking that every bytes field is UTF-8 (InvalidArgument naming the first that is not).
+absl::Status FromWire(const google::protobuf::Message& wire, google::protobuf::Message* out);
+
+class InferenceServiceImpl final : public grpc::Service {
  public:
   // `api_key`: the bearer token callers must present (metadata "authorization: Bearer
   // KEY"); "" = none needed.
-  explicit InferenceServiceImpl(ServingBackend* backend, std::string api_key = "")
-      : backend_(backend), api_key_(std::move(api_key)) {}
+  explicit InferenceServiceImpl(ServingBackend* backend, std::string api_key = "");
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+                        grpc::ServerWriter<v1::GenerateResponse>* writer);
   grpc::Status Complete(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                        v1::CompleteResponse* resp) override;
+                        v1::CompleteResponse* resp);
   grpc::Status Tokenize(grpc::ServerContext* ctx, const v1::TokenizeRequest* req,
-                        v1::TokenizeResponse* resp) override;
+                        v1::TokenizeResponse* resp);
   grpc::Status Detokenize(grpc::ServerContext* ctx, const v1::DetokenizeRequest* req,
-                          v1::DetokenizeResponse* resp) override;
+                          v1::DetokenizeResponse* resp);
   grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
-                          v1::ListModelsResponse* resp) override;
+                          v1::ListModelsResponse* resp);
   grpc::Status GetModelInfo(grpc::ServerContext* ctx, const v1::GetModelInfoRequest* req,
-                            v1::ModelInfo* resp) override;
+                            v1::ModelInfo* resp);
 
  private:
   // Submits and calls `on_event` for each event until the last; handles cancellation.
@@ -66,6 +78,9 @@ class InferenceServiceImpl final : public v1::Inference::Service {
 
   ServingBackend* backend_;
   const std::string api_key_;
+  // The registered methods' paths: gRPC keeps pointers into them.
+  enum class Method { kGenerate, kComplete, kTokenize, kDetokenize, kListModels, kGetModelInfo };
+  std::array<std::string, 6> paths_;
 };
 
 v1::FinishReason ToProto(FinishReason r);
