@@ -7,7 +7,9 @@
 #   3. a clang build of every library and binary with the thread-safety analysis as errors
 #      (the locking the code states is checked) and ASan + UBSan; under it the model
 #      readers', the data plane's and the coordinator's tests and the corrupted-file suite
-#      run again; then each libFuzzer target for a bounded time.
+#      run again; then each libFuzzer target for a bounded time: the model-file readers
+#      and, from the network, data-plane frames and results, the TCP frame reader and the
+#      OpenAI API's request bodies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -23,7 +25,8 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 SANITIZED_TESTS=(cascade_model_tests cascade_corrupt_tests cascade_generation_tests
                  cascade_transport_tests cascade_coordinator_tests)
 cmake --build build-fuzz -j"$JOBS" --target cascade cascade-coordinator cascade-worker \
-  "${SANITIZED_TESTS[@]}" fuzz_gguf fuzz_safetensors fuzz_hf_config fuzz_tokenizer_json
+  "${SANITIZED_TESTS[@]}" fuzz_gguf fuzz_safetensors fuzz_hf_config fuzz_tokenizer_json \
+  fuzz_frame fuzz_tcp_reader fuzz_openai_request
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for t in "${SANITIZED_TESTS[@]}"; do
   echo "$t (ASan + UBSan)"
@@ -32,7 +35,12 @@ done
 
 SECONDS_PER_FUZZER=${CASCADE_FUZZ_SECONDS:-60}
 corpus=build-fuzz/corpus
-rm -rf "$corpus" && mkdir -p "$corpus"/{gguf,safetensors,hf_config,tokenizer_json}
+FUZZERS=(gguf safetensors hf_config tokenizer_json frame tcp_reader openai_request)
+rm -rf "$corpus" && mkdir -p "${FUZZERS[@]/#/$corpus/}"
+# The network fuzzers start from valid messages (tests/fuzz/seeds/<target>/).
+for f in "${FUZZERS[@]}"; do
+  [[ -d tests/fuzz/seeds/$f ]] && cp tests/fuzz/seeds/$f/* "$corpus/$f/"
+done
 cp models/stories260K.gguf "$corpus/gguf/"
 [[ -d ../shared/testdata/tokenizer ]] && cp ../shared/testdata/tokenizer/ggml-vocab-llama-spm.gguf "$corpus/gguf/"
 [[ -f ../shared/models/stories260K/hf/model.safetensors ]] && \
@@ -46,7 +54,7 @@ printf '{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]},"p
 # Inputs that once crashed a fuzzer (tests/fuzz/regressions/<target>/) seed its corpus, so
 # libFuzzer replays them first. On a failure the sanitizer's report and the reproducer's
 # path are printed, not just the final statistics.
-for f in gguf safetensors hf_config tokenizer_json; do
+for f in "${FUZZERS[@]}"; do
   [[ -d tests/fuzz/regressions/$f ]] && cp tests/fuzz/regressions/$f/* "$corpus/$f/"
   echo "fuzz_$f: ${SECONDS_PER_FUZZER}s"
   log=build-fuzz/fuzz_$f.log

@@ -92,7 +92,7 @@ class Cluster {
 
   // Worker `i` (id w<i>); i >= workers adds one beyond the plan's need (a spare). In a
   // network-namespace cluster, host i + 1 must exist (hosts are made for `workers` + spares).
-  void StartWorker(int i) {
+  void StartWorker(int i, const std::vector<std::string>& extra_flags = {}) {
     {
       std::vector<std::string> args = Prefix(i + 1);
       const std::string host = o_.netns ? Ip(i + 1) : "127.0.0.1";
@@ -105,6 +105,7 @@ class Cluster {
         args.push_back(a);
       }
       for (const auto& f : o_.worker_flags) args.push_back(f);
+      for (const auto& f : extra_flags) args.push_back(f);
       workers_.push_back(Subprocess::Start(args, absl::StrCat(dir_, "/worker", i, ".log")));
     }
   }

@@ -339,5 +339,41 @@ TEST_F(Resilience, SigtermDrainsWithoutCuttingAStream) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// A worker told to leave with its coordinator (--on-coordinator-loss exit) unloads and
+// exits 0 once the coordinator has been silent for the grace period; one told to wait
+// unloads and registers with the next coordinator.
+TEST_F(Resilience, WorkersOfALostCoordinatorExitOrWaitAsConfigured) {
+  ClusterOptions o = Options();
+  o.workers = 2;
+  o.min_stages = 2;
+  o.worker_flags = {"--coordinator-grace-s", "2"};
+  cluster_ = std::make_unique<Cluster>(o);
+  ASSERT_TRUE(cluster_->ok());
+  cluster_->StartWorker(0, {"--on-coordinator-loss", "exit"});
+  cluster_->StartWorker(1);  // waits (the default)
+  ASSERT_TRUE(cluster_->WaitServing()) << cluster_->Logs();
+  cluster_->coordinator().Signal(SIGKILL);
+  const auto killed = Clock::now();
+  int status = -1;
+  while (Clock::now() - killed < seconds(20)) {
+    if (::waitpid(cluster_->worker(0).pid(), &status, WNOHANG) > 0) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  // The grace period and a heartbeat or two: well under 10 s.
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - killed).count(), 10.0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_NE(cluster_->worker(0).Log().find("unloading the stage and exiting"), std::string::npos)
+      << cluster_->worker(0).Log();
+  // The other one unloaded and is still there, waiting.
+  const auto waiting_deadline = Clock::now() + seconds(10);
+  while (cluster_->worker(1).Log().find("waiting for a coordinator") == std::string::npos &&
+         Clock::now() < waiting_deadline) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_NE(cluster_->worker(1).Log().find("waiting for a coordinator"), std::string::npos)
+      << cluster_->worker(1).Log();
+  EXPECT_EQ(::waitpid(cluster_->worker(1).pid(), &status, WNOHANG), 0);
+}
+
 }  // namespace
 }  // namespace cascade

@@ -1,6 +1,9 @@
 // cascade-worker: a worker process. It registers with the coordinator, which tells it
 // which pipeline stage to load; then it runs that stage until stopped. SIGTERM or SIGINT
 // drains it first: the frames it holds are finished, the stage unloaded, then it exits 0.
+#include <signal.h>
+#include <unistd.h>
+
 #include <iostream>
 #include <thread>
 
@@ -39,6 +42,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--memory", memory, "Memory this worker may use, e.g. 8GiB (default: available)");
   app.add_option("--gflops", o.gflops, "Relative speed for planning (default: --threads)");
+  std::string on_loss = "wait";
+  app.add_option("--on-coordinator-loss", on_loss,
+                 "When the coordinator stops answering: unload and 'wait' for one, or 'exit'")
+      ->check(CLI::IsMember({"wait", "exit"}))
+      ->capture_default_str();
+  double grace_s = 30;
+  app.add_option("--coordinator-grace-s", grace_s,
+                 "Seconds without an answer from the coordinator before it counts as lost")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
   app.add_option("--cost-per-hour", o.cost_per_hour,
                  "What this worker (its node share) costs per hour, for the cost metrics")
       ->check(CLI::Range(0.0, 1e9))
@@ -84,13 +97,19 @@ int main(int argc, char** argv) {
     }
     o.memory_bytes = *bytes;
   }
+  o.on_coordinator_loss = on_loss == "exit" ? cascade::WorkerOptions::CoordinatorLoss::kExit
+                                            : cascade::WorkerOptions::CoordinatorLoss::kWait;
+  o.coordinator_grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+  // Wakes the signal wait below, as a SIGTERM would (process-directed: every thread has
+  // the termination signals blocked and only the main thread waits for them).
+  o.on_coordinator_lost = [] { ::kill(::getpid(), SIGTERM); };
   auto server = cascade::WorkerServer::Start(o);
   if (!server.ok()) {
     std::cerr << "cascade-worker: " << server.status().message() << "\n";
     return 1;
   }
   const int sig = cascade::WaitForTerminationSignal();
-  spdlog::info("signal {}: draining", sig);
+  spdlog::info("signal {}: draining", sig);  // or the coordinator was lost (see above)
   (*server)->Drain();
   (*server)->Shutdown();
   return 0;

@@ -185,6 +185,23 @@ void WorkerServer::RegistrationLoop() {
   std::string session_secret;
   double interval = 1.0;
   bool registered = false;
+  // Since when the coordinator we registered with has not answered (none while it does).
+  std::optional<std::chrono::steady_clock::time_point> silent_since;
+  bool ever_registered = false, orphaned = false;
+  auto lost_contact = [&](const std::string& why) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!ever_registered || orphaned) return;
+    if (!silent_since) silent_since = now;
+    if (now - *silent_since < options_.coordinator_grace) return;
+    orphaned = true;
+    const bool exit = options_.on_coordinator_loss == WorkerOptions::CoordinatorLoss::kExit;
+    spdlog::warn("coordinator {} has not answered for {} ms ({}): unloading the stage{}",
+                 options_.coordinator, options_.coordinator_grace.count(), why,
+                 exit ? " and exiting (--on-coordinator-loss exit)"
+                      : "; waiting for a coordinator (--on-coordinator-loss wait)");
+    host_->Unload(0).IgnoreError();
+    if (exit && options_.on_coordinator_lost) options_.on_coordinator_lost();
+  };
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
@@ -208,8 +225,15 @@ void WorkerServer::RegistrationLoop() {
       if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
         spdlog::error("the coordinator refused this worker: {}", st.error_message());
       }
+      if (!st.ok()) lost_contact(st.error_message());
       if (st.ok()) {
         registered = true;
+        ever_registered = true;
+        silent_since.reset();
+        if (orphaned) {
+          orphaned = false;
+          spdlog::info("a coordinator answers again at {}", options_.coordinator);
+        }
         session = resp.session();
         session_secret = resp.session_secret();
         {
@@ -237,6 +261,9 @@ void WorkerServer::RegistrationLoop() {
       registered = false;
     } else if (!st.ok()) {
       spdlog::debug("heartbeat failed: {}", st.error_message());
+      lost_contact(st.error_message());
+    } else {
+      silent_since.reset();
     }
   }
 }

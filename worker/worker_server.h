@@ -17,6 +17,8 @@
 #ifndef CASCADE_WORKER_WORKER_SERVER_H_
 #define CASCADE_WORKER_WORKER_SERVER_H_
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -52,6 +54,14 @@ struct WorkerOptions {
   // LoadStage opens models only under this folder ("" = wherever the coordinator says).
   std::string model_dir;
   double cost_per_hour = 0;  // what this worker costs per hour, for the cost metrics
+  // When the coordinator it registered with stops answering for `coordinator_grace`, the
+  // worker unloads its stage (that plan is gone) and then waits for a coordinator to
+  // register with again (kWait), or calls `on_coordinator_lost` (kExit; cascade-worker
+  // then exits 0).
+  enum class CoordinatorLoss { kWait, kExit };
+  CoordinatorLoss on_coordinator_loss = CoordinatorLoss::kWait;
+  std::chrono::milliseconds coordinator_grace{30000};
+  std::function<void()> on_coordinator_lost;
 };
 
 class WorkerServer {

@@ -45,12 +45,6 @@ const nodeModules = path.dirname(modelsRoot);
 const EXTERNAL_SECRETS = {
   "cascade-join-token": "kubectl create secret generic cascade-join-token",
 };
-// Flags the manifests use that the binaries are gaining now (issue 18); a binary that
-// does not list one yet is noted, not failed. CASCADE_DEPLOY_STRICT_FLAGS=1 fails it.
-const PENDING_FLAGS = {
-  "cascade-coordinator": ["--control-listen", "--join-token-file", "--api-key-file"],
-  "cascade-worker": ["--model-dir", "--join-token-file"],
-};
 
 // Flags whose value is the address of another process (NAME:PORT).
 const ADDRESS_FLAGS = ["--coordinator", "--advertise", "--server"];
@@ -347,12 +341,6 @@ if (opts.bin) {
 function checkFlag(where, binary, flag) {
   const known = helpFlags[binary];
   if (!known || known.has(flag)) return;
-  if (PENDING_FLAGS[binary]?.includes(flag)) {
-    const msg = `${binary} does not list ${flag} yet (being added; the manifests use it)`;
-    if (process.env.CASCADE_DEPLOY_STRICT_FLAGS === "1") err(where, msg);
-    else note(msg);
-    return;
-  }
   err(where, `${binary} has no flag ${flag}`);
 }
 
