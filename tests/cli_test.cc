@@ -198,6 +198,21 @@ double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+// Without a tokenizer it could embed, make-model writes nothing (such a file could not be
+// served), unless asked for weights only.
+TEST(Cli, MakeModelRefusesAModelWithoutATokenizer) {
+  const std::string out = TmpPath("notok.gguf");
+  RunResult r = RunCmd("CASCADE_SHARED_DIR=/nonexistent " + Bin() +
+                       " make-model --shape tiny " + out + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("no tokenizer with 512 tokens"));
+  EXPECT_THAT(r.out, HasSubstr("--tokenizer"));
+  EXPECT_TRUE(ReadBytes(out).empty()) << "nothing is written";
+  r = RunCmd(Bin() + " make-model --shape tiny --no-tokenizer " + out + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(ReadBytes(out).empty());
+}
+
 // The smallest named shape, "tiny" (model/synthetic.cc: llama, vocab 512, dim 64, 2 layers,
 // 4 heads / 2 KV heads, FFN 256), with the bundled model's 512-token vocabulary.
 TEST(Cli, MakeModelWritesAGgufThatInspectReadsAndGenerateRuns) {

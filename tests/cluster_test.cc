@@ -8,6 +8,11 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include "model/model_source.h"
 #include "model/test_models.h"
 #include "model/test_util.h"
@@ -498,6 +503,27 @@ TEST(ClusterHttp, OpenAiCompatibleCompletions) {
   ASSERT_TRUE(models);
   EXPECT_THAT(models->body, HasSubstr("stories260K"));
 
+  // 300 idle connections (a client that opens sockets and sends nothing) hold no thread:
+  // a valid request is answered at once.
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(http_port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    idle.push_back(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto busy = http.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 2})",
+                        "application/json");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->status, 200);
+  EXPECT_LT(waited, 1.0) << "a request waited behind 300 idle connections";
+  for (int fd : idle) ::close(fd);
+
   // The same greedy text as the gRPC API.
   auto stub = cluster.Inference();
   Generated grpc_text = Generate(*stub, Request("Once upon a time", 30, 0.0f, 1));
@@ -548,6 +574,22 @@ TEST(ClusterHttp, OpenAiCompatibleCompletions) {
   ASSERT_TRUE(chat);
   EXPECT_EQ(chat->status, 400);  // stories260K is a base model without a chat template
   EXPECT_THAT(chat->body, HasSubstr("chat template"));
+  EXPECT_THAT(chat->body, HasSubstr("--chat-template"));
+  // Unknown paths and methods: JSON errors.
+  auto missing = http.Get("/v2/nothing");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_THAT(missing->body, HasSubstr("\"error\""));
+  auto wrong = http.Get("/v1/completions");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 405);
+  EXPECT_EQ(wrong->get_header_value("Allow"), "POST");
+  // A CORS preflight from a browser.
+  auto preflight = http.Options("/v1/completions", {{"Origin", "http://example.com"},
+                                                    {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(preflight);
+  EXPECT_EQ(preflight->status, 204);
+  EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Origin"), "*");
   EXPECT_EQ(http.Get("/health")->status, 200);
 }
 

@@ -16,6 +16,7 @@ namespace {
 struct MakeModelFlags {
   std::string shape, type = "F16", out, tokenizer;
   uint64_t seed = 1;
+  bool no_tokenizer = false;
 };
 
 bool Exists(const std::string& p) {
@@ -52,10 +53,17 @@ int RunMakeModel(const MakeModelFlags& f) {
   SyntheticOptions o;
   o.type = *type;
   o.seed = f.seed;
-  o.tokenizer_gguf = f.tokenizer.empty() ? DefaultTokenizer(shape->vocab) : f.tokenizer;
-  if (o.tokenizer_gguf.empty()) {
-    std::cerr << "cascade make-model: no tokenizer with " << shape->vocab
-              << " tokens found; writing a model without one (pass --tokenizer)\n";
+  if (!f.no_tokenizer) {
+    o.tokenizer_gguf = f.tokenizer.empty() ? DefaultTokenizer(shape->vocab) : f.tokenizer;
+    if (o.tokenizer_gguf.empty()) {
+      // A model without a tokenizer is one nothing can serve or generate with.
+      std::cerr << "cascade make-model: no tokenizer with " << shape->vocab
+                << " tokens was found (looked in $CASCADE_SHARED_DIR or ../shared/testdata/"
+                   "tokenizer); pass --tokenizer FILE.gguf with a vocabulary of "
+                << shape->vocab
+                << " tokens, or --no-tokenizer for a weights-only file (kernel benchmarks)\n";
+      return 2;
+    }
   }
   absl::Status st = WriteSyntheticModel(*shape, o, f.out);
   if (!st.ok()) {
@@ -101,6 +109,9 @@ void AddMakeModel(CLI::App& app, Action* action) {
   cmd->add_option("--seed", f->seed, "Random seed (same seed, same file)");
   cmd->add_option("--tokenizer", f->tokenizer,
                   "GGUF vocabulary to embed (default: a matching one from ../shared)");
+  cmd->add_flag("--no-tokenizer", f->no_tokenizer,
+                "Write weights only: no tokenizer (the file cannot be served; for kernel "
+                "benchmarks)");
   cmd->add_option("out", f->out, "Output .gguf")->required();
   cmd->callback([f, action] { *action = [f] { return RunMakeModel(*f); }; });
 }
