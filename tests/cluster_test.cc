@@ -1,5 +1,10 @@
 // End-to-end cluster tests: a coordinator and three worker processes serve a model split
 // in three stages, on loopback and with every process in its own network namespace.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <functional>
 #include <future>
 #include <thread>
@@ -8,11 +13,6 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include "model/model_source.h"
 #include "model/test_models.h"
 #include "model/test_util.h"
