@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
-#   bench/run_benchmarks.sh [pipeline|kernels|all]     (default: all)
+#   bench/run_benchmarks.sh [pipeline|kernels|serving|all]     (default: all)
+#   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
 #
 # Models are random-weight files of named shapes written by `cascade make-model` into
 # $CASCADE_BENCH_MODELS (default /tmp/cascade-bench-models); they are made once.
@@ -123,4 +124,66 @@ if [[ $WHAT == kernels || $WHAT == all ]]; then
         <(echo "$base") <(echo "$fast")
     fi
   fi
+fi
+
+if [[ $WHAT == serving || $WHAT == all ]]; then
+  echo
+  echo "== (e) serving: 16 streams against 1 through the HTTP API; TinyLlama-1.1B Q4_0, 2 threads =="
+  # The same load on each server (bench/serving_bench.py): 128-token prompts (the same ids
+  # for both), 128 tokens per stream, streamed /v1/completions. llama.cpp's server, when
+  # LLAMA_SERVER names one, gets 16 parallel slots with continuous batching on the same
+  # file and the same threads; the two take turns, two rounds, after a warm-up each.
+  M=$(model tinyllama-1.1b Q4_0)
+  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+  wait_health() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
+  run_load() { python3 bench/serving_bench.py --url "http://127.0.0.1:$1" --streams "$2" --prompt-tokens 128 --max-tokens 128 --vocab 32000; }
+  start_ours() {
+    port=$(free_port)
+    "$BIN/cascade" serve --model "$M" --workers 1 --threads 2 --listen "127.0.0.1:$(free_port)" \
+      --control-listen "127.0.0.1:$(free_port)" --http-listen "127.0.0.1:$port" \
+      --max-running 16 >/dev/null 2>&1 &
+    pid=$!
+    wait_health "$port"
+  }
+  start_peer() {
+    port=$(free_port)
+    "$LLAMA_SERVER" -m "$M" -t 2 -tb 2 -np 16 -c $((16 * 272)) -cb --port "$port" >/dev/null 2>&1 &
+    pid=$!
+    wait_health "$port"
+  }
+  results=$(mktemp)
+  servers=(ours)
+  [[ -n ${LLAMA_SERVER:-} ]] && servers+=(peer) || echo "(llama.cpp's server not given: set LLAMA_SERVER=/path/to/llama-server to measure it side by side)"
+  for round in 1 2; do
+    for who in "${servers[@]}"; do
+      "start_$who"
+      run_load "$port" 1 >/dev/null  # warm-up: the weights into the page cache
+      for n in 1 16; do echo "$who $round $n $(run_load "$port" "$n")" >> "$results"; done
+      kill "$pid"; wait "$pid" 2>/dev/null || true
+    done
+  done
+  python3 - "$results" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    who, rnd, n, js = line.split(" ", 3)
+    rows.setdefault((who, int(n)), []).append(json.loads(js))
+def rng(who, n, key, scale=1.0, fmt="{:.1f}"):
+    v = [r[key] * scale for r in rows.get((who, n), [])]
+    return "-" if not v else (fmt.format(min(v)) + "-" + fmt.format(max(v)))
+print(f"{'':12} {'tokens/s':>14} {'TTFT p50 s':>12} {'TTFT p99 s':>12} {'ITL p50 ms':>12} {'ITL p99 ms':>12}")
+for who in ("ours", "peer"):
+    for n in (1, 16):
+        if (who, n) not in rows: continue
+        print(f"{who + ' x' + str(n):12} {rng(who, n, 'tokens_per_s'):>14} {rng(who, n, 'ttft_p50_s', fmt='{:.2f}'):>12} "
+              f"{rng(who, n, 'ttft_p99_s', fmt='{:.2f}'):>12} {rng(who, n, 'itl_p50_s', 1000):>12} {rng(who, n, 'itl_p99_s', 1000):>12}")
+best = lambda who, n, k: max(r[k] for r in rows[(who, n)])
+print(f"ours: 16 streams / 1 stream: {best('ours', 16, 'tokens_per_s') / best('ours', 1, 'tokens_per_s'):.2f}x (target >= 4)")
+if ("peer", 16) in rows:
+    print(f"16 streams, ours / llama.cpp: {best('ours', 16, 'tokens_per_s') / best('peer', 16, 'tokens_per_s'):.2f}x (target >= 2)")
+    print(f"1 stream,   ours / llama.cpp: {best('ours', 1, 'tokens_per_s') / best('peer', 1, 'tokens_per_s'):.2f}x (target >= 1.2)")
+    ours99 = min(r['itl_p99_s'] for r in rows[('ours', 16)]); peer99 = min(r['itl_p99_s'] for r in rows[('peer', 16)])
+    print(f"16 streams, inter-token p99: ours {ours99 * 1000:.0f} ms, llama.cpp {peer99 * 1000:.0f} ms (target: ours no worse)")
+PY
+  rm -f "$results"
 fi
