@@ -116,7 +116,7 @@ class FakePipeline {
       r.batch_id = f->batch_id;
       for (const SeqSampling& s : f->sampling) {
         r.tokens.push_back({s.seq, TokenFor(s.params.seed, s.draw_index), -0.5f,
-                            static_cast<int32_t>(s.draw_index)});
+                            static_cast<int32_t>(s.draw_index), {}});
       }
       on_result_(std::move(r));
     }
