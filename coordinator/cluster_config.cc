@@ -109,7 +109,7 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   t.push_back(Text("http-listen", &c->server.http.listen,
                    "Also serve the OpenAI-compatible HTTP API here, e.g. 0.0.0.0:8080"));
   t.push_back(Integer("http-max-connections", &c->server.http.max_connections, 1, 1 << 20,
-                      "Open HTTP connections at most (more are refused)"));
+                      "Open HTTP connections at most (more wait in the listen queue)"));
   t.push_back(Option(
       "http-idle-timeout-s",
       "Seconds an HTTP connection may send nothing (headers, body, between requests)",

@@ -12,7 +12,7 @@
 // being suspended, not polled, in between. A streamed body goes out with chunked encoding
 // as the reply produces it.
 //
-// Limits: `max_connections` open connections (more are refused at accept); a connection
+// Limits: `max_connections` open connections (more wait in the listen queue); a connection
 // that sends or accepts nothing for `idle_timeout` is closed (while it waits for the
 // headers, the body or the next request on a kept-alive connection; never while its reply
 // is pending). No SO_REUSEPORT: a port another process holds is an error at Start().
