@@ -302,6 +302,10 @@ TEST(TcpFrameServer, AFrameWithoutTheLinkKeyClosesItsConnectionAndTouchesNoBatch
   ASSERT_TRUE(stranger->Send(Frame(7, 1)).ok());
   // Refused before anything of it is looked at: no error frame reaches the stage (that
   // would let a stranger cancel other people's batches), and the connection is dropped.
+  // The two senders use different connections, so wait for the refusal to be counted
+  // before the owned frame goes: nothing orders one connection's reads after another's.
+  for (int i = 0; i < 500 && stage.rejected() == 0; ++i)
+    std::this_thread::sleep_for(milliseconds(10));
   auto owned = *MakeActivationSender(stage.address(), {.link_key = kKey});
   ASSERT_TRUE(owned->Send(Frame(8, 1)).ok());
   auto f = stage.Next();
