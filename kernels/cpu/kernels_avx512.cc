@@ -19,24 +19,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/avx512_decode.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_layout.h"
+#include "kernels/cpu/isa_target.h"
 #include "kernels/cpu/kernel_table.h"
 #include "tensor/quant.h"
 #include "tensor/tensor_type.h"
 #include "util/fp16.h"
-
-// CASCADE_TARGET_BEGIN("isa,..."): every function defined until CASCADE_TARGET_END() is
-// compiled for those extensions (gcc: target pragma; clang: the target attribute on each).
-#define CASCADE_PRAGMA(x) _Pragma(#x)
-#if defined(__clang__)
-#define CASCADE_TARGET_BEGIN(isa) \
-  CASCADE_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
-#define CASCADE_TARGET_END() CASCADE_PRAGMA(clang attribute pop)
-#else
-#define CASCADE_TARGET_BEGIN(isa) CASCADE_PRAGMA(GCC push_options) CASCADE_PRAGMA(GCC target(isa))
-#define CASCADE_TARGET_END() CASCADE_PRAGMA(GCC pop_options)
-#endif
 
 CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
 
@@ -111,14 +101,17 @@ CASCADE_TARGET_END()
 namespace cascade::cpu {
 namespace {
 
-// A matmul of kMinTokens tokens or more runs Kernel (an AVX-512 kernel above), fewer the
-// AVX2 table's (decode and micro-batches, which stream the weights once and are bound by
-// memory bandwidth).
+// A matmul of kMinTokens tokens or more runs Kernel (an AVX-512 kernel above); fewer run
+// Decode (an AVX-512 decode kernel of avx512_decode.h) when there is one and the row range
+// allows (it ends at row 16 or later), else the AVX2 table's kernel (the same bits).
 template <TensorType kType, ActFormat kAct, int64_t kMinTokens,
-          void (*Kernel)(const MatmulTask&, TensorType)>
-void FromTokens(const MatmulTask& t) {
+          void (*Kernel)(const MatmulTask&, TensorType),
+          void (*Decode)(const MatmulTask&, TensorType) = nullptr>
+void ByTokens(const MatmulTask& t) {
   if (t.n >= kMinTokens) {
     Kernel(t, kType);
+  } else if (Decode != nullptr && t.r1 >= 16) {
+    Decode(t, kType);
   } else {
     Avx2Kernels().matmul(kType, kAct)(t);
   }
@@ -127,13 +120,19 @@ void FromTokens(const MatmulTask& t) {
 // Float weights: the GEMM from kGemmMinTokens tokens on, where the AVX2 GEMM starts.
 template <TensorType kType>
 constexpr MatmulFn kGemm =
-    &FromTokens<kType, ActFormat::kF32, kGemmMinTokens, &lanes::LaneGemm<Zmm>>;
-// Q8_0 / Q4_0: from 8 tokens, where the AVX2 kernels switch from streaming tiles to panels.
+    &ByTokens<kType, ActFormat::kF32, kGemmMinTokens, &lanes::LaneGemm<Zmm>>;
+// Q8_0 / Q4_0: panels from 8 tokens (where the AVX2 kernels switch from streaming tiles to
+// panels), the decode kernel below.
+static_assert(avx512::kQuantDecodeMaxTokens == 7);
 template <TensorType kType>
-constexpr MatmulFn kDot = &FromTokens<kType, ActFormat::kQ8_0, 8, &dot16::QuantBlocked<ZmmDot>>;
-// K-quants: from 16 tokens, where the AVX2 kernels stop streaming rows in registers.
+constexpr MatmulFn kDot = &ByTokens<kType, ActFormat::kQ8_0, 8, &dot16::QuantBlocked<ZmmDot>,
+                                    &avx512::QuantDecode>;
+// K-quants: panels from 16 tokens (where the AVX2 kernels stop streaming rows in
+// registers), the decode kernel below.
+static_assert(avx512::kKQuantDecodeMaxTokens == 15);
 template <TensorType kType>
-constexpr MatmulFn kKDot = &FromTokens<kType, ActFormat::kQ8K, 16, &dot16::KQuantBlocked<ZmmDot>>;
+constexpr MatmulFn kKDot = &ByTokens<kType, ActFormat::kQ8K, 16, &dot16::KQuantBlocked<ZmmDot>,
+                                     &avx512::KQuantDecode>;
 
 MatmulFn Avx512Matmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kF32) {
