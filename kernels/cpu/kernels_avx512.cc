@@ -101,38 +101,40 @@ CASCADE_TARGET_END()
 namespace cascade::cpu {
 namespace {
 
-// A matmul of kMinTokens tokens or more runs Kernel (an AVX-512 kernel above); fewer run
-// Decode (an AVX-512 decode kernel of avx512_decode.h) when there is one and the row range
-// allows (it ends at row 16 or later), else the AVX2 table's kernel (the same bits).
+// A matmul of kMinTokens tokens or more runs Kernel (an AVX-512 kernel above); up to
+// kDecodeMax tokens run Decode (an AVX-512 decode kernel of avx512_decode.h) when there is
+// one and the row range allows (it ends at row 16 or later); the rest the AVX2 table's
+// kernel (the same bits).
 template <TensorType kType, ActFormat kAct, int64_t kMinTokens,
-          void (*Kernel)(const MatmulTask&, TensorType),
+          void (*Kernel)(const MatmulTask&, TensorType), int64_t kDecodeMax = 0,
           void (*Decode)(const MatmulTask&, TensorType) = nullptr>
 void ByTokens(const MatmulTask& t) {
   if (t.n >= kMinTokens) {
     Kernel(t, kType);
-  } else if (Decode != nullptr && t.r1 >= 16) {
+  } else if (Decode != nullptr && t.n <= kDecodeMax && t.r1 >= 16) {
     Decode(t, kType);
   } else {
     Avx2Kernels().matmul(kType, kAct)(t);
   }
 }
 
-// Float weights: the GEMM from kGemmMinTokens tokens on, where the AVX2 GEMM starts.
+// Float weights: the GEMM from kGemmMinTokens tokens on, where the AVX2 GEMM starts; one
+// token: the decode kernel.
 template <TensorType kType>
-constexpr MatmulFn kGemm =
-    &ByTokens<kType, ActFormat::kF32, kGemmMinTokens, &lanes::LaneGemm<Zmm>>;
+constexpr MatmulFn kGemm = &ByTokens<kType, ActFormat::kF32, kGemmMinTokens,
+                                     &lanes::LaneGemm<Zmm>, 1, &avx512::FloatDecode>;
 // Q8_0 / Q4_0: panels from 8 tokens (where the AVX2 kernels switch from streaming tiles to
 // panels), the decode kernel below.
 static_assert(avx512::kQuantDecodeMaxTokens == 7);
 template <TensorType kType>
 constexpr MatmulFn kDot = &ByTokens<kType, ActFormat::kQ8_0, 8, &dot16::QuantBlocked<ZmmDot>,
-                                    &avx512::QuantDecode>;
+                                    7, &avx512::QuantDecode>;
 // K-quants: panels from 16 tokens (where the AVX2 kernels stop streaming rows in
 // registers), the decode kernel below.
 static_assert(avx512::kKQuantDecodeMaxTokens == 15);
 template <TensorType kType>
 constexpr MatmulFn kKDot = &ByTokens<kType, ActFormat::kQ8K, 16, &dot16::KQuantBlocked<ZmmDot>,
-                                     &avx512::KQuantDecode>;
+                                     15, &avx512::KQuantDecode>;
 
 MatmulFn Avx512Matmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kF32) {

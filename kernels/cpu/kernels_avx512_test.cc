@@ -1,7 +1,8 @@
 // The AVX-512 kernels against the AVX2 ones, bit for bit: the 16-float-vector GEMM of
 // gemm_lanes.h (F32/F16/BF16 weights), the 16-lane byte-dot-product kernel of
 // quant_lanes.h (Q8_0/Q4_0 weights x Q8_0 activations, K-quants x Q8_K), and the decode
-// kernels of avx512_decode.h (quantized weights, 1-7 / 1-15 tokens: real instructions only).
+// kernels of avx512_decode.h (quantized weights, 1-7 / 1-15 tokens; float weights, one
+// token: real instructions only).
 //
 // Each runs twice: with P = plain arrays (std::fma, a fused multiply-add rounded once like
 // the hardware's; the byte dot product lane by lane), on every CPU with AVX2, so the
@@ -369,6 +370,30 @@ TEST(Avx512Decode, KQuantsMatchTheAvx2KernelsBitForBit) {
   }
   for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
     ExpectDecodeMatchesAvx2(type, {256, 1280, 5632}, cpu::avx512::kKQuantDecodeMaxTokens);
+  }
+}
+
+// The one-token float decode kernel (F16 / BF16 / F32 weights): rows as threads get them
+// (partial 8-row tiles moved down, ranges ending below row 16 handed to AVX2), k with
+// tails of every length below 8 and TinyLlama's FFN-down row.
+TEST(Avx512Decode, FloatMatchesTheAvx2KernelsBitForBit) {
+  if (DetectCpuFeatures().best() < CpuIsa::kAvx512) {
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ; this one: "
+                 << DetectCpuFeatures().Describe();
+  }
+  for (TensorType type : {TensorType::kF16, TensorType::kBF16, TensorType::kF32}) {
+    const cpu::MatmulFn avx2 = cpu::Avx2Kernels().matmul(type, cpu::ActFormat::kF32);
+    const cpu::MatmulFn avx512 = cpu::Avx512Kernels().matmul(type, cpu::ActFormat::kF32);
+    for (int64_t k : {int64_t{8}, int64_t{20}, int64_t{101}, int64_t{1100}, int64_t{5632}}) {
+      const TestWeight w = MakeWeight(type, 45, k, 41);
+      const auto x = Random(k, 42);
+      for (const QuantShape& s : kDecodeRanges) {
+        const auto want = RunMatmul(w, x, 1, s.r0, s.r1, false, avx2);
+        const auto got = RunMatmul(w, x, 1, s.r0, s.r1, false, avx512);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << TensorTypeName(type) << " k=" << k << " rows [" << s.r0 << ", " << s.r1 << ")";
+      }
+    }
   }
 }
 
