@@ -1,19 +1,24 @@
-// The AVX-512 kernel table: the AVX2 table with the matmuls that are bound by arithmetic
-// rewritten for 512-bit registers, each bit for bit the AVX2 kernel's results, so that
-// decode (AVX2 tiles, bound by memory) and prefill still agree on every row:
+// The AVX-512 kernel table: the AVX2 table with the matmuls rewritten for 512-bit
+// registers, each bit for bit the AVX2 kernel's results, so that decode, micro-batches and
+// prefill still agree on every row:
 // - the float GEMM (F32/F16/BF16 weights, 16 tokens and more; gemm_lanes.h): 32-row panels
 //   x 12-token tiles, twice the FMA width of AVX2 per instruction;
 // - with VNNI, Q8_0 / Q4_0 weights x Q8_0 activations from 8 tokens on, and Q4_K / Q5_K /
 //   Q6_K x Q8_K from 16 (quant_lanes.h): one vpdpbusd adds 4 products for each of 16 rows,
-//   where AVX2 needs two or three instructions for 4 products of 8 rows.
+//   where AVX2 needs two or three instructions for 4 products of 8 rows;
+// - decode (avx512_decode.h): with VNNI, Q8_0 / Q4_0 for 1-7 tokens and K-quants for 1-15
+//   (16 rows reduced into one register's lanes); F32/F16/BF16 for one token (8 rows, two
+//   per register, the next tiles prefetched). On Zen 4 the AVX2 decode tiles were bound by
+//   instructions, not memory (Q4_0 ~17 GB/s of weights in L2, below a core's ~25-28 GB/s
+//   from DRAM), and their 4-8 interleaved row streams defeat the hardware prefetcher.
+// Micro-batches of 2-15 float tokens stay on the AVX2 tiles.
 //
 // Only the kernels' own code is compiled for AVX-512, in two regions after every other
 // include (AVX-512 F/BW/VL/DQ for the float GEMM; the same plus VNNI for the integer
-// kernels, which run only where the CPU has VNNI): inline functions of the shared headers
-// stay baseline code here, so the linker can never hand an AVX2-only CPU an AVX-512 copy of
-// one of them, and an AVX-512 CPU without VNNI never runs code compiled for it. gcc takes a
-// target pragma; clang, which ignores it, the same target attribute applied to every
-// function of the region. The table itself is baseline code.
+// kernels, which run only where the CPU has VNNI; isa_target.h): inline functions of the
+// shared headers stay baseline code here, so the linker can never hand an AVX2-only CPU an
+// AVX-512 copy of one of them, and an AVX-512 CPU without VNNI never runs code compiled
+// for it. The table itself is baseline code.
 #include <immintrin.h>
 
 #include <cstdint>
