@@ -4,6 +4,8 @@
 //
 //   engine_bench --models DIR [--types F16,Q8_0,Q4_0,Q4_K] [--threads 1,2]
 //   engine_bench --model FILE [--model FILE ...]
+//   engine_bench ... --json      one JSON object per (model, threads) line, nothing else
+//                                (bench/run_benchmarks.sh reads these)
 //
 // Models missing from DIR are written as DIR/tinyllama-1.1b-TYPE.gguf (random weights,
 // the same files `cascade make-model --shape tinyllama-1.1b --type TYPE` writes, less the
@@ -180,6 +182,10 @@ int Main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "Runs per measurement; the best is reported");
   app.add_option("--triad-mib", triad_mib, "Size of each triad array");
   app.add_flag("--exact", o.exact, "Float activations for quantized weights");
+  bool json = false;
+  app.add_flag("--json", json,
+               "One JSON object per (model, threads) line instead of the table; "
+               "--triad-mib 0 skips the bandwidth measurement");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<int> thread_counts;
@@ -214,21 +220,23 @@ int Main(int argc, char** argv) {
     }
   }
 
-  std::printf("== CPU engine: %s, kernels %s ==\n", DetectCpuFeatures().Describe().c_str(),
-              CpuIsaName(SelectedIsa()));
   std::map<int, double> triad;
-  for (int t : thread_counts) {
-    triad[t] = TriadGBps(t, triad_mib * 1024 * 1024 / 8, 5);
-    const double base = t <= 2 ? kBaselineTriad[t - 1] : 0;
-    std::printf("triad bandwidth, %d thread%s: %6.1f GB/s   (llama.cpp machine: %.0f GB/s)\n", t,
-                t == 1 ? " " : "s", triad[t], base);
+  if (!json) {
+    std::printf("== CPU engine: %s, kernels %s ==\n", DetectCpuFeatures().Describe().c_str(),
+                CpuIsaName(SelectedIsa()));
+    for (int t : thread_counts) {
+      triad[t] = TriadGBps(t, triad_mib * 1024 * 1024 / 8, 5);
+      const double base = t <= 2 ? kBaselineTriad[t - 1] : 0;
+      std::printf("triad bandwidth, %d thread%s: %6.1f GB/s   (llama.cpp machine: %.0f GB/s)\n", t,
+                  t == 1 ? " " : "s", triad[t], base);
+    }
+    std::printf(
+        "decode: %d tokens after a %d-token prompt; prefill: %d-token prompt; %s activations\n",
+        o.decode_tokens, o.prompt_tokens, o.prefill_tokens,
+        o.exact ? "float" : "8-bit (quantized weights)");
+    std::printf("%-6s %3s | %8s %7s | %9s %7s | %10s %7s | %6s %6s %6s\n", "type", "thr", "decode",
+                "vs lcpp", "prefill", "vs lcpp", "prompt-128", "vs lcpp", "GB/tok", "triad", "bw%");
   }
-  std::printf(
-      "decode: %d tokens after a %d-token prompt; prefill: %d-token prompt; %s activations\n",
-      o.decode_tokens, o.prompt_tokens, o.prefill_tokens,
-      o.exact ? "float" : "8-bit (quantized weights)");
-  std::printf("%-6s %3s | %8s %7s | %9s %7s | %10s %7s | %6s %6s %6s\n", "type", "thr", "decode",
-              "vs lcpp", "prefill", "vs lcpp", "prompt-128", "vs lcpp", "GB/tok", "triad", "bw%");
   for (const auto& [label, path] : runs) {
     auto src = ModelSource::Open(path);
     if (!src.ok()) {
@@ -245,12 +253,22 @@ int Main(int argc, char** argv) {
     if (type.empty()) type = TensorTypeName((*weights)->layers[0].w_gate->type);
     (*src)->Prefetch();
     for (int t : thread_counts) {
-      const double tri = TriadGBps(t, triad_mib * 1024 * 1024 / 8, 3);
+      const double tri = triad_mib > 0 ? TriadGBps(t, triad_mib * 1024 * 1024 / 8, 3) : 0;
       triad[t] = std::max(triad[t], tri);
       auto r = Measure(**src, t, o);
       if (!r.ok()) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), r.status().ToString().c_str());
         return 1;
+      }
+      if (json) {
+        std::printf(
+            "{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", "
+            "\"decode\": %.3f, \"decode_tokens\": %d, \"prompt\": %.3f, \"prompt_tokens\": %d, "
+            "\"prefill\": %.3f, \"prefill_tokens\": %d, \"triad\": %.2f}\n",
+            path.c_str(), type.c_str(), t, CpuIsaName(SelectedIsa()), r->decode, o.decode_tokens,
+            r->prompt_rate, o.prompt_tokens, r->prefill, o.prefill_tokens, tri);
+        std::fflush(stdout);
+        continue;
       }
       const auto it = Baselines().find(type == "Q4_K" ? "Q4_0" : type);
       const bool has = it != Baselines().end() && t <= 2;
@@ -264,6 +282,7 @@ int Main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  if (json) return 0;
   std::printf(
       "llama.cpp figures: F16 decode 4.05/7.54, prefill-128 42.5/71.1; Q8_0 5.98/10.0, "
       "35.3/61.6; Q4_0 10.6/18.6, 46.9/89.3 tokens/s (1/2 threads); Q4_K is compared with "

@@ -2,7 +2,13 @@
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
 #   bench/run_benchmarks.sh [pipeline|kernels|serving|all]     (default: all)
+#   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
+#
+# With LLAMA_BENCH (a llama.cpp llama-bench built by hand, outside this repository),
+# section (c) runs it on the very same model files as engine_bench, the two alternating
+# for ROUNDS rounds (default 2), and prints both rates and their ratio for every type and
+# thread count; without it, (c) prints our rates only.
 #
 # Models are random-weight files of named shapes written by `cascade make-model` into
 # $CASCADE_BENCH_MODELS (default /tmp/cascade-bench-models); they are made once.
@@ -25,6 +31,78 @@ json() {  # json KEY <<< '{...}'
 }
 
 ratio() { python3 -c "print(f'{$1 / $2:.3f}')"; }
+
+# Section (c): our engine and (with LLAMA_BENCH) llama.cpp's llama-bench on the same GGUF
+# files: decode of 64 tokens and a 128-token prompt, 1 and 2 threads, ROUNDS rounds with
+# the two taking turns (the peer first in every other round: a shared VM's speed drifts).
+# engine_bench decodes after its 128-token prompt, llama-bench from an empty context.
+side_by_side() {
+  local rounds=${ROUNDS:-2} out=$(mktemp -d)
+  local files=()
+  for t in F16 Q8_0 Q4_0 Q4_K; do files+=("$(model tinyllama-1.1b "$t")"); done
+  files+=("$(model llama-110m F16)")
+  ours() {  # ours FILE ROUND
+    "$BIN/engine_bench" --model "$1" --threads 1,2 --decode-tokens 64 --prompt-tokens 128 \
+      --prefill-tokens 0 --repeats 1 --triad-mib 0 --json > "$out/ours-$2-$(basename "$1")"
+  }
+  peer() {
+    "$LLAMA_BENCH" -m "$1" -p 128 -n 64 -t 1,2 -r 1 -o json 2>/dev/null > "$out/peer-$2-$(basename "$1")"
+  }
+  if [[ -z ${LLAMA_BENCH:-} ]]; then
+    echo "(the peer was not given: set LLAMA_BENCH=/path/to/llama-bench for the side-by-side figures)"
+  elif [[ ! -x $LLAMA_BENCH ]]; then
+    echo "LLAMA_BENCH=$LLAMA_BENCH is not an executable" >&2
+    return 1
+  fi
+  for ((r = 1; r <= rounds; r++)); do
+    for f in "${files[@]}"; do
+      if [[ -n ${LLAMA_BENCH:-} && $((r % 2)) == 0 ]]; then peer "$f" "$r"; ours "$f" "$r"
+      elif [[ -n ${LLAMA_BENCH:-} ]]; then ours "$f" "$r"; peer "$f" "$r"
+      else ours "$f" "$r"; fi
+    done
+  done
+  python3 - "$out" "$rounds" "${files[@]}" <<'PY'
+import json, os, statistics, sys
+out, rounds, files = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def load(kind, r, f):
+    p = os.path.join(out, f"{kind}-{r}-{os.path.basename(f)}")
+    if not os.path.exists(p) or os.path.getsize(p) == 0:
+        return None
+    with open(p) as fh:
+        return [json.loads(l) for l in fh if l.strip()] if kind == "ours" else json.load(fh)
+cols = [("decode", 1), ("decode", 2), ("prefill", 1), ("prefill", 2)]
+def rates(kind, f):
+    got = {c: [] for c in cols}
+    for r in range(1, rounds + 1):
+        d = load(kind, r, f)
+        for row in d or []:
+            if kind == "ours":
+                got[("decode", row["threads"])].append(row["decode"])
+                got[("prefill", row["threads"])].append(row["prompt"])
+            else:
+                what = "decode" if row["n_gen"] > 0 else "prefill"
+                got[(what, row["n_threads"])].append(row["avg_ts"])
+    return got
+def span(v):
+    return "-" if not v else (f"{min(v):.1f}" if len(v) == 1 else f"{min(v):.1f}-{max(v):.1f}")
+peer_given = any(load("peer", r, f) for r in range(1, rounds + 1) for f in files)
+print(f"tokens/s over {rounds} round(s): Cascade" + (" / llama.cpp (ratio of the means)" if peer_given else ""))
+print("| model | decode 1 thr | decode 2 thr | prefill-128 1 thr | prefill-128 2 thr |")
+print("|---" * (len(cols) + 1) + "|")
+for f in files:
+    name = os.path.basename(f).removesuffix(".gguf")
+    o, p = rates("ours", f), rates("peer", f)
+    cells = []
+    for c in cols:
+        if peer_given and p[c] and o[c]:
+            ratio = statistics.mean(o[c]) / statistics.mean(p[c])
+            cells.append(f"{span(o[c])} / {span(p[c])} ({ratio:.2f}x)")
+        else:
+            cells.append(span(o[c]))
+    print(f"| {name} | " + " | ".join(cells) + " |")
+PY
+  rm -rf "$out"
+}
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; $(date -u +%Y-%m-%d)"
 
@@ -96,9 +174,8 @@ fi
 if [[ $WHAT == kernels || $WHAT == all ]]; then
   if [[ -x $BIN/engine_bench ]]; then
     echo
-    echo "== (c) CPU engine: TinyLlama-1.1B decode / prefill / memory bandwidth vs llama.cpp =="
-    for t in F16 Q8_0 Q4_0 Q4_K; do model tinyllama-1.1b "$t" > /dev/null; done  # with tokenizer
-    "$BIN/engine_bench" --models "$MODELS"
+    echo "== (c) CPU engine: TinyLlama-1.1B (F16, Q8_0, Q4_0, Q4_K) and llama-110m F16, decode and prefill-128 =="
+    side_by_side
   fi
   if [[ -x $BIN/kernel_bench ]]; then
     echo

@@ -3,9 +3,9 @@
 // Contract: each ISA (scalar, AVX2, AVX-512) provides one KernelTable, compiled in its own
 // translation unit for that ISA; KernelTableFor() returns the table for an ISA the CPU
 // supports (never call into a table the CPU lacks). The AVX-512 table is the AVX2 one with
-// the float GEMM in 512-bit registers (gemm_lanes.h) and, with VNNI, the blocked Q8_0/Q4_0
-// and K-quant matmuls on byte dot products (quant_lanes.h), each bit for bit the AVX2
-// kernel's results.
+// the float GEMM in 512-bit registers (gemm_lanes.h), the one-token float decode and, with
+// VNNI, the blocked Q8_0/Q4_0 and K-quant matmuls on byte dot products (quant_lanes.h) and
+// their decode kernels (avx512_decode.h), each bit for bit the AVX2 kernel's results.
 // Kernels are pure functions of their arguments and thread-safe; they never allocate
 // (matmuls use MatmulTask::scratch).
 //
@@ -14,11 +14,13 @@
 // per ISA and weight format:
 // - float activations (F32/F16/BF16 weights, or quantized weights dequantized exactly):
 //   eight lanes accumulate the products of elements e with e % 8 == lane in element order
-//   (scalar: multiply then add; AVX2: FMA), then the lanes are summed as
+//   (scalar: multiply then add; AVX2 and AVX-512: FMA, whatever register lanes hold them),
+//   then the lanes are summed as
 //   ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7));
 // - Q8_0/Q4_0 x Q8_0 activations: per 32-element block, exact integer sums; scalar: 8
 //   lanes of 4 elements, each lane += sum * (d_w * d_x), lanes reduced as above; AVX2: the
-//   block's whole integer sum S, y = fma(S, d_w * d_x, y) block after block;
+//   block's whole integer sum S, y = fma(S, d_w * d_x, y) block after block (AVX-512: the
+//   same, whatever lanes and instructions form S);
 // - K-quants x Q8_K: per super-block, exact integer sums; scalar: 8 lanes (e % 8) scaled
 //   by d_w * d_x, the min terms in one running sum, lanes reduced as above; AVX2: the
 //   super-block's whole sums S and M, y = fma(S, d_w * d_x, y) then y = fma(-M, dmin_w *

@@ -1,42 +1,37 @@
-// The AVX-512 kernel table: the AVX2 table with the matmuls that are bound by arithmetic
-// rewritten for 512-bit registers, each bit for bit the AVX2 kernel's results, so that
-// decode (AVX2 tiles, bound by memory) and prefill still agree on every row:
+// The AVX-512 kernel table: the AVX2 table with the matmuls rewritten for 512-bit
+// registers, each bit for bit the AVX2 kernel's results, so that decode, micro-batches and
+// prefill still agree on every row:
 // - the float GEMM (F32/F16/BF16 weights, 16 tokens and more; gemm_lanes.h): 32-row panels
 //   x 12-token tiles, twice the FMA width of AVX2 per instruction;
 // - with VNNI, Q8_0 / Q4_0 weights x Q8_0 activations from 8 tokens on, and Q4_K / Q5_K /
 //   Q6_K x Q8_K from 16 (quant_lanes.h): one vpdpbusd adds 4 products for each of 16 rows,
-//   where AVX2 needs two or three instructions for 4 products of 8 rows.
+//   where AVX2 needs two or three instructions for 4 products of 8 rows;
+// - decode (avx512_decode.h): with VNNI, Q8_0 / Q4_0 for 1-7 tokens and K-quants for 1-15
+//   (16 rows reduced into one register's lanes); F32/F16/BF16 for one token (8 rows, two
+//   per register, the next tiles prefetched). On Zen 4 the AVX2 decode tiles were bound by
+//   instructions, not memory (Q4_0 ~17 GB/s of weights in L2, below a core's ~25-28 GB/s
+//   from DRAM), and their 4-8 interleaved row streams defeat the hardware prefetcher.
+// Micro-batches of 2-15 float tokens stay on the AVX2 tiles.
 //
 // Only the kernels' own code is compiled for AVX-512, in two regions after every other
 // include (AVX-512 F/BW/VL/DQ for the float GEMM; the same plus VNNI for the integer
-// kernels, which run only where the CPU has VNNI): inline functions of the shared headers
-// stay baseline code here, so the linker can never hand an AVX2-only CPU an AVX-512 copy of
-// one of them, and an AVX-512 CPU without VNNI never runs code compiled for it. gcc takes a
-// target pragma; clang, which ignores it, the same target attribute applied to every
-// function of the region. The table itself is baseline code.
+// kernels, which run only where the CPU has VNNI; isa_target.h): inline functions of the
+// shared headers stay baseline code here, so the linker can never hand an AVX2-only CPU an
+// AVX-512 copy of one of them, and an AVX-512 CPU without VNNI never runs code compiled
+// for it. The table itself is baseline code.
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/avx512_decode.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_layout.h"
+#include "kernels/cpu/isa_target.h"
 #include "kernels/cpu/kernel_table.h"
 #include "tensor/quant.h"
 #include "tensor/tensor_type.h"
 #include "util/fp16.h"
-
-// CASCADE_TARGET_BEGIN("isa,..."): every function defined until CASCADE_TARGET_END() is
-// compiled for those extensions (gcc: target pragma; clang: the target attribute on each).
-#define CASCADE_PRAGMA(x) _Pragma(#x)
-#if defined(__clang__)
-#define CASCADE_TARGET_BEGIN(isa) \
-  CASCADE_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
-#define CASCADE_TARGET_END() CASCADE_PRAGMA(clang attribute pop)
-#else
-#define CASCADE_TARGET_BEGIN(isa) CASCADE_PRAGMA(GCC push_options) CASCADE_PRAGMA(GCC target(isa))
-#define CASCADE_TARGET_END() CASCADE_PRAGMA(GCC pop_options)
-#endif
 
 CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
 
@@ -111,29 +106,40 @@ CASCADE_TARGET_END()
 namespace cascade::cpu {
 namespace {
 
-// A matmul of kMinTokens tokens or more runs Kernel (an AVX-512 kernel above), fewer the
-// AVX2 table's (decode and micro-batches, which stream the weights once and are bound by
-// memory bandwidth).
+// A matmul of kMinTokens tokens or more runs Kernel (an AVX-512 kernel above); up to
+// kDecodeMax tokens run Decode (an AVX-512 decode kernel of avx512_decode.h) when there is
+// one and the row range allows (it ends at row 16 or later); the rest the AVX2 table's
+// kernel (the same bits).
 template <TensorType kType, ActFormat kAct, int64_t kMinTokens,
-          void (*Kernel)(const MatmulTask&, TensorType)>
-void FromTokens(const MatmulTask& t) {
+          void (*Kernel)(const MatmulTask&, TensorType), int64_t kDecodeMax = 0,
+          void (*Decode)(const MatmulTask&, TensorType) = nullptr>
+void ByTokens(const MatmulTask& t) {
   if (t.n >= kMinTokens) {
     Kernel(t, kType);
+  } else if (Decode != nullptr && t.n <= kDecodeMax && t.r1 >= 16) {
+    Decode(t, kType);
   } else {
     Avx2Kernels().matmul(kType, kAct)(t);
   }
 }
 
-// Float weights: the GEMM from kGemmMinTokens tokens on, where the AVX2 GEMM starts.
+// Float weights: the GEMM from kGemmMinTokens tokens on, where the AVX2 GEMM starts; one
+// token: the decode kernel.
 template <TensorType kType>
-constexpr MatmulFn kGemm =
-    &FromTokens<kType, ActFormat::kF32, kGemmMinTokens, &lanes::LaneGemm<Zmm>>;
-// Q8_0 / Q4_0: from 8 tokens, where the AVX2 kernels switch from streaming tiles to panels.
+constexpr MatmulFn kGemm = &ByTokens<kType, ActFormat::kF32, kGemmMinTokens,
+                                     &lanes::LaneGemm<Zmm>, 1, &avx512::FloatDecode>;
+// Q8_0 / Q4_0: panels from 8 tokens (where the AVX2 kernels switch from streaming tiles to
+// panels), the decode kernel below.
+static_assert(avx512::kQuantDecodeMaxTokens == 7);
 template <TensorType kType>
-constexpr MatmulFn kDot = &FromTokens<kType, ActFormat::kQ8_0, 8, &dot16::QuantBlocked<ZmmDot>>;
-// K-quants: from 16 tokens, where the AVX2 kernels stop streaming rows in registers.
+constexpr MatmulFn kDot = &ByTokens<kType, ActFormat::kQ8_0, 8, &dot16::QuantBlocked<ZmmDot>,
+                                    7, &avx512::QuantDecode>;
+// K-quants: panels from 16 tokens (where the AVX2 kernels stop streaming rows in
+// registers), the decode kernel below.
+static_assert(avx512::kKQuantDecodeMaxTokens == 15);
 template <TensorType kType>
-constexpr MatmulFn kKDot = &FromTokens<kType, ActFormat::kQ8K, 16, &dot16::KQuantBlocked<ZmmDot>>;
+constexpr MatmulFn kKDot = &ByTokens<kType, ActFormat::kQ8K, 16, &dot16::KQuantBlocked<ZmmDot>,
+                                     15, &avx512::KQuantDecode>;
 
 MatmulFn Avx512Matmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kF32) {

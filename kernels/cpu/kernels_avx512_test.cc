@@ -1,12 +1,15 @@
 // The AVX-512 kernels against the AVX2 ones, bit for bit: the 16-float-vector GEMM of
-// gemm_lanes.h (F32/F16/BF16 weights) and the 16-lane byte-dot-product kernel of
-// quant_lanes.h (Q8_0/Q4_0 weights x Q8_0 activations).
+// gemm_lanes.h (F32/F16/BF16 weights), the 16-lane byte-dot-product kernel of
+// quant_lanes.h (Q8_0/Q4_0 weights x Q8_0 activations, K-quants x Q8_K), and the decode
+// kernels of avx512_decode.h (quantized weights, 1-7 / 1-15 tokens; float weights, one
+// token: real instructions only).
 //
 // Each runs twice: with P = plain arrays (std::fma, a fused multiply-add rounded once like
 // the hardware's; the byte dot product lane by lane), on every CPU with AVX2, so the
 // AVX-512 kernels' tiling, panels, tails and reductions are executed and checked on
 // machines without AVX-512; and with the AVX-512 kernel table itself, where the CPU has
 // AVX-512 (and VNNI for the integer kernel; skipped elsewhere, saying so).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/avx512_decode.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/gemm_layout.h"
@@ -22,6 +26,7 @@
 #include "kernels/cpu/kernels_test_util.h"
 #include "kernels/cpu/quant_lanes.h"
 #include "tensor/quant.h"
+#include "util/fp16.h"
 
 namespace cascade {
 namespace {
@@ -314,6 +319,143 @@ TEST(QuantDot16, VnniTableMatchesTheAvx2KernelsBitForBit) {
   ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0}, kQuantShapes, vnni);
   ExpectQuantKernelMatchesAvx2({TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K},
                                kKQuantShapes, vnni);
+}
+
+bool HasVnni() {
+  return DetectCpuFeatures().best() >= CpuIsa::kAvx512 && DetectCpuFeatures().avx512vnni;
+}
+
+// The decode kernels: every token count they take, rows 45 (two full 16-row groups and a
+// partial one, which the kernel moves down over rows it already wrote, masking them off)
+// and ranges as threads get them: starting mid-group, fewer than 16 rows ending at row 16
+// or later (a moved-down group) or below it (handed to AVX2), one row; k of one block,
+// with odd block counts, and TinyLlama's FFN-down row.
+const QuantShape kDecodeRanges[] = {{0, 0, 0, 45},   {0, 0, 3, 41},  {0, 0, 16, 33},
+                                    {0, 0, 29, 45},  {0, 0, 8, 16},  {0, 0, 2, 13},
+                                    {0, 0, 44, 45},  {0, 0, 17, 18}, {0, 0, 0, 16}};
+
+void ExpectDecodeMatchesAvx2(TensorType type, std::initializer_list<int64_t> ks, int64_t max_n) {
+  const cpu::ActFormat fmt = cpu::ActFormatFor(type, true);
+  const cpu::MatmulFn avx2 = cpu::Avx2Kernels().matmul(type, fmt);
+  const cpu::MatmulFn avx512 = cpu::Avx512Kernels().matmul(type, fmt);
+  for (int64_t k : ks) {
+    const TestWeight w = MakeWeight(type, 45, k, 21);
+    const auto x = Random(max_n * k, 22);
+    for (int64_t n = 1; n <= max_n; ++n) {
+      for (const QuantShape& s : kDecodeRanges) {
+        const auto want = RunQuantMatmul(w, x, n, s.r0, s.r1, avx2);
+        const auto got = RunQuantMatmul(w, x, n, s.r0, s.r1, avx512);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << TensorTypeName(type) << " k=" << k << " n=" << n << " rows [" << s.r0 << ", "
+            << s.r1 << ")";
+      }
+    }
+  }
+}
+
+TEST(Avx512Decode, QuantMatchesTheAvx2KernelsBitForBit) {
+  if (!HasVnni()) {
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ and VNNI; this one: "
+                 << DetectCpuFeatures().Describe();
+  }
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0}) {
+    ExpectDecodeMatchesAvx2(type, {32, 1088, 5632}, cpu::avx512::kQuantDecodeMaxTokens);
+  }
+}
+
+TEST(Avx512Decode, KQuantsMatchTheAvx2KernelsBitForBit) {
+  if (!HasVnni()) {
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ and VNNI; this one: "
+                 << DetectCpuFeatures().Describe();
+  }
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    ExpectDecodeMatchesAvx2(type, {256, 1280, 5632}, cpu::avx512::kKQuantDecodeMaxTokens);
+  }
+}
+
+// The one-token float decode kernel (F16 / BF16 / F32 weights): rows as threads get them
+// (partial 8-row tiles moved down, ranges ending below row 16 handed to AVX2), k with
+// tails of every length below 8 and TinyLlama's FFN-down row.
+TEST(Avx512Decode, FloatMatchesTheAvx2KernelsBitForBit) {
+  if (DetectCpuFeatures().best() < CpuIsa::kAvx512) {
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ; this one: "
+                 << DetectCpuFeatures().Describe();
+  }
+  for (TensorType type : {TensorType::kF16, TensorType::kBF16, TensorType::kF32}) {
+    const cpu::MatmulFn avx2 = cpu::Avx2Kernels().matmul(type, cpu::ActFormat::kF32);
+    const cpu::MatmulFn avx512 = cpu::Avx512Kernels().matmul(type, cpu::ActFormat::kF32);
+    for (int64_t k : {int64_t{8}, int64_t{20}, int64_t{101}, int64_t{1100}, int64_t{5632}}) {
+      const TestWeight w = MakeWeight(type, 45, k, 41);
+      const auto x = Random(k, 42);
+      for (const QuantShape& s : kDecodeRanges) {
+        const auto want = RunMatmul(w, x, 1, s.r0, s.r1, false, avx2);
+        const auto got = RunMatmul(w, x, 1, s.r0, s.r1, false, avx512);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << TensorTypeName(type) << " k=" << k << " rows [" << s.r0 << ", " << s.r1 << ")";
+      }
+    }
+  }
+}
+
+// Batch invariance of the AVX-512 table around the decode kernels: every row of every
+// token, computed in batches of n = 1..16 (decode kernel, then panels) and in row ranges
+// split anywhere, equals that token's row computed alone over all rows; and alone it is
+// within rounding of the float64 product of the dequantized weights with the quantized
+// activations.
+TEST(Avx512Decode, BatchInvariantAcrossTokensAndRowSplits) {
+  if (!HasVnni()) {
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ and VNNI; this one: "
+                 << DetectCpuFeatures().Describe();
+  }
+  const int64_t rows = 45, max_n = 16;
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
+                          TensorType::kQ5_K, TensorType::kQ6_K}) {
+    const int64_t k = cpu::ActFormatFor(type, true) == cpu::ActFormat::kQ8_0 ? 1088 : 1280;
+    const cpu::MatmulFn fn = cpu::Avx512Kernels().matmul(type, cpu::ActFormatFor(type, true));
+    const TestWeight w = MakeWeight(type, rows, k, 31);
+    const auto x = Random(max_n * k, 32);
+    std::vector<float> alone(max_n * rows);
+    for (int64_t i = 0; i < max_n; ++i) {
+      const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+      const auto y = RunQuantMatmul(w, xi, 1, 0, rows, fn);
+      std::copy(y.begin(), y.end(), alone.begin() + i * rows);
+      // Against the dequantized weights times the quantized activations (float64).
+      const cpu::ActFormat fmt = cpu::ActFormatFor(type, true);
+      std::vector<uint8_t> xq(cpu::ActRowBytes(fmt, k));
+      std::vector<float> xe(k);
+      if (fmt == cpu::ActFormat::kQ8_0) {
+        cpu::ScalarKernels().quantize_q8_0(xi.data(), k, xq.data());
+        const auto* b = reinterpret_cast<const BlockQ8_0*>(xq.data());
+        for (int64_t e = 0; e < k; ++e) xe[e] = b[e / kQK].qs[e % kQK] * Fp16ToFloat(b[e / kQK].d);
+      } else {
+        cpu::ScalarKernels().quantize_q8k(xi.data(), k, xq.data());
+        const auto* b = reinterpret_cast<const BlockQ8K*>(xq.data());
+        for (int64_t e = 0; e < k; ++e) xe[e] = b[e / kQKK].qs[e % kQKK] * b[e / kQKK].d;
+      }
+      double err = 0, norm = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref = 0;
+        for (int64_t e = 0; e < k; ++e) ref += static_cast<double>(w.dequant[r * k + e]) * xe[e];
+        err += (y[r] - ref) * (y[r] - ref);
+        norm += ref * ref;
+      }
+      ASSERT_LT(std::sqrt(err / norm), 2e-6) << TensorTypeName(type) << " token " << i;
+    }
+    for (int64_t n = 1; n <= max_n; ++n) {
+      for (int64_t split : {int64_t{0}, int64_t{5}, int64_t{16}, int64_t{23}, int64_t{40}}) {
+        std::vector<float> y(n * rows, -7.0f);
+        const auto lo = RunQuantMatmul(w, x, n, 0, split, fn);
+        const auto hi = RunQuantMatmul(w, x, n, split, rows, fn);
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t r = 0; r < rows; ++r) {
+            y[i * rows + r] = r < split ? lo[i * rows + r] : hi[i * rows + r];
+          }
+        }
+        ASSERT_EQ(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)), 0)
+            << TensorTypeName(type) << " n=" << n << " split at row " << split;
+      }
+    }
+  }
 }
 
 }  // namespace

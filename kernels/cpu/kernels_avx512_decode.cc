@@ -1,0 +1,758 @@
+// AVX-512 VNNI decode kernels (avx512_decode.h): quantized weights x quantized activations
+// for 1 to 7 (Q8_0 / Q4_0) or 1 to 15 (K-quants) tokens, reading the weight rows in place.
+//
+// Why: at decode the AVX2 kernels spend more instructions per weight byte than a core
+// can stream from memory (measured on Zen 4, in L2: AVX2 Q4_0 ~17 GB/s of weights, this
+// kernel ~30; horizontal adds and scale conversions per 4-row tile are most of the
+// difference). Here 16 rows are one group: their per-block (per-super-block) exact integer
+// sums are reduced into the 16 int32 lanes of one register by a shuffle tree, and every
+// float step after that (scales, conversion, FMA) is one instruction for 16 outputs.
+//
+// Q8_0 / Q4_0 (per 32-element block b, each of the T tokens):
+// - register j (j = 0..3) holds 16 bytes of code of rows 4q + j in its 128-bit chunk q;
+//   Q4_0: low nibbles (elements 0..15) and high nibbles (16..31) of those 16 bytes, both
+//   unsigned (code + 8); Q8_0: the first and the second 16 codes, made unsigned (+ 128).
+//   Two vpdpbusd against the token's codes 0..15 and 16..31 (broadcast to every chunk)
+//   leave each row's sum in the 4 lanes of its chunk;
+// - a shuffle tree adds each chunk's 4 lanes (Tree4): lane r = row r's sum, to which the
+//   token's -8 sum(x) (Q4_0) or -128 sum(x) (Q8_0) is added: S_b exactly;
+// - the rows' fp16 scales, assembled in general registers (Scales16), and acc = fma(S_b,
+//   d_w * d_x, acc), as the AVX2 kernels do, block after block.
+// K-quants (per super-block, each token):
+// - per row, 16 int32 lanes of scaled code products: the 128 code bytes as two registers,
+//   their nibbles as four (each half a register one 32-element sub-block; Q5_K adds the
+//   fifth bit, Q6_K the two high bits), times the token's codes arranged to match
+//   (vpmaddubsw, int16 pairs), times the sub-block scales (vpdpwssd). Q4_K / Q5_K fold
+//   these into 8 lanes and put the min products (sub-block mins times the token's sums of
+//   32 codes) into 4 more; Q6_K subtracts its -32 offset term (scales times bsums);
+// - a tree over the 16 rows (RowTree) reduces each row's lanes into lane r: S (and M)
+//   exactly;
+// - then AVX2's float steps per super-block: acc = fma(S, d * dx, acc), acc = fma(-M,
+//   dmin * dx, acc) (Q6_K: acc = fma(S - M, d * dx, acc)).
+// Integer sums are exact whatever their grouping, and the float steps are the AVX2 ones
+// in the same order, so every output is bit for bit the AVX2 kernel's.
+//
+// No gathers: vpgatherdd of 16 lanes measured ~18 cycles on Zen 4, as much as the rest
+// of a Q4_0 block step; the scales come through general registers instead. The weights
+// of the next group are prefetched into L2 during this one (a linear sweep: 16
+// interleaved row streams are more than the hardware prefetcher follows).
+//
+// Compiled for AVX-512 F/BW/VL/DQ + VNNI in one region after every include (isa_target.h).
+// gcc 12 reports its own AVX-512 intrinsics (unpack, shifts, inserts, gathers: those whose
+// header passes an undefined vector as the unused merge source) as reading uninitialized
+// values wherever they are inlined (GCC bug 105593, fixed in gcc 13).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/avx512_decode.h"
+#include "kernels/cpu/isa_target.h"
+#include "kernels/cpu/kernel_table.h"
+#include "tensor/quant.h"
+#include "tensor/tensor_type.h"
+
+CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
+
+namespace cascade::cpu::avx512 {
+namespace {
+
+constexpr int kGroup = 16;  // weight rows per group: one per float lane
+// The group prefetched during a group: this many groups ahead. Measured on Zen 4, one
+// thread, Q4_0 74 MB (3 rounds, GB/s): no prefetch 7.5-8.2, 1 group ahead into L1 10-11,
+// into L2 13-18, 2 ahead 15.5-20.6 (3 and 4 ahead within the noise of 2).
+constexpr int64_t kGroupsAhead = 2;
+
+// The helpers of the inner loops are inlined whatever gcc's size heuristics say: a call
+// there spills every live vector register (all are call-clobbered) and clears the upper
+// halves (vzeroupper).
+#define CASCADE_HOT inline __attribute__((always_inline))
+
+// Calls f.template operator()<T>() with T = width, for 1 <= width <= kMax.
+template <int kMax, class F>
+inline void WithWidth(int64_t width, F&& f) {
+  if constexpr (kMax >= 1) {
+    if (width == kMax) {
+      f.template operator()<kMax>();
+    } else {
+      WithWidth<kMax - 1>(width, f);
+    }
+  }
+}
+
+// Prefetches `bytes` at p into L2: a later group of rows, during this one. (Into L1 it
+// would evict the current one: two groups of 16 K-quant rows are 36 KiB.)
+CASCADE_HOT void Prefetch(const uint8_t* p, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T1);
+  }
+}
+
+// The rows a range's first groups (or tiles) read before their own prefetch starts: all
+// requested at once on entry, rows [r0, min(r1, r0 + rows)) (a decode matmul split over
+// threads runs many short ranges).
+inline void PrefetchStart(const MatmulTask& t, int64_t rows) {
+  const int64_t end = t.r1 - t.r0 < rows ? t.r1 : t.r0 + rows;
+  Prefetch(t.w + t.r0 * t.w_stride, (end - t.r0) * t.w_stride);
+}
+
+// 16 x 4 bytes -> 16 fp16 values (the low halves of the 32-bit lanes) as floats.
+CASCADE_HOT __m512 Fp16Lanes(__m512i v) {
+  return _mm512_cvtph_ps(_mm512_maskz_cvtepi32_epi16(static_cast<__mmask16>(0xFFFF), v));
+}
+
+// (The zero-masking forms: gcc 12 warns falsely about the plain ones' undefined source.)
+CASCADE_HOT __m512 ToFloat(__m512i v) {
+  return _mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), v);
+}
+
+// The group's rows [r, r + 16) for rows [r, r1) of a range (a last, partial group is
+// moved down to end at r1, its lower rows masked off): first row and output mask.
+struct Group {
+  int64_t first;
+  __mmask16 keep;
+};
+inline Group GroupAt(int64_t r, int64_t r1) {
+  if (r1 - r >= kGroup) return {r, static_cast<__mmask16>(0xFFFF)};
+  const int64_t first = r1 - kGroup;
+  return {first, static_cast<__mmask16>((0xFFFFu << (r - first)) & 0xFFFFu)};
+}
+
+// Hides p's value from the optimizer: addresses off p then stay register + register (or
+// + 2 * register) forms instead of one precomputed offset per row, which would not fit in
+// the general registers.
+CASCADE_HOT const uint8_t* Opaque(const uint8_t* p) {
+  __asm__("" : "+r"(p));
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------
+// Float weights (F16 / BF16 / F32) x float activations, one token
+
+// Loads 8 consecutive weights of a row as 8 floats (count < 8: the first count, zeros
+// after them), as the AVX2 kernel's LoadF16 / LoadBF16 / LoadF32 do.
+struct F16Row {
+  static constexpr int kBytes = 2;
+  static CASCADE_HOT __m256 Load8(const uint8_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static CASCADE_HOT __m256 LoadFirst(const uint8_t* p, int count) {
+    return _mm256_cvtph_ps(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << count) - 1), p));
+  }
+  // Rows a and b, 8 weights each, as one register: a in the lower half.
+  static CASCADE_HOT __m512 Load8x2(const uint8_t* a, const uint8_t* b) {
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+    return _mm512_cvtph_ps(h);
+  }
+};
+struct BF16Row {
+  static constexpr int kBytes = 2;
+  static CASCADE_HOT __m256 Widen(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static CASCADE_HOT __m256 Load8(const uint8_t* p) {
+    return Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static CASCADE_HOT __m256 LoadFirst(const uint8_t* p, int count) {
+    return Widen(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << count) - 1), p));
+  }
+  static CASCADE_HOT __m512 Load8x2(const uint8_t* a, const uint8_t* b) {
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+struct F32Row {
+  static constexpr int kBytes = 4;
+  static CASCADE_HOT __m256 Load8(const uint8_t* p) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  }
+  static CASCADE_HOT __m256 LoadFirst(const uint8_t* p, int count) {
+    return _mm256_maskz_loadu_ps(static_cast<__mmask8>((1u << count) - 1), p);
+  }
+  static CASCADE_HOT __m512 Load8x2(const uint8_t* a, const uint8_t* b) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(Load8(a)), Load8(b), 1);
+  }
+};
+
+// Each 256-bit half of v reduced as Hsum8 (avx2_util.h) does: ((l0+l4)+(l2+l6))+((l1+l5)+
+// (l3+l7)), left in lane 0 of the half (lanes 0 and 8).
+CASCADE_HOT __m512 HalfSums(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));  // l + l^4
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));        // + lanes 2, 3
+  return _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));     // + lane 1
+}
+
+// Rows kFloatTile of a tile at w (`stride` bytes apart) x one token x (k floats): per row,
+// eight lanes of FMAs in element order (lane l: elements 8s + l), as the AVX2 decode tile
+// does, two rows per register (rows p and p + 4 in register p). pf: the next tile, swept
+// into L2 along the way.
+// Rows per float tile (two per register: four chains of 16 FMAs cover the FMA latency),
+// and how many tiles ahead of it the tile prefetched into L2 during it lies. Measured on
+// Zen 4, one thread, F16 rows of 768 and 2048 (MB-sized matrices, best of 3 rounds): 8
+// rows 20-25 / 22-25 GB/s, 12 rows 20-24 / 17-20, 16 rows 20-22 / 16-17; 2 tiles ahead
+// ~5% over 1 at 768. Without the prefetch, 768-element rows stream at ~10.5 GB/s (eight
+// 1.5 KiB row streams at a time are too short for the hardware prefetcher).
+constexpr int kFloatTile = 8;
+constexpr int kFloatAhead = 2;
+
+// A tile of kFloatTile rows at w (`stride` bytes apart) x one token x (k floats): per row,
+// eight lanes of FMAs in element order (lane l: elements 8s + l), as the AVX2 decode tile
+// does, two rows per register (rows p and p + 4 in register p). pf: a tile to sweep into
+// L2 meanwhile (null: none).
+template <class L>
+void FloatTile(const uint8_t* w, size_t stride, const float* x, int64_t k, float* y,
+               __mmask16 keep, const uint8_t* pf) {
+  constexpr int kPairs = kFloatTile / 2;
+  const int64_t steps = k / 8;
+  const size_t half = kPairs * stride;
+  __m512 acc[kPairs];
+  for (int p = 0; p < kPairs; ++p) acc[p] = _mm512_setzero_ps();
+  const size_t pf_step = (kFloatTile * stride + steps - 1) / (steps > 0 ? steps : 1);
+  for (int64_t s = 0; s < steps; ++s) {
+    if (pf != nullptr) Prefetch(pf + s * pf_step, pf_step);
+    const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + 8 * s));
+    const uint8_t* p0 = Opaque(w + 8 * L::kBytes * s);
+    const uint8_t* p4 = Opaque(p0 + half);
+    for (int p = 0; p < kPairs; ++p) {
+      acc[p] = _mm512_fmadd_ps(L::Load8x2(p0 + p * stride, p4 + p * stride), xv, acc[p]);
+    }
+  }
+  if (const int rem = static_cast<int>(k - 8 * steps); rem > 0) {
+    // The tail as AVX2 takes it: zeros past k, and the FMA on all 8 lanes.
+    const __m256 xt = _mm256_maskz_loadu_ps(static_cast<__mmask8>((1u << rem) - 1), x + 8 * steps);
+    const __m512 xv = _mm512_insertf32x8(_mm512_castps256_ps512(xt), xt, 1);
+    for (int p = 0; p < kPairs; ++p) {
+      const uint8_t* a = w + p * stride + 8 * L::kBytes * steps;
+      const __m512 wv = _mm512_insertf32x8(_mm512_castps256_ps512(L::LoadFirst(a, rem)),
+                                           L::LoadFirst(a + half, rem), 1);
+      acc[p] = _mm512_fmadd_ps(wv, xv, acc[p]);
+    }
+  }
+  alignas(64) float out[16];
+  for (int p = 0; p < kPairs; ++p) {
+    const __m512 h = HalfSums(acc[p]);
+    out[p] = _mm512_cvtss_f32(h);
+    out[p + kPairs] = _mm512_cvtss_f32(_mm512_shuffle_f32x4(h, h, _MM_SHUFFLE(2, 2, 2, 2)));
+  }
+  _mm512_mask_storeu_ps(y, keep, _mm512_load_ps(out));
+}
+
+template <class L>
+void FloatDecodeOf(const MatmulTask& t) {
+  const auto* x = reinterpret_cast<const float*>(t.x);
+  const size_t stride = t.w_stride;
+  constexpr unsigned kAll = (1u << kFloatTile) - 1;
+  PrefetchStart(t, kFloatAhead * kFloatTile);
+  for (int64_t r = t.r0; r < t.r1; r += kFloatTile) {
+    int64_t first = r;
+    __mmask16 keep = kAll;
+    if (t.r1 - r < kFloatTile) {  // moved down to end at r1, the rows below masked off
+      first = t.r1 - kFloatTile;
+      keep = static_cast<__mmask16>((kAll << (r - first)) & kAll);
+    }
+    const uint8_t* w = t.w + first * stride;
+    const int64_t ahead = kFloatAhead * kFloatTile;
+    const uint8_t* pf = r + ahead < t.r1 ? w + ahead * stride : nullptr;
+    FloatTile<L>(w, stride, x, t.k, t.y + first, keep, pf);
+  }
+}
+
+}  // namespace
+
+void FloatDecode(const MatmulTask& t, TensorType type) {
+  switch (type) {
+    case TensorType::kF16:
+      FloatDecodeOf<F16Row>(t);
+      return;
+    case TensorType::kBF16:
+      FloatDecodeOf<BF16Row>(t);
+      return;
+    default:
+      FloatDecodeOf<F32Row>(t);
+      return;
+  }
+}
+
+}  // namespace cascade::cpu::avx512
+
+CASCADE_TARGET_END()
+
+// The integer kernels: the same plus VNNI (reached only where the CPU has it).
+CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
+
+namespace cascade::cpu::avx512 {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Q8_0 / Q4_0
+
+// 16 bytes at p[q] + off into 128-bit chunk q (q = 0..3): pairs into 256-bit halves first
+// (half-width inserts cost half a 512-bit one on Zen 4).
+CASCADE_HOT __m512i Load4x16(const uint8_t* const* p, size_t off) {
+  auto load = [&](int q) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[q] + off)); };
+  const __m256i a = _mm256_inserti128_si256(_mm256_castsi128_si256(load(0)), load(1), 1);
+  const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(load(2)), load(3), 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+// The fp16 scales at p[q] + j * stride (j = 0..3; off3 = 3 * stride) as floats, lane
+// 4q + j: assembled in general registers (a gather of 16 lanes costs ~18 cycles on Zen 4,
+// these ~3 on ports the vector code leaves idle).
+CASCADE_HOT __m512 Scales16(const uint8_t* const* p, size_t stride, size_t off3) {
+  uint64_t g[4];
+  for (int q = 0; q < 4; ++q) {
+    uint16_t h[4];
+    std::memcpy(&h[0], p[q], 2);
+    std::memcpy(&h[1], p[q] + stride, 2);
+    std::memcpy(&h[2], p[q] + 2 * stride, 2);
+    std::memcpy(&h[3], p[q] + off3, 2);
+    g[q] = h[0] | (uint64_t{h[1]} << 16) | (uint64_t{h[2]} << 32) | (uint64_t{h[3]} << 48);
+  }
+  const __m128i lo = _mm_unpacklo_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(g[0])),
+                                        _mm_cvtsi64_si128(static_cast<int64_t>(g[1])));
+  const __m128i hi = _mm_unpacklo_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(g[2])),
+                                        _mm_cvtsi64_si128(static_cast<int64_t>(g[3])));
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+// a[j]: chunk q holds 4 partial sums of row 4q + j. Returns lane r = row r's total:
+// adjacent pairs of lanes interleaved, then pairs of pairs.
+CASCADE_HOT __m512i Tree4(const __m512i* a) {
+  const __m512i t0 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+  const __m512i t1 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+}
+
+// A token's block as the kernel reads it: the codes, the scale as float and the integer S
+// starts from (-8 sum(x) for Q4_0, -128 sum(x) for Q8_0). Kept (block, token), so that one
+// pointer per block reaches every token.
+struct Q8TokenBlock {
+  int8_t qs[32];
+  float d;
+  int32_t base;
+};
+
+
+// One group of 16 rows (w: row 0 of the group) x T tokens over nb blocks (x: (nb, T)).
+template <bool kQ8, int T>
+void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock* x, float* y,
+                int64_t ldy, __mmask16 keep, const uint8_t* pf) {
+  constexpr size_t kBlock = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const size_t s3 = 3 * stride, s4 = 4 * stride;
+  __m512 acc[T];
+  for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, x += T) {
+    const uint8_t* blk = w + b * kBlock;
+    if (pf != nullptr) Prefetch(pf + b * kGroup * kBlock, kGroup * kBlock);
+    // Rows 4q + j at p[q] + j * stride (offsets 0, s, 2s, 3s): the block's fp16 scale,
+    // then its codes.
+    const uint8_t* p[4];
+    p[0] = Opaque(blk);
+    p[1] = Opaque(p[0] + s4);
+    p[2] = Opaque(p[1] + s4);
+    p[3] = Opaque(p[2] + s4);
+    __m512i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const size_t off = (j == 3 ? s3 : j * stride) + 2;
+      if constexpr (kQ8) {
+        lo[j] = _mm512_xor_si512(Load4x16(p, off), flip);
+        hi[j] = _mm512_xor_si512(Load4x16(p, off + 16), flip);
+      } else {
+        const __m512i v = Load4x16(p, off);
+        lo[j] = _mm512_and_si512(v, m4);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      }
+    }
+    const __m512 wd = Scales16(p, stride, s3);
+    for (int j = 0; j < T; ++j) {
+      const __m512i xlo =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].qs)));
+      const __m512i xhi =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].qs + 16)));
+      __m512i a[4];
+      for (int q = 0; q < 4; ++q) {
+        a[q] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[q], xlo), hi[q],
+                                   xhi);
+      }
+      const __m512i s = _mm512_add_epi32(Tree4(a), _mm512_set1_epi32(x[j].base));
+      const __m512 d = _mm512_mul_ps(wd, _mm512_set1_ps(x[j].d));
+      acc[j] = _mm512_fmadd_ps(ToFloat(s), d, acc[j]);
+    }
+  }
+  for (int j = 0; j < T; ++j) _mm512_mask_storeu_ps(y + j * ldy, keep, acc[j]);
+}
+
+// Sum of the 32 signed codes of a block (exact).
+inline int32_t CodeSum(const int8_t* qs) {
+  const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)),
+                                     _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());  // 4 sums of (x + 128)
+  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  return static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) -
+         32 * 128;
+}
+
+template <bool kQ8>
+void QuantDecodeOf(const MatmulTask& t) {
+  const int64_t nb = t.k / kQK;
+  // Scratch: the tokens' blocks, (nb, n).
+  auto* x = reinterpret_cast<Q8TokenBlock*>(t.scratch);
+  for (int64_t i = 0; i < t.n; ++i) {
+    const auto* a = reinterpret_cast<const BlockQ8_0*>(t.x + i * t.x_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      Q8TokenBlock& o = x[b * t.n + i];
+      std::memcpy(o.qs, a[b].qs, sizeof(o.qs));
+      o.d = _cvtsh_ss(a[b].d);
+      o.base = (kQ8 ? -128 : -8) * CodeSum(a[b].qs);
+    }
+  }
+  const size_t stride = t.w_stride;
+  PrefetchStart(t, kGroupsAhead * kGroup);
+  for (int64_t r = t.r0; r < t.r1; r += kGroup) {
+    const Group g = GroupAt(r, t.r1);
+    const uint8_t* w = t.w + g.first * stride;
+    const int64_t ahead = kGroupsAhead * kGroup;
+    const uint8_t* pf = r + ahead < t.r1 ? w + ahead * stride : nullptr;
+    WithWidth<kQuantDecodeMaxTokens>(t.n, [&]<int T>() {
+      QuantGroup<kQ8, T>(w, stride, nb, x, t.y + g.first, t.ldy, g.keep, pf);
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// K-quants
+
+// A token's super-block as the row kernels read it: the 256 codes in the order of the
+// weight registers (Q4_K / Q5_K: [0, 32) | [64, 96), [32, 64) | [96, 128), [128, 160) |
+// [192, 224), [160, 192) | [224, 256); Q6_K: in order), the sums of each 32 codes
+// (Q4_K / Q5_K: what the sub-block mins multiply), the bsums (Q6_K: what its -32 offset
+// multiplies) and the scale.
+struct alignas(64) KTokenBlock {
+  int8_t x[256];
+  int16_t sums32[8];
+  int16_t bsums[16];
+  float d;
+};
+
+// Q4_K / Q5_K: the code order of the weight registers, per 64 bytes: [32c, 32c + 32) of
+// the token's codes in the lower half, [32c + 64, ...) in the upper (c: see above).
+template <TensorType kType>
+void PrepareKToken(const BlockQ8K& x, KTokenBlock* out) {
+  if constexpr (kType == TensorType::kQ6_K) {
+    std::memcpy(out->x, x.qs, 256);
+  } else {
+    static constexpr int kFrom[8] = {0, 64, 32, 96, 128, 192, 160, 224};
+    for (int i = 0; i < 8; ++i) std::memcpy(out->x + 32 * i, x.qs + kFrom[i], 32);
+  }
+  // |sum of 32 codes| <= 32 * 127: fits int16.
+  for (int i = 0; i < 8; ++i) {
+    out->sums32[i] = static_cast<int16_t>(x.bsums[2 * i] + x.bsums[2 * i + 1]);
+  }
+  std::memcpy(out->bsums, x.bsums, sizeof(out->bsums));
+  out->d = x.d;
+}
+
+// pshufb masks: in the lower two 128-bit chunks, int16 element lo of each chunk in every
+// word; in the upper two, element hi.
+struct alignas(64) WordSelect {
+  uint8_t b[64];
+};
+constexpr WordSelect Select(int lo, int hi) {
+  WordSelect s{};
+  for (int i = 0; i < 64; ++i) {
+    const int e = i < 32 ? lo : hi;
+    s.b[i] = static_cast<uint8_t>(2 * e + (i & 1));
+  }
+  return s;
+}
+alignas(64) constexpr WordSelect kSelect[4] = {Select(0, 2), Select(1, 3), Select(4, 6),
+                                               Select(5, 7)};
+
+// vpermw indices: chunk c of register v takes int16 element 4v + c (Q6_K's scales).
+struct alignas(64) WordIndex {
+  uint16_t w[32];
+};
+constexpr WordIndex Q6Index(int v) {
+  WordIndex x{};
+  for (int i = 0; i < 32; ++i) x.w[i] = static_cast<uint16_t>(4 * v + i / 8);
+  return x;
+}
+alignas(64) constexpr WordIndex kQ6Index[4] = {Q6Index(0), Q6Index(1), Q6Index(2), Q6Index(3)};
+
+CASCADE_HOT __m512i Load512(const void* p) { return _mm512_loadu_si512(p); }
+CASCADE_HOT __m512i Bcast256(const void* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// a | (b & c), bitwise.
+CASCADE_HOT __m512i OrAnd(__m512i a, __m512i b, __m512i c) {
+  return _mm512_ternarylogic_epi32(a, b, c, 0xF8);
+}
+// Per 256-bit half: int16 shift counts lo (lower half) and hi (upper half).
+CASCADE_HOT __m512i HalfCounts(int lo, int hi) {
+  return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(lo)),
+                            _mm256_set1_epi16(static_cast<int16_t>(hi)), 1);
+}
+
+// One weight row's super-block unpacked: four registers of unsigned codes (each half one
+// 32-element sub-block, in the order KTokenBlock::x follows), the int16 scale of each
+// word, and the min-side weights: Q4_K / Q5_K the 8 sub-block mins (int16), Q6_K the 16
+// scales times 32 (its -32 code offset).
+struct KRow {
+  __m512i codes[4];
+  __m512i scales[4];
+  __m128i mins;           // Q4_K / Q5_K
+  __m256i offset_scales;  // Q6_K
+};
+
+// The 6-bit sub-block scales (*sc) and mins (*m) of a Q4_K / Q5_K super-block as bytes.
+CASCADE_HOT void ScaleMinBytesK4(const uint8_t* s, uint64_t* sc, uint64_t* m) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+  *sc = (a & 0x3F3F3F3Fu) | (uint64_t{sc_hi} << 32);
+  *m = (b & 0x3F3F3F3Fu) | (uint64_t{m_hi} << 32);
+}
+
+template <TensorType kType>
+CASCADE_HOT void UnpackRow(const uint8_t* blk, KRow* u) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  if constexpr (kType == TensorType::kQ6_K) {
+    const auto* b = reinterpret_cast<const BlockQ6K*>(blk);
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    for (int h = 0; h < 2; ++h) {
+      __m512i l = Load512(b->ql + 64 * h);
+      __asm__("" : "+v"(l));  // in a register (see Q4_K below)
+      const __m512i qh = Bcast256(b->qh + 32 * h);
+      // [j = 4h | 4h + 1]: low nibbles, high bits at qh bits 0-1 | 2-3, moved to 4-5.
+      u->codes[2 * h] = OrAnd(_mm512_and_si512(l, m4), _mm512_sllv_epi16(qh, HalfCounts(4, 2)), m30);
+      // [j = 4h + 2 | 4h + 3]: high nibbles, qh bits 4-5 | 6-7.
+      u->codes[2 * h + 1] = OrAnd(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                  _mm512_srlv_epi16(qh, HalfCounts(0, 2)), m30);
+    }
+    const __m256i s16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales)));
+    const __m512i s512 = _mm512_castsi256_si512(s16);
+    for (int v = 0; v < 4; ++v) {
+      u->scales[v] = _mm512_permutexvar_epi16(_mm512_load_si512(kQ6Index[v].w), s512);
+    }
+    u->offset_scales = _mm256_slli_epi16(s16, 5);
+  } else {
+    const uint8_t* qs = blk + (kType == TensorType::kQ5_K ? 48 : 16);
+    __m512i q0 = Load512(qs), q1 = Load512(qs + 64);
+    // In registers: left free, gcc 12 stores each to the stack to use it as two memory
+    // operands (a store and two loads more per row).
+    __asm__("" : "+v"(q0), "+v"(q1));
+    u->codes[0] = _mm512_and_si512(q0, m4);
+    u->codes[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+    u->codes[2] = _mm512_and_si512(q1, m4);
+    u->codes[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+    if constexpr (kType == TensorType::kQ5_K) {
+      // Bit s of qh[l] is bit 4 of element 32 s + l: register v holds sub-blocks
+      // (lo, hi) = (0, 2), (1, 3), (4, 6), (5, 7).
+      const __m512i qh = Bcast256(blk + 16);
+      const __m512i m10 = _mm512_set1_epi8(0x10);
+      static constexpr int kSub[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+      for (int v = 0; v < 4; ++v) {
+        const __m512i bit0 = _mm512_srlv_epi16(qh, HalfCounts(kSub[v][0], kSub[v][1]));
+        u->codes[v] = OrAnd(u->codes[v], _mm512_slli_epi16(bit0, 4), m10);
+      }
+    }
+    uint64_t sc, m;
+    ScaleMinBytesK4(blk + 4, &sc, &m);
+    const __m512i s = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+    for (int v = 0; v < 4; ++v) {
+      u->scales[v] = _mm512_shuffle_epi8(s, _mm512_load_si512(kSelect[v].b));
+    }
+    u->mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(m)));
+  }
+}
+
+// Row r's 16 int32 lanes for one token, whose sum is its S (Q6_K: S - M). Q4_K / Q5_K put
+// the 16 lanes of S products pairwise added into lanes 0-7, the 4 lanes of min products
+// (sub-block mins times the token's sums of 32 codes) into lanes 8-11, and zeros into
+// 12-15, so that the tree keeps S (128-bit chunks 0-1) apart from M (chunks 2-3).
+template <TensorType kType>
+CASCADE_HOT __m512i RowLanes(const KRow& u, const KTokenBlock& x) {
+  __m512i p = _mm512_setzero_si512();
+  for (int v = 0; v < 4; ++v) {
+    p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(u.codes[v], Load512(x.x + 64 * v)),
+                            u.scales[v]);
+  }
+  if constexpr (kType == TensorType::kQ6_K) {
+    const __m256i m = _mm256_madd_epi16(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)), u.offset_scales);
+    return _mm512_sub_epi32(p, _mm512_zextsi256_si512(m));
+  } else {
+    const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1));
+    const __m128i m4 =
+        _mm_madd_epi16(u.mins, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sums32)));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(s8), _mm256_zextsi128_si256(m4), 1);
+  }
+}
+
+// Tree steps: combine the partial sums of two row sets a, b (level 1: single rows, 16
+// lanes each; level 2: pairs, 8 lanes each in alternate lanes; levels 3-4: quads and
+// octets in whole 128-bit chunks) into one register holding both sets, half as many lanes
+// each. After level 4, lane r holds row r's total.
+template <int kLevel>
+CASCADE_HOT __m512i Combine(__m512i a, __m512i b) {
+  if constexpr (kLevel == 1) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  } else if constexpr (kLevel == 2) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+  } else {
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+}
+
+template <TensorType kType>
+struct KBlockOf;
+template <>
+struct KBlockOf<TensorType::kQ4_K> {
+  using Type = BlockQ4K;
+  static constexpr int kScaleAt = 0;  // 4 bytes ending with fp16 d (and dmin)
+};
+template <>
+struct KBlockOf<TensorType::kQ5_K> {
+  using Type = BlockQ5K;
+  static constexpr int kScaleAt = 0;
+};
+template <>
+struct KBlockOf<TensorType::kQ6_K> {
+  using Type = BlockQ6K;
+  static constexpr int kScaleAt = 206;  // scales[14..15], then d
+};
+
+// Rows kRow .. kRow + 2^kLevel - 1 of the group at super-block *blk (advanced past them,
+// `stride` bytes a row), for T tokens (x[j]: token j's prepared super-block): out[j] = their
+// combined lanes; each row's 4 bytes at KBlockOf::kScaleAt go to scale_words[row].
+template <TensorType kType, int T, int kLevel, int kRow>
+CASCADE_HOT void RowTree(const uint8_t*& blk, size_t stride, const KTokenBlock* x,
+                    uint32_t* scale_words, __m512i* out) {
+  if constexpr (kLevel == 0) {
+    std::memcpy(scale_words + kRow, blk + KBlockOf<kType>::kScaleAt, 4);
+    KRow u;
+    UnpackRow<kType>(blk, &u);
+    blk += stride;
+    for (int j = 0; j < T; ++j) out[j] = RowLanes<kType>(u, x[j]);
+  } else {
+    constexpr int kHalf = 1 << (kLevel - 1);
+    __m512i a[T], b[T];
+    RowTree<kType, T, kLevel - 1, kRow>(blk, stride, x, scale_words, a);
+    RowTree<kType, T, kLevel - 1, kRow + kHalf>(blk, stride, x, scale_words, b);
+    for (int j = 0; j < T; ++j) out[j] = Combine<kLevel>(a[j], b[j]);
+  }
+}
+
+// One group of 16 rows x T tokens over nb super-blocks (x: the tokens' prepared blocks,
+// block b's at x + b * x_stride).
+template <TensorType kType, int T>
+void KQuantGroup(const uint8_t* w, size_t stride, int64_t nb, const KTokenBlock* x,
+                 int64_t x_stride, float* y, int64_t ldy, __mmask16 keep, const uint8_t* pf) {
+  constexpr size_t kBlock = sizeof(typename KBlockOf<kType>::Type);
+  constexpr bool kHasMin = kType != TensorType::kQ6_K;
+  __m512 acc[T];
+  for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, x += x_stride) {
+    const uint8_t* row = w + b * kBlock;
+    if (pf != nullptr) Prefetch(pf + b * kGroup * kBlock, kGroup * kBlock);
+    alignas(64) uint32_t scale_words[kGroup];
+    if constexpr (kHasMin) {
+      // Rows 0-7 and 8-15 to their 8-row level (chunks: S of rows 0-3, M of rows 0-3, S of
+      // rows 4-7, M of rows 4-7), then S and M of all 16 rows in row order.
+      __m512i lo[T], hi[T];
+      RowTree<kType, T, 3, 0>(row, stride, x, scale_words, lo);
+      RowTree<kType, T, 3, 8>(row, stride, x, scale_words, hi);
+      const __m512i dd = _mm512_load_si512(scale_words);
+      const __m512 d = Fp16Lanes(dd), dmin = Fp16Lanes(_mm512_srli_epi32(dd, 16));
+      for (int j = 0; j < T; ++j) {
+        const __m512i s = _mm512_shuffle_i32x4(lo[j], hi[j], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i m = _mm512_shuffle_i32x4(lo[j], hi[j], _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512 dx = _mm512_set1_ps(x[j].d);
+        acc[j] = _mm512_fmadd_ps(ToFloat(s), _mm512_mul_ps(d, dx), acc[j]);
+        acc[j] = _mm512_fnmadd_ps(ToFloat(m), _mm512_mul_ps(dmin, dx), acc[j]);
+      }
+    } else {
+      __m512i s[T];
+      RowTree<kType, T, 4, 0>(row, stride, x, scale_words, s);
+      const __m512 d = Fp16Lanes(_mm512_srli_epi32(_mm512_load_si512(scale_words), 16));
+      for (int j = 0; j < T; ++j) {
+        acc[j] = _mm512_fmadd_ps(ToFloat(s[j]), _mm512_mul_ps(d, _mm512_set1_ps(x[j].d)), acc[j]);
+      }
+    }
+  }
+  for (int j = 0; j < T; ++j) _mm512_mask_storeu_ps(y + j * ldy, keep, acc[j]);
+}
+
+// Tokens per K-quant tile: the tree keeps up to 4 partial sums per token in registers.
+constexpr int kKTile = 4;
+
+template <TensorType kType>
+void KQuantDecodeOf(const MatmulTask& t) {
+  const int64_t nb = t.k / kQKK;
+  // Scratch: the tokens' prepared super-blocks, (nb, n).
+  auto* prepared = reinterpret_cast<KTokenBlock*>(t.scratch);
+  for (int64_t i = 0; i < t.n; ++i) {
+    const auto* x = reinterpret_cast<const BlockQ8K*>(t.x + i * t.x_stride);
+    for (int64_t b = 0; b < nb; ++b) PrepareKToken<kType>(x[b], prepared + b * t.n + i);
+  }
+  const size_t stride = t.w_stride;
+  PrefetchStart(t, kGroupsAhead * kGroup);
+  for (int64_t r = t.r0; r < t.r1; r += kGroup) {
+    const Group g = GroupAt(r, t.r1);
+    const uint8_t* w = t.w + g.first * stride;
+    const int64_t ahead = kGroupsAhead * kGroup;
+    const uint8_t* pf = r + ahead < t.r1 ? w + ahead * stride : nullptr;
+    for (int64_t i = 0; i < t.n; i += kKTile) {
+      WithWidth<kKTile>(t.n - i < kKTile ? t.n - i : kKTile, [&]<int T>() {
+        KQuantGroup<kType, T>(w, stride, nb, prepared + i, t.n, t.y + i * t.ldy + g.first, t.ldy,
+                              g.keep, i == 0 ? pf : nullptr);
+      });
+    }
+  }
+}
+
+}  // namespace
+
+void QuantDecode(const MatmulTask& t, TensorType type) {
+  if (type == TensorType::kQ8_0) {
+    QuantDecodeOf<true>(t);
+  } else {
+    QuantDecodeOf<false>(t);
+  }
+}
+
+void KQuantDecode(const MatmulTask& t, TensorType type) {
+  switch (type) {
+    case TensorType::kQ4_K:
+      KQuantDecodeOf<TensorType::kQ4_K>(t);
+      return;
+    case TensorType::kQ5_K:
+      KQuantDecodeOf<TensorType::kQ5_K>(t);
+      return;
+    default:
+      KQuantDecodeOf<TensorType::kQ6_K>(t);
+      return;
+  }
+}
+
+}  // namespace cascade::cpu::avx512
+
+CASCADE_TARGET_END()
