@@ -98,6 +98,12 @@ void StageExecutor::Fail(const StageFrame& in, const std::string& error) {
 void StageExecutor::Process(StageFrame frame) {
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = ThreadCpuSeconds();
+  if (mirror_ != nullptr) {
+    if (absl::Status st = mirror_->Mirror(frame); !st.ok()) {
+      Fail(frame, absl::StrCat("stage ", stage_index_, ": ", st.message()));
+      return;
+    }
+  }
   if (!frame.release.empty()) {
     for (SeqId seq : frame.release) stage_->FreeSequence(seq);
     absl::MutexLock lock(&stats_mu_);
