@@ -52,6 +52,7 @@ absl::Status TpLeader::Mirror(const StageFrame& frame) {
 
 absl::Status TpLeader::Unload() {
   absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::OkStatus();  // the followers have left: nothing is loaded
   v1::TpCommand cmd;
   cmd.mutable_unload();
   return Send(cmd);

@@ -66,6 +66,11 @@ class WorkerServer::WorkerService final : public v1::Worker::Service {
  private:
   // Only the coordinator this worker registered with may change its stage.
   grpc::Status FromCoordinator(const grpc::ServerContext* ctx) const {
+    // The coordinator may call as soon as it has taken the registration, before its answer
+    // (with the secret) is read here: wait for that a moment.
+    if (server_->coordinator_secret().empty()) {
+      server_->WaitRegistered(std::chrono::seconds(5));
+    }
     const std::string secret = server_->coordinator_secret();
     if (secret.empty()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -151,7 +156,7 @@ WorkerServer::~WorkerServer() { Shutdown(); }
 
 void WorkerServer::Drain() { host_->Drain(); }
 
-bool WorkerServer::WaitRegistered(std::chrono::milliseconds timeout) {
+bool WorkerServer::WaitRegistered(std::chrono::milliseconds timeout) const {
   absl::MutexLock lock(&mu_);
   auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registered_ || shutdown_; };
   return mu_.AwaitWithTimeout(absl::Condition(&done), absl::FromChrono(timeout)) && registered_;

@@ -71,7 +71,7 @@ class WorkerServer {
   const std::string& worker_id() const { return options_.worker_id; }
   v1::WorkerState state() const { return host_->state(); }
   // Waits until the coordinator has accepted this worker's registration; false on timeout.
-  bool WaitRegistered(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  bool WaitRegistered(std::chrono::milliseconds timeout) const ABSL_LOCKS_EXCLUDED(mu_);
   void Drain();
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
