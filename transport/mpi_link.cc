@@ -112,7 +112,9 @@ MpiDataPlane::~MpiDataPlane() { Shutdown(); }
 
 std::string MpiDataPlane::address() const { return RankName(rank_); }
 
-void MpiDataPlane::RegisterWithFactory() {
+void MpiDataPlane::RegisterWithFactory() { RegisterTransport(Scheme::kMpi, Factory()); }
+
+TransportFactory MpiDataPlane::Factory() {
   TransportFactory f;
   auto check = [this](const Address& a) -> absl::Status {
     if (a.rank < 0 || a.rank >= size_) {
@@ -135,7 +137,7 @@ void MpiDataPlane::RegisterWithFactory() {
     if (absl::Status st = SetHandlers(h); !st.ok()) return st;
     return std::unique_ptr<DataPlaneListener>(std::make_unique<MpiListener>(this, std::move(h)));
   };
-  RegisterTransport(Scheme::kMpi, std::move(f));
+  return f;
 }
 
 absl::Status MpiDataPlane::SetHandlers(const DataPlaneHandlers& h) {
@@ -298,8 +300,7 @@ void MpiDataPlane::Dispatch(int source, int tag, std::string body) {
         spdlog::warn("MPI data plane: an activation frame from {} does not parse; dropped", peer);
         return;
       }
-      queued_frames_.fetch_add(1);
-      if (!frames_.Push(std::move(in))) queued_frames_.fetch_sub(1);
+      DeliverFrame(source, std::move(in.frame));
       return;
     }
     case MpiTag::kResult: {
@@ -320,6 +321,22 @@ void MpiDataPlane::Dispatch(int source, int tag, std::string body) {
       }
       return;
     }
+    case MpiTag::kNcclHeader: {
+      TagHandler h;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = tag_handlers_.find(tag);
+        if (it != tag_handlers_.end()) h = it->second;
+      }
+      if (!h) {
+        spdlog::warn("MPI data plane: an NCCL frame header from {} arrived at rank {}, which has "
+                     "no NCCL data plane; dropped",
+                     peer, rank_);
+        return;
+      }
+      h(source, std::move(body));
+      return;
+    }
     case MpiTag::kAck: {
       v1::FrameAck ack;
       if (!ack.ParseFromString(body)) return;
@@ -331,6 +348,19 @@ void MpiDataPlane::Dispatch(int source, int tag, std::string body) {
     }
   }
   spdlog::warn("MPI data plane: a message with unknown tag {} from {}; dropped", tag, peer);
+}
+
+void MpiDataPlane::SetTagHandler(MpiTag tag, TagHandler handler) {
+  absl::MutexLock lock(&mu_);
+  tag_handlers_[static_cast<int>(tag)] = std::move(handler);
+}
+
+void MpiDataPlane::DeliverFrame(int source, v1::ActivationFrame frame) {
+  Inbound in;
+  in.source = source;
+  in.frame = std::move(frame);
+  queued_frames_.fetch_add(1);
+  if (!frames_.Push(std::move(in))) queued_frames_.fetch_sub(1);
 }
 
 void MpiDataPlane::DeliverLoop() {

@@ -33,6 +33,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,6 +55,7 @@ enum class MpiTag : int {
   kActivation = 1,  // v1.ActivationFrame, into a stage
   kAck = 2,         // v1.FrameAck, back to the sender of a refused frame
   kResult = 3,      // v1.StepResult, last stage -> coordinator
+  kNcclHeader = 4,  // v1.ActivationFrame without its payload, which follows over NCCL
 };
 
 class MpiDataPlane {
@@ -69,8 +71,10 @@ class MpiDataPlane {
   std::string address() const;  // mpi://rank
 
   // Registers this plane for the mpi:// scheme with the transport factory (senders and
-  // ListenOnTransport); Shutdown unregisters it.
+  // ListenOnTransport); Shutdown unregisters it. Factory() is what it registers (for a
+  // launcher that routes some ranks another way).
   void RegisterWithFactory();
+  TransportFactory Factory();
 
   // Where arriving frames and results go ("" / null: refused). AlreadyExists when another
   // listener holds that kind.
@@ -87,6 +91,13 @@ class MpiDataPlane {
   // Sends one serialized message (used by the senders): waits as the contract says.
   absl::Status SendBytes(int rank, MpiTag tag, std::shared_ptr<const std::string> bytes,
                          const std::atomic<bool>* stop);
+  // Another transport riding on this plane (nccl://) takes the messages of `tag`: the
+  // handler runs on the receiving thread with the (size-checked) body.
+  using TagHandler = std::function<void(int source, std::string body)>;
+  void SetTagHandler(MpiTag tag, TagHandler handler) ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands a frame to this rank's stage as if it had arrived on this plane.
+  void DeliverFrame(int source, v1::ActivationFrame frame);
+  int max_message_bytes() const { return max_bytes_; }
   // Messages received and refused for their size since start (statistics, tests).
   uint64_t oversized() const { return oversized_.load(); }
   void Shutdown();
@@ -125,6 +136,7 @@ class MpiDataPlane {
   std::atomic<int> queued_frames_{0};
   absl::Mutex mu_;
   std::map<int, std::shared_ptr<std::atomic<uint64_t>>> rejections_ ABSL_GUARDED_BY(mu_);
+  std::map<int, TagHandler> tag_handlers_ ABSL_GUARDED_BY(mu_);
 
   // Sends that were given up (their buffers live until MPI is done with them).
   struct Pending {
