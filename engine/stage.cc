@@ -250,6 +250,7 @@ void Stage::Embed(std::span<const TokenSlot> slots, float* x) {
 }
 
 absl::Status Stage::ReduceAcrossRanks(float* data, int64_t count) {
+  backend_->Synchronize();  // a GPU's queued kernels complete the partial sums first
   absl::Status st = tp_->AllReduceSum(data, count);
   if (!st.ok()) {
     broken_ = absl::UnavailableError(absl::StrCat("the tensor-parallel group (", tp_->name(),
@@ -277,6 +278,7 @@ absl::Status Stage::Head(const std::vector<int64_t>& logit_rows, std::vector<flo
   // Every rank's slice (padded to the widest), then each row put together in vocab order.
   const int size = tp_->size();
   const size_t part = static_cast<size_t>(m * vocab_stride_);
+  be.Synchronize();
   if (absl::Status st = tp_->AllGather(logits_.data(), part * sizeof(float), gathered_.data());
       !st.ok()) {
     broken_ = absl::UnavailableError(absl::StrCat("the tensor-parallel group (", tp_->name(),
