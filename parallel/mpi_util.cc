@@ -16,7 +16,7 @@ absl::Status MpiError(int code, const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": MPI error ", code, ": ", std::string(text, len)));
 }
 
-void MpiBackoff(std::chrono::steady_clock::duration waited) {
+void MpiBackoff(std::chrono::steady_clock::duration waited, const MpiPollSchedule& s) {
   // Sleeps this short need a small timer slack (the default, 50 us, would double them);
   // it is a property of the calling thread.
   thread_local bool slack_set = [] {
@@ -24,9 +24,10 @@ void MpiBackoff(std::chrono::steady_clock::duration waited) {
     return true;
   }();
   (void)slack_set;
-  using std::chrono::milliseconds;
-  const long ns = waited < milliseconds(50) ? 50'000 : waited < milliseconds(1000) ? 200'000 : 2'000'000;
-  timespec ts{0, ns};
+  const std::chrono::microseconds step = waited < s.hot_for      ? s.hot
+                                         : waited < s.idle_after ? s.warm
+                                                                 : s.idle;
+  timespec ts{0, static_cast<long>(std::chrono::nanoseconds(step).count())};
   nanosleep(&ts, nullptr);
 }
 

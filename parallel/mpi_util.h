@@ -30,8 +30,19 @@ absl::Status MpiWait(MPI_Request* request, const std::string& what,
                      std::chrono::microseconds spin = std::chrono::microseconds(200),
                      MPI_Status* status = nullptr);
 
+// How long a poller sleeps between tests, by how long it has waited: `hot` until
+// `hot_for`, then `warm` until `idle_after`, then `idle`. Each wake-up costs CPU (on a
+// virtual machine a timer wake-up is ~10 us), each sleep adds latency.
+struct MpiPollSchedule {
+  std::chrono::microseconds hot{50};
+  std::chrono::microseconds hot_for{50'000};
+  std::chrono::microseconds warm{200};
+  std::chrono::microseconds idle_after{1'000'000};
+  std::chrono::microseconds idle{2'000};
+};
+
 // Sleeps for the back-off step of a wait that began `waited` ago (see MpiWait).
-void MpiBackoff(std::chrono::steady_clock::duration waited);
+void MpiBackoff(std::chrono::steady_clock::duration waited, const MpiPollSchedule& s = {});
 
 }  // namespace cascade
 

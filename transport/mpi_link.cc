@@ -14,6 +14,11 @@ std::string RankName(int rank) { return absl::StrCat("mpi://", rank); }
 
 // How long a send may wait for a peer to take a message (a stopped rank).
 constexpr auto kSendTimeout = std::chrono::seconds(30);
+// After a message or a ring, the receiver tests MPI every kHotStep for kHotFor (a rung
+// message may still be on its way; a ring drained with an earlier one must not wait).
+constexpr auto kHotFor = std::chrono::microseconds(300);
+constexpr auto kSpinFor = std::chrono::microseconds(100);  // first, without sleeping
+constexpr auto kHotStep = std::chrono::microseconds(20);
 
 class MpiActivationSender : public ActivationSender {
  public:
@@ -26,6 +31,10 @@ class MpiActivationSender : public ActivationSender {
     }
     EncodeFrame(frame, &wire_);
     wire_.set_link_key(key_);
+    if (rank_ == plane_->rank()) {  // this rank itself: no MPI, no polling
+      plane_->DeliverFrame(rank_, wire_);
+      return absl::OkStatus();
+    }
     return plane_->SendBytes(rank_, MpiTag::kActivation,
                              std::make_shared<const std::string>(wire_.SerializeAsString()),
                              &stop_);
@@ -58,6 +67,10 @@ class MpiResultSender : public ResultSender {
     }
     EncodeResult(result, &wire_);
     wire_.set_link_key(key_);
+    if (rank_ == plane_->rank()) {  // this rank itself: no MPI, no polling
+      plane_->DeliverResult(rank_, wire_);
+      return absl::OkStatus();
+    }
     return plane_->SendBytes(rank_, MpiTag::kResult,
                              std::make_shared<const std::string>(wire_.SerializeAsString()),
                              &stop_);
@@ -103,6 +116,9 @@ absl::StatusOr<std::unique_ptr<MpiDataPlane>> MpiDataPlane::Start(MPI_Comm world
   MPI_Comm_size(p->comm_, &p->size_);
   MPI_Type_create_resized(MPI_BYTE, 0, 0, &p->sink_type_);
   MPI_Type_commit(&p->sink_type_);
+  auto doorbell = MpiDoorbell::Create(world);
+  if (!doorbell.ok()) return doorbell.status();
+  p->doorbell_ = std::move(*doorbell);
   p->receiver_ = std::thread([q = p.get()] { q->ReceiveLoop(); });
   p->deliverer_ = std::thread([q = p.get()] { q->DeliverLoop(); });
   return p;
@@ -198,6 +214,7 @@ absl::Status MpiDataPlane::SendBytes(int rank, MpiTag tag, std::shared_ptr<const
       !st.ok()) {
     return st;
   }
+  doorbell_->Ring(rank);  // the receiver looks now, not at its next timeout
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0;; ++i) {
     int done = 0;
@@ -237,7 +254,10 @@ void MpiDataPlane::ReapPending() {
 }
 
 void MpiDataPlane::ReceiveLoop() {
-  auto idle_since = std::chrono::steady_clock::now();
+  // Test MPI in short steps for a moment after a message or a ring (more may follow, or
+  // the rung message may still be on its way), then sleep until the doorbell rings (or,
+  // for a lost ring, a timeout: short while recently busy, long once idle).
+  auto active = std::chrono::steady_clock::now();
   uint64_t passes = 0;
   while (!stop_.load()) {
     if (++passes % 1024 == 0) ReapPending();
@@ -258,10 +278,18 @@ void MpiDataPlane::ReceiveLoop() {
       continue;
     }
     if (!flag) {
-      MpiBackoff(std::chrono::steady_clock::now() - idle_since);
+      const auto quiet = std::chrono::steady_clock::now() - active;
+      if (quiet < kSpinFor) {
+        continue;  // a rung message is usually visible within microseconds
+      } else if (quiet < kHotFor) {
+        MpiBackoff(std::chrono::microseconds(0), {.hot = kHotStep});
+      } else if (doorbell_->Wait(quiet < std::chrono::seconds(1) ? std::chrono::milliseconds(5)
+                                                                  : std::chrono::milliseconds(50))) {
+        active = std::chrono::steady_clock::now();
+      }
       continue;
     }
-    idle_since = std::chrono::steady_clock::now();
+    active = std::chrono::steady_clock::now();
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
     const int source = status.MPI_SOURCE, tag = status.MPI_TAG;
@@ -309,16 +337,7 @@ void MpiDataPlane::Dispatch(int source, int tag, std::string body) {
         spdlog::warn("MPI data plane: a step result from {} does not parse; dropped", peer);
         return;
       }
-      absl::MutexLock lock(&results_mu_);
-      if (!results_) {
-        spdlog::warn("MPI data plane: a step result from {} arrived at rank {}, which takes "
-                     "none; dropped",
-                     peer, rank_);
-        return;
-      }
-      if (absl::Status st = results_(r, peer); !st.ok()) {
-        spdlog::warn("MPI data plane: result from {} refused: {}", peer, st.message());
-      }
+      DeliverResult(source, r);
       return;
     }
     case MpiTag::kNcclHeader: {
@@ -363,6 +382,20 @@ void MpiDataPlane::DeliverFrame(int source, v1::ActivationFrame frame) {
   if (!frames_.Push(std::move(in))) queued_frames_.fetch_sub(1);
 }
 
+void MpiDataPlane::DeliverResult(int source, const v1::StepResult& r) {
+  const std::string peer = RankName(source);
+  absl::MutexLock lock(&results_mu_);
+  if (!results_) {
+    spdlog::warn("MPI data plane: a step result from {} arrived at rank {}, which takes none; "
+                 "dropped",
+                 peer, rank_);
+    return;
+  }
+  if (absl::Status st = results_(r, peer); !st.ok()) {
+    spdlog::warn("MPI data plane: result from {} refused: {}", peer, st.message());
+  }
+}
+
 void MpiDataPlane::DeliverLoop() {
   while (std::optional<Inbound> in = frames_.Pop()) {
     queued_frames_.fetch_sub(1);
@@ -389,12 +422,14 @@ void MpiDataPlane::SendAck(int rank, const v1::FrameAck& ack) {
                 static_cast<int>(MpiTag::kAck), comm_, &req) != MPI_SUCCESS) {
     return;
   }
+  doorbell_->Ring(rank);
   absl::MutexLock lock(&pending_mu_);
   pending_.push_back({req, std::move(bytes)});  // reaped once sent
 }
 
 void MpiDataPlane::Shutdown() {
   if (stop_.exchange(true)) return;
+  if (doorbell_) doorbell_->Wake();
   frames_.Close();
   if (receiver_.joinable()) receiver_.join();
   if (deliverer_.joinable()) deliverer_.join();
