@@ -32,6 +32,7 @@
 #include "cascade/v1/mpi.pb.h"
 #include "coordinator/cluster_config.h"
 #include "coordinator/coordinator_server.h"
+#include "kernels/gpu.h"
 #include "launch/topology.h"
 #include "launch/watchdog.h"
 #include "parallel/mpi_collective.h"
@@ -217,7 +218,12 @@ int Run(int argc, char** argv, int rank, int size) {
   // Each rank computes on its own device: one GPU per rank of a node with --device cuda.
   DeviceSpec device{DeviceKind::kCpu, 0};
   if (config.stage.device && config.stage.device->kind == DeviceKind::kCuda) {
-    device = {DeviceKind::kCuda, place.node_rank};
+    // The node's GPUs in turn; a task that sees one GPU only (Slurm's --gpus-per-task)
+    // uses that one.
+    std::string why;
+    const int gpus = static_cast<int>(ListGpus(&why).size());
+    if (gpus == 0) FailAll(rank, absl::StrCat("--device cuda: no GPU is usable here: ", why), 2);
+    device = {DeviceKind::kCuda, place.node_rank % gpus};
   }
   config.stage.device.reset();  // the workers' own setting applies, per rank
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
