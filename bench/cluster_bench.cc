@@ -8,15 +8,19 @@
 //       cascade-coordinator + S cascade-worker processes (T threads each), K concurrent
 //       gRPC streams
 //   cluster_bench compare --model M --stages 2,3 --threads T [--baseline-threads U]
-//       --streams K --tokens N --repeats R
+//       --streams K --tokens N --repeats R [--data-plane tcp,grpc,mpi]
 //       one process (one stage of U threads, default T) and each pipeline (T threads per
-//       stage) all up at once, taking turns for R rounds; prints each pipeline's rate over
-//       the one process's
+//       stage; one per stage count and data plane) all up at once, taking turns for R
+//       rounds; prints each pipeline's rate over the one process's
+// --launcher mpi starts each cluster as one MPI job instead (mpirun -np S*TP cascade-mpi,
+// each rank its own node, --tp TP ranks per stage), so that the data planes compare with
+// everything else equal; --data-plane mpi needs it.
 // --repeats is the number of rounds (K streams of N tokens each) a set-up serves.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -44,6 +48,8 @@ struct Options {
   int prompt_tokens = 16;
   int repeats = 3;
   std::string data_plane = "tcp";  // the coordinator's --data-plane
+  std::string launcher = "processes";  // or "mpi": one cascade-mpi job
+  int tp = 1;                          // mpi: ranks per stage
 };
 
 struct Measurement {
@@ -189,6 +195,10 @@ class ClusterSetup : public Setup {
     const int port = testing::FreePort();
     addr_ = "127.0.0.1:" + std::to_string(port);
     const std::string log = "/tmp/cluster_bench_" + std::to_string(::getpid()) + ".log";
+    if (o.launcher == "mpi") {
+      StartMpiJob(port, log);
+      return;
+    }
     procs_.push_back(testing::Subprocess::Start(
         {o.bin_dir + "/cascade-coordinator", "--model", o.model, "--listen", addr_, "--workers",
          std::to_string(o.stages), "--min-stages", std::to_string(o.stages), "--kv-sequences",
@@ -213,7 +223,13 @@ class ClusterSetup : public Setup {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  ~ClusterSetup() override { procs_.clear(); }  // coordinator first, then the workers
+  ~ClusterSetup() override {
+    if (o_.launcher == "mpi") {
+      for (auto& p : procs_) p->Signal(SIGUSR1);  // mpirun forwards it: the job drains
+      for (auto& p : procs_) p->WaitExit(std::chrono::seconds(20));
+    }
+    procs_.clear();  // coordinator first, then the workers
+  }
 
   std::string name() const override { return std::to_string(o_.stages) + " stages"; }
 
@@ -248,6 +264,7 @@ class ClusterSetup : public Setup {
   }
 
   void PrintStats() override {  // asked of the workers directly
+    if (o_.launcher == "mpi") return;  // its control port is its own
     grpc::ClientContext ctx;
     v1::ClusterStatusResponse s;
     if (!control_->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &s).ok()) return;
@@ -262,6 +279,28 @@ class ClusterSetup : public Setup {
   }
 
  private:
+  // mpirun -np stages*tp cascade-mpi: each rank its own node, tp ranks per stage.
+  void StartMpiJob(int port, const std::string& log) {
+    const std::string address_file =
+        "/tmp/cluster_bench_" + std::to_string(::getpid()) + "_" + std::to_string(port) + ".address";
+    std::remove(address_file.c_str());
+    procs_.push_back(testing::Subprocess::Start(
+        {"mpirun", "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "tcp,self", "-np",
+         std::to_string(o_.stages * o_.tp), o_.bin_dir + "/cascade-mpi", "--model", o_.model,
+         "--listen", addr_, "--control-listen", "127.0.0.1:0", "--ranks-per-node",
+         std::to_string(o_.tp), "--tp", std::to_string(o_.tp), "--threads",
+         std::to_string(o_.threads), "--memory", "8GiB", "--kv-sequences",
+         std::to_string(std::max(2, o_.streams)), "--data-plane", o_.data_plane,
+         "--address-file", address_file, "--log-level", "warn"},
+        log));
+    for (int i = 0; i < 6000; ++i) {
+      if (std::ifstream(address_file).good()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::cerr << "the MPI job did not come up; see " << log << "\n";
+    std::exit(1);
+  }
+
   Options o_;
   int64_t vocab_ = 0;
   std::string addr_;
@@ -299,9 +338,26 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", o.tokens);
   app.add_option("--prompt-tokens", o.prompt_tokens);
   app.add_option("--repeats", o.repeats, "Rounds; local/cluster report the best");
-  app.add_option("--data-plane", o.data_plane, "Frames between stages: tcp or grpc")
-      ->check(CLI::IsMember({"tcp", "grpc"}));
+  std::vector<std::string> data_planes;
+  app.add_option("--data-plane", data_planes,
+                 "Frames between stages: tcp, grpc or mpi (--launcher mpi); compare takes a "
+                 "list, one pipeline each")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"tcp", "grpc", "mpi"}));
+  app.add_option("--launcher", o.launcher, "processes (coordinator + workers) or mpi (cascade-mpi)")
+      ->check(CLI::IsMember({"processes", "mpi"}));
+  std::vector<int> tps;
+  app.add_option("--tp", tps, "mpi: ranks per stage (tensor parallelism); compare takes a list")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  if (data_planes.empty()) data_planes = {"tcp"};
+  if (tps.empty()) tps = {1};
+  o.data_plane = data_planes[0];
+  o.tp = tps[0];
+  if (o.launcher != "mpi" && (o.data_plane == "mpi" || tps != std::vector<int>{1})) {
+    std::cerr << "--data-plane mpi and --tp need --launcher mpi\n";
+    return 2;
+  }
   if (o.bin_dir.empty()) {
     std::string self = argv[0];
     o.bin_dir = self.substr(0, self.rfind('/'));
@@ -334,9 +390,22 @@ int main(int argc, char** argv) {
   o.threads = baseline_threads;
   setups.push_back(cascade::MakeSetup("local", o));
   o.threads = stage_threads;
+  struct Pipeline {
+    int stages;
+    std::string data_plane;
+    int tp;
+  };
+  std::vector<Pipeline> pipelines;
   for (int s : compare_stages) {
-    o.stages = s;
-    setups.push_back(cascade::MakeSetup("cluster", o));
+    for (const std::string& dp : data_planes) {
+      for (int tp : tps) {
+        o.stages = s;
+        o.data_plane = dp;
+        o.tp = tp;
+        setups.push_back(cascade::MakeSetup("cluster", o));
+        pipelines.push_back({s, dp, tp});
+      }
+    }
   }
   const size_t n = setups.size();
   std::vector<cascade::Measurement> total(n);
@@ -376,9 +445,11 @@ int main(int argc, char** argv) {
                               ? ratio[ratio.size() / 2]
                               : 0.5 * (ratio[ratio.size() / 2 - 1] + ratio[ratio.size() / 2]);
     std::printf(
-        "%s{\"stages\": %d, \"tokens_per_s\": %.3f, \"ratio\": %.3f, "
-        "\"median_round_ratio\": %.3f, \"rounds\": [%s]}",
-        i > 1 ? ", " : "", compare_stages[i - 1], total[i].tokens_per_s(),
+        "%s{\"stages\": %d, \"data_plane\": \"%s\", \"launcher\": \"%s\", \"tp\": %d, "
+        "\"tokens_per_s\": %.3f, \"ratio\": %.3f, \"median_round_ratio\": %.3f, "
+        "\"rounds\": [%s]}",
+        i > 1 ? ", " : "", pipelines[i - 1].stages, pipelines[i - 1].data_plane.c_str(),
+        o.launcher.c_str(), pipelines[i - 1].tp, total[i].tokens_per_s(),
         total[i].tokens_per_s() / total[0].tokens_per_s(), median, rounds(rates[i]).c_str());
   }
   std::printf("]}\n");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
-#   bench/run_benchmarks.sh [pipeline|kernels|serving|all]     (default: all)
+#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|all]     (default: all)
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
 #
@@ -169,6 +169,53 @@ print(f"{sys.argv[2]}: one process, 2 threads {r['baseline_tokens_per_s']:.2f} t
       f"ratios {p['median_round_ratio']:.3f}) {target}")
 PY
   done
+fi
+
+if [[ ($WHAT == mpi || $WHAT == all) && -x $BIN/cascade-mpi ]]; then
+  echo
+  echo "== (e) one MPI job (cascade-mpi): the MPI, TCP and gRPC data planes; tensor parallelism =="
+  # Every cluster below is one mpirun job whose ranks are each their own pretend node, so the
+  # data planes differ in nothing else; all set-ups are up at once and take turns (as in (a)).
+  # The hop on stories260K (compute ~0.1 ms/token): per-token time of 1 and 3 stages.
+  out=$("$BIN/cluster_bench" compare --launcher mpi --model models/stories260K.gguf --stages 1,3 \
+        --data-plane mpi,tcp,grpc --threads 1 --streams 1 --tokens 200 --repeats 3 2>/dev/null)
+  python3 - "$out" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+l = 1000 / r['baseline_tokens_per_s']
+ms = {(p['data_plane'], p['stages']): 1000 / p['tokens_per_s'] for p in r['pipelines']}
+print(f"stories260K ms/token: one process {l:.3f}")
+for dp in ('mpi', 'tcp', 'grpc'):
+    c1, c3 = ms[(dp, 1)], ms[(dp, 3)]
+    print(f"  [{dp:4}] 1 / 3 stages {c1:.3f} / {c3:.3f} ms; coordinator round trip {c1 - l:.3f} ms, "
+          f"each further hop {(c3 - c1) / 2:.3f} ms per token")
+PY
+  # Batch-1 decode through 2 stages against one process (llama-110m F16, one thread each).
+  M=$(model llama-110m F16)
+  out=$("$BIN/cluster_bench" compare --launcher mpi --model "$M" --stages 2 --data-plane mpi,tcp \
+        --threads 1 --streams 1 --tokens 64 --repeats 10 2>/dev/null)
+  python3 - "$out" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+print(f"llama-110m F16, batch 1: one process (1 thread) {r['baseline_tokens_per_s']:.2f} tokens/s")
+by = {p['data_plane']: p for p in r['pipelines']}
+for dp in ('mpi', 'tcp'):
+    p = by[dp]
+    print(f"  2 stages, {dp:3} data plane: {p['tokens_per_s']:.2f} tokens/s, ratio {p['ratio']:.3f} "
+          f"(median of the rounds' ratios {p['median_round_ratio']:.3f})")
+print(f"  MPI over TCP: {by['mpi']['tokens_per_s'] / by['tcp']['tokens_per_s']:.3f} (target >= 1.0)")
+PY
+  # Tensor parallelism: one stage of 2 ranks x 1 thread against 1 rank x 1 thread.
+  out=$("$BIN/cluster_bench" compare --launcher mpi --model "$M" --stages 1 --tp 1,2 --data-plane mpi \
+        --threads 1 --streams 1 --tokens 64 --repeats 10 2>/dev/null)
+  python3 - "$out" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+by = {p['tp']: p for p in r['pipelines']}
+print(f"llama-110m F16, batch 1, one stage: one process (1 thread) {r['baseline_tokens_per_s']:.2f}; "
+      f"TP 1 {by[1]['tokens_per_s']:.2f}; TP 2 (2 ranks x 1 thread) {by[2]['tokens_per_s']:.2f} tokens/s; "
+      f"TP 2 over TP 1: {by[2]['tokens_per_s'] / by[1]['tokens_per_s']:.3f}")
+PY
 fi
 
 if [[ $WHAT == kernels || $WHAT == all ]]; then

@@ -89,6 +89,8 @@ const char* DataPlaneName(DataPlane d) {
       return "tcp";
     case DataPlane::kGrpc:
       return "grpc";
+    case DataPlane::kMpi:
+      return "mpi";
   }
   return "?";
 }
@@ -137,14 +139,16 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   t.push_back(Text("tls-ca", &c->security.tls_ca, "The cluster's CA certificate (PEM)"));
   // Data plane.
   t.push_back(Option(
-      "data-plane", "Activation and result transport: tcp or grpc",
+      "data-plane", "Activation and result transport: tcp, grpc, or mpi (under cascade-mpi)",
       [c](const std::string& s) -> absl::Status {
         if (s == "tcp") {
           c->data_plane.kind = DataPlane::kTcp;
         } else if (s == "grpc") {
           c->data_plane.kind = DataPlane::kGrpc;
+        } else if (s == "mpi") {
+          c->data_plane.kind = DataPlane::kMpi;
         } else {
-          return Bad("data-plane", s, "tcp or grpc");
+          return Bad("data-plane", s, "tcp, grpc or mpi");
         }
         return absl::OkStatus();
       },

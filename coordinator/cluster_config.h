@@ -34,6 +34,8 @@ namespace cascade {
 enum class DataPlane {
   kTcp,   // length-prefixed frames on plain TCP (transport/tcp_link.h)
   kGrpc,  // gRPC streams (transport/grpc_link.h)
+  kMpi,   // MPI point-to-point between the ranks of one job (transport/mpi_link.h):
+          // only in binaries that register it (cascade-mpi)
 };
 const char* DataPlaneName(DataPlane d);
 

@@ -141,7 +141,7 @@ TEST(ClusterConfig, NamesBadKeysAndValues) {
   st = LoadClusterFile(Write("range", "workers: 0\n"), &c);
   EXPECT_THAT(std::string(st.message()), HasSubstr("[1, 4096]"));
   st = LoadClusterFile(Write("plane", "data_plane: carrier-pigeon\n"), &c);
-  EXPECT_THAT(std::string(st.message()), HasSubstr("tcp or grpc"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("tcp, grpc or mpi"));
   st = LoadClusterFile(Write("device", "device: tpu\n"), &c);
   EXPECT_THAT(std::string(st.message()), HasSubstr("'tpu'"));
   st = LoadClusterFile(Write("list", "workers: [1, 2]\n"), &c);

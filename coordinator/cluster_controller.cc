@@ -235,8 +235,9 @@ bool ClusterController::Stopping() const {
 }
 
 std::string ClusterController::DataAddress(const WorkerSpec& w) const {
-  return config_.data_plane.kind == DataPlane::kTcp && !w.data_address.empty() ? w.data_address
-                                                                               : w.address;
+  // TCP or MPI when the worker offers it (its data_address), else its gRPC StagePipe.
+  return config_.data_plane.kind != DataPlane::kGrpc && !w.data_address.empty() ? w.data_address
+                                                                                : w.address;
 }
 
 // Each phase returns the next one; kStopped means the machine makes no further transition
@@ -327,6 +328,7 @@ ClusterState ClusterController::PlanPipeline() {
     s.node = w.node;
     s.memory_bytes = w.resources.memory_bytes();
     s.gflops = w.resources.gflops() > 0 ? w.resources.gflops() : 1.0;
+    s.tp = std::max(1, w.resources.tensor_parallel());
     specs.push_back(s);
   }
   const PlanCopy old = CurrentPlan();

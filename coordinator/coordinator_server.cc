@@ -126,10 +126,22 @@ class CoordinatorServer::Impl {
         config_.server.advertise.empty() ? control_address_ : config_.server.advertise;
     controller_->OnStateChange([this](ClusterState s) { SetHealth(s == ClusterState::kServing); });
 
-    // Results from the last stage: on the TCP data plane, or on the control service's
-    // Results stream (gRPC data plane).
+    // Results from the last stage: on the TCP or MPI data plane, or on the control
+    // service's Results stream (gRPC data plane).
     std::string results_address = advertise;
-    if (config_.data_plane.kind == DataPlane::kTcp) {
+    if (config_.data_plane.kind == DataPlane::kMpi) {
+      DataPlaneServerOptions dp;
+      dp.name = "coordinator data plane";
+      dp.registered = Scheme::kMpi;
+      DataPlaneHandlers h;
+      h.results = [c = controller_.get()](const v1::StepResult& r, const std::string& peer) {
+        return c->OnResult(r, peer);
+      };
+      auto data = DataPlaneServer::Start(dp, std::move(h));
+      if (!data.ok()) return data.status();
+      data_ = std::move(*data);
+      results_address = data_->registered_address();
+    } else if (config_.data_plane.kind == DataPlane::kTcp) {
       auto adv = ParseHostPort(advertise);
       if (!adv.ok()) return adv.status();
       DataPlaneServerOptions dp;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 
 #include "absl/strings/match.h"
@@ -10,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "model/tensor_parallel.h"
+#include "util/status_macros.h"
 
 namespace cascade {
 namespace {
@@ -36,11 +39,83 @@ StageMemory StageCost(const ModelProfile& m, LayerRange r, const PlanLimits& lim
                              lim.batch_tokens);
 }
 
-struct Candidate {
-  std::vector<int> workers;  // indices, in listed order
+// The share of a layer's bytes that one rank of a split keeps.
+uint64_t LayerShare(const ModelProfile& m, int l, const TpShard& s) {
+  const ModelConfig& c = m.config;
+  const ModelProfile::LayerSplit& sp = m.layer_split[l];
+  auto part = [](uint64_t bytes, int64_t num, int64_t den) {
+    return den > 0 ? static_cast<uint64_t>(static_cast<double>(bytes) * num / den) : bytes;
+  };
+  return part(sp.heads, s.n_heads(), c.n_heads) + part(sp.kv, s.n_kv_heads(), c.n_kv_heads) +
+         part(sp.ffn, s.ffn(), c.ffn_dim) + sp.whole;
+}
+
+uint64_t VocabShare(uint64_t bytes, const ModelConfig& c, const TpShard& s) {
+  return static_cast<uint64_t>(static_cast<double>(bytes) * s.vocab() / c.vocab_size);
+}
+
+// What one rank of a worker of `tp` ranks pays, for the planner's first fit: per layer
+// (weights and KV cache, averaged over the layers), for the embedding and the head, and
+// for the activations of a middle and of the last stage (the largest rank's share).
+struct RankCosts {
+  double avg_layer = 0;
+  uint64_t embedding = 0, head = 0, act_mid = 0, act_last = 0;
 };
 
+absl::StatusOr<RankCosts> CostsFor(const ModelProfile& m, const PlanLimits& lim, int tp) {
+  const ModelConfig& c = m.config;
+  const int L = static_cast<int>(m.layer_bytes.size());
+  const int64_t kv_tokens = lim.KvTokens(c.context_length);
+  RankCosts worst;
+  for (int r = 0; r < tp; ++r) {
+    TpShard shard;
+    if (tp > 1) {
+      CASCADE_ASSIGN_OR_RETURN(shard, MakeTpShard(c, r, tp));
+    }
+    const TpShard* sh = tp > 1 ? &shard : nullptr;
+    uint64_t layers = 0;
+    for (int l = 0; l < L; ++l) layers += sh ? LayerShare(m, l, shard) : m.layer_bytes[l];
+    RankCosts rc;
+    rc.avg_layer = static_cast<double>(layers) / L +
+                   static_cast<double>(EstimateStageMemory(c, {0, 1}, 0, kv_tokens, 0, sh).kv_cache);
+    rc.embedding = sh ? VocabShare(m.embedding_bytes, c, shard) : m.embedding_bytes;
+    rc.head = sh ? VocabShare(m.head_bytes, c, shard) : m.head_bytes;
+    rc.act_mid = EstimateStageMemory(c, {0, 0}, 0, 0, lim.batch_tokens, sh).activations;
+    rc.act_last = EstimateStageMemory(c, {0, L}, 0, 0, lim.batch_tokens, sh).activations;
+    worst.avg_layer = std::max(worst.avg_layer, rc.avg_layer);
+    worst.embedding = std::max(worst.embedding, rc.embedding);
+    worst.head = std::max(worst.head, rc.head);
+    worst.act_mid = std::max(worst.act_mid, rc.act_mid);
+    worst.act_last = std::max(worst.act_last, rc.act_last);
+  }
+  return worst;
+}
+
 }  // namespace
+
+absl::StatusOr<StageMemory> StageMemoryPerRank(const ModelProfile& m, LayerRange r,
+                                               const PlanLimits& lim, int tp) {
+  if (tp <= 1) return StageCost(m, r, lim);
+  const ModelConfig& c = m.config;
+  if (m.layer_split.size() != m.layer_bytes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: ", m.name, ": no per-tensor sizes to split over ", tp, " ranks"));
+  }
+  const bool first = r.first == 0, last = r.last == static_cast<int>(m.layer_bytes.size());
+  StageMemory worst;
+  for (int rank = 0; rank < tp; ++rank) {
+    CASCADE_ASSIGN_OR_RETURN(TpShard shard, MakeTpShard(c, rank, tp));
+    uint64_t w = 0;
+    for (int l = r.first; l < r.last; ++l) w += LayerShare(m, l, shard);
+    if (first) w += VocabShare(m.embedding_bytes, c, shard);
+    if (last) w += VocabShare(m.head_bytes, c, shard);
+    if (last && !first && c.tied_embeddings) w += VocabShare(m.embedding_bytes, c, shard);
+    const StageMemory mem = EstimateStageMemory(c, r, w, lim.KvTokens(c.context_length),
+                                                lim.batch_tokens, &shard);
+    if (mem.total() > worst.total()) worst = mem;
+  }
+  return worst;
+}
 
 int64_t PlanLimits::KvTokens(int64_t context_length) const {
   return kv_tokens > 0 ? kv_tokens : int64_t{kv_sequences} * context_length;
@@ -56,10 +131,23 @@ ModelProfile ProfileFromSource(const ModelSource& source) {
   p.name = source.path();
   p.config = source.config();
   p.layer_bytes.assign(p.config.n_layers, 0);
+  p.layer_split.assign(p.config.n_layers, {});
   for (const TensorView& t : source.tensors()) {
     if (t.name.rfind("blk.", 0) == 0) {
       const int l = std::atoi(t.name.c_str() + 4);
-      if (l >= 0 && l < p.config.n_layers) p.layer_bytes[l] += t.nbytes;
+      if (l < 0 || l >= p.config.n_layers) continue;
+      p.layer_bytes[l] += t.nbytes;
+      ModelProfile::LayerSplit& sp = p.layer_split[l];
+      const std::string& n = t.name;
+      if (absl::StrContains(n, ".attn_q.") || absl::StrContains(n, ".attn_output.")) {
+        sp.heads += t.nbytes;
+      } else if (absl::StrContains(n, ".attn_k.") || absl::StrContains(n, ".attn_v.")) {
+        sp.kv += t.nbytes;
+      } else if (absl::StrContains(n, ".ffn_") && !absl::StrContains(n, "_norm")) {
+        sp.ffn += t.nbytes;
+      } else {
+        sp.whole += t.nbytes;
+      }
     } else if (t.name == "token_embd.weight") {
       p.embedding_bytes += t.nbytes;
     } else if (t.name == "output.weight" || t.name == "output_norm.weight") {
@@ -91,6 +179,13 @@ ModelProfile ProfileFromShape(const ModelShape& s, TensorType type) {
       MatrixBytes(type, c.ffn_dim, c.dim) + 2 * 4 * c.dim +
       (c.qkv_bias ? 4 * (c.q_dim() + 2 * c.kv_dim()) : 0);
   p.layer_bytes.assign(c.n_layers, layer);
+  ModelProfile::LayerSplit sp;
+  sp.heads = MatrixBytes(type, c.dim, c.q_dim()) + MatrixBytes(type, c.q_dim(), c.dim) +
+             (c.qkv_bias ? 4 * c.q_dim() : 0);
+  sp.kv = 2 * MatrixBytes(type, c.dim, c.kv_dim()) + (c.qkv_bias ? 8 * c.kv_dim() : 0);
+  sp.ffn = 2 * MatrixBytes(type, c.dim, c.ffn_dim) + MatrixBytes(type, c.ffn_dim, c.dim);
+  sp.whole = 2 * 4 * c.dim;
+  p.layer_split.assign(c.n_layers, sp);
   p.embedding_bytes = MatrixBytes(type, c.dim, c.vocab_size);
   p.head_bytes = 4 * c.dim + (s.tied ? 0 : MatrixBytes(type, c.dim, c.vocab_size));
   return p;
@@ -119,10 +214,25 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
   if (kv_tokens <= 0 || lim.kv_block_size <= 0 || lim.batch_tokens <= 0) {
     return absl::InvalidArgumentError("plan: the KV cache, block and batch sizes must be > 0");
   }
-  const uint64_t kv_per_layer = KvBytesPerToken(m.config, 1) * static_cast<uint64_t>(kv_tokens);
+  // Each worker's per-rank costs (tensor-parallel workers pay a share of each).
+  std::map<int, RankCosts> costs_by_tp;
+  std::vector<RankCosts> cost(workers.size());
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const int tp = std::max(1, workers[i].tp);
+    if (!costs_by_tp.count(tp)) {
+      absl::StatusOr<RankCosts> c = CostsFor(m, lim, tp);
+      if (!c.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("plan: worker ", workers[i].id, ": ",
+                                                       c.status().message()));
+      }
+      costs_by_tp[tp] = *c;
+    }
+    cost[i] = costs_by_tp[tp];
+  }
   uint64_t layer_sum = 0;
   for (uint64_t b : m.layer_bytes) layer_sum += b;
-  const double avg_layer = static_cast<double>(layer_sum) / L + static_cast<double>(kv_per_layer);
+  const double avg_layer = static_cast<double>(layer_sum) / L +
+                           static_cast<double>(KvBytesPerToken(m.config, 1)) * kv_tokens;
   // The output head's work in layers (by weight bytes, which set decode's time per token);
   // with tied embeddings the head multiplies by the embedding matrix.
   const uint64_t head_work =
@@ -142,21 +252,18 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
     // Fixed cost of each position and how many layers fit.
     std::vector<int> max_fit(k), alloc(k);
     int64_t fit_sum = 0;
-    // Activation workspace of a middle stage and of the last one (which adds logits).
-    const uint64_t act_mid =
-        EstimateStageMemory(m.config, {0, 0}, 0, 0, lim.batch_tokens).activations;
-    const uint64_t act_last =
-        EstimateStageMemory(m.config, {0, L}, 0, 0, lim.batch_tokens).activations;
     for (int i = 0; i < k; ++i) {
-      uint64_t fixed_bytes = i == k - 1 ? act_last : act_mid;
-      if (i == 0) fixed_bytes += m.embedding_bytes;
+      // Activation workspace of a middle stage or of the last one (which adds logits).
+      const RankCosts& rc = cost[chosen[i]];
+      uint64_t fixed_bytes = i == k - 1 ? rc.act_last : rc.act_mid;
+      if (i == 0) fixed_bytes += rc.embedding;
       if (i == k - 1) {
-        fixed_bytes += m.head_bytes + (m.config.tied_embeddings && k > 1 ? m.embedding_bytes : 0);
+        fixed_bytes += rc.head + (m.config.tied_embeddings && k > 1 ? rc.embedding : 0);
       }
       const uint64_t cap = usable[chosen[i]];
-      max_fit[i] = cap > fixed_bytes
-                       ? static_cast<int>(std::min<double>(L, (cap - fixed_bytes) / avg_layer))
-                       : 0;
+      max_fit[i] = cap > fixed_bytes ? static_cast<int>(std::min<double>(
+                                           L, (cap - fixed_bytes) / rc.avg_layer))
+                                     : 0;
       fit_sum += max_fit[i];
     }
     if (fit_sum < L || *std::min_element(max_fit.begin(), max_fit.end()) < 1) continue;
@@ -197,7 +304,10 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
       StagePlan s;
       s.worker = chosen[i];
       s.layers = {first, first + alloc[i]};
-      s.memory = StageCost(m, s.layers, lim);
+      absl::StatusOr<StageMemory> mem =
+          StageMemoryPerRank(m, s.layers, lim, std::max(1, workers[chosen[i]].tp));
+      if (!mem.ok()) return mem.status();
+      s.memory = *mem;
       s.capacity = usable[chosen[i]];
       fits &= s.memory.total() <= s.capacity;
       first += alloc[i];
@@ -265,7 +375,10 @@ absl::StatusOr<Plan> Replan(const ModelProfile& model, const Plan& old_plan,
       for (size_t w = 0; w < workers.size(); ++w) {
         const uint64_t cap = static_cast<uint64_t>(static_cast<double>(workers[w].memory_bytes) *
                                                    (1.0 - limits.reserve_fraction));
-        if (used[w] || is_lost(workers[w].id) || cap < st.memory.total()) continue;
+        if (used[w] || is_lost(workers[w].id) || cap < st.memory.total() ||
+            workers[w].tp != old_workers[old_plan.stages[i].worker].tp) {
+          continue;
+        }
         if (best < 0 || workers[w].memory_bytes > workers[best].memory_bytes) best = static_cast<int>(w);
       }
       if (best < 0) {
@@ -294,18 +407,31 @@ absl::StatusOr<Plan> Replan(const ModelProfile& model, const Plan& old_plan,
 }
 
 std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& workers) const {
-  // Columns sized to their widest cell.
+  // Columns sized to their widest cell. With tensor-parallel workers, a "ranks" column,
+  // and the sizes are each rank's.
+  bool split = false;
+  for (const StagePlan& s : stages) split |= workers[s.worker].tp > 1;
   std::vector<std::vector<std::string>> rows = {{"stage", "worker", "node", "layers", "weights",
                                                  "kv cache", "activations", "total", "memory"}};
+  if (split) {
+    rows[0] = {"stage", "worker", "node", "layers", "ranks", "weights/rank", "kv cache/rank",
+               "activations/rank", "total/rank", "memory/rank"};
+  }
   for (size_t i = 0; i < stages.size(); ++i) {
     const StagePlan& s = stages[i];
     const WorkerSpec& w = workers[s.worker];
-    rows.push_back({absl::StrCat(i), w.id, w.node.empty() ? "-" : w.node,
-                    absl::StrCat("[", s.layers.first, ", ", s.layers.last, ")"),
-                    HumanBytes(s.memory.weights), HumanBytes(s.memory.kv_cache),
-                    HumanBytes(s.memory.activations), HumanBytes(s.memory.total()),
-                    HumanBytes(w.memory_bytes)});
+    std::vector<std::string> row = {absl::StrCat(i), w.id, w.node.empty() ? "-" : w.node,
+                                    absl::StrCat("[", s.layers.first, ", ", s.layers.last, ")")};
+    if (split) row.push_back(absl::StrCat(std::max(1, w.tp)));
+    for (const std::string& cell :
+         {HumanBytes(s.memory.weights), HumanBytes(s.memory.kv_cache),
+          HumanBytes(s.memory.activations), HumanBytes(s.memory.total()),
+          HumanBytes(w.memory_bytes)}) {
+      row.push_back(cell);
+    }
+    rows.push_back(std::move(row));
   }
+  const size_t text_columns = split ? 5 : 4;
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows) {
     for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
@@ -313,7 +439,7 @@ std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& wo
   std::string out;
   for (const auto& r : rows) {
     for (size_t c = 0; c < r.size(); ++c) {
-      const bool left = c < 4;  // text columns left-aligned, sizes right-aligned
+      const bool left = c < text_columns;  // text left-aligned, sizes right-aligned
       const std::string pad(width[c] - r[c].size(), ' ');
       absl::StrAppend(&out, c ? "  " : "", left ? r[c] + pad : pad + r[c]);
     }

@@ -12,6 +12,9 @@
 //   weight bytes), gets fewer; stage order follows the workers' listed order.
 // - A plan that does not fit is refused with the shortfall named (which resource, how
 //   much is needed, how much the workers offer).
+// - A worker with tp > 1 is a tensor-parallel group on one node: its stage is split over
+//   its ranks, and what must fit is each rank's share in each rank's memory
+//   (StageMemoryPerRank); a group size the model cannot be split by is an error naming it.
 // Pure and thread-safe.
 #ifndef CASCADE_COORDINATOR_PLANNER_H_
 #define CASCADE_COORDINATOR_PLANNER_H_
@@ -35,6 +38,12 @@ struct ModelProfile {
   std::string name;
   ModelConfig config;
   std::vector<uint64_t> layer_bytes;  // weight bytes of each layer
+  // How each layer's bytes split under tensor parallelism (model/tensor_parallel.h): by
+  // query heads (Q, O and their biases), by KV heads (K, V), by the FFN, and whole (norms).
+  struct LayerSplit {
+    uint64_t heads = 0, kv = 0, ffn = 0, whole = 0;
+  };
+  std::vector<LayerSplit> layer_split;
   uint64_t embedding_bytes = 0;       // token embedding (first stage)
   uint64_t head_bytes = 0;            // final norm + output (last stage; 0 extra when tied)
   uint64_t total_bytes() const;
@@ -49,8 +58,9 @@ struct WorkerSpec {
   std::string address;
   std::string data_address;  // TCP data plane (tcp://host:port), or empty
   std::string node;
-  uint64_t memory_bytes = 0;
+  uint64_t memory_bytes = 0;  // of each rank when tp > 1
   double gflops = 1.0;
+  int tp = 1;  // ranks of its tensor-parallel group (one node): its stage is split over them
 };
 
 struct PlanLimits {
@@ -70,8 +80,8 @@ struct PlanLimits {
 struct StagePlan {
   int worker = 0;  // index into the workers given to MakePlan
   LayerRange layers;
-  StageMemory memory;
-  uint64_t capacity = 0;  // the worker's usable memory
+  StageMemory memory;     // of each rank of a tensor-parallel worker (the largest share)
+  uint64_t capacity = 0;  // the worker's usable memory (each rank's)
 };
 
 struct Plan {
@@ -85,6 +95,12 @@ struct Plan {
 
 absl::StatusOr<Plan> MakePlan(const ModelProfile& model, const std::vector<WorkerSpec>& workers,
                               const PlanLimits& limits);
+
+// The memory of one rank of a stage over `layers` split over `tp` ranks: the largest
+// rank's share of weights, KV cache (a replicated KV head counts on every rank that keeps
+// it) and activations. tp = 1 is the whole stage.
+absl::StatusOr<StageMemory> StageMemoryPerRank(const ModelProfile& model, LayerRange layers,
+                                               const PlanLimits& limits, int tp);
 
 // A plan after some of its workers were lost, over `workers` (the ones that remain and any
 // spares). When every lost stage can move, unchanged, to a spare with the memory for it,

@@ -169,5 +169,36 @@ TEST(Planner, WhenNothingFitsTheReplanSaysWhy) {
   EXPECT_THAT(std::string(re.status().message()), HasSubstr("does not fit"));
 }
 
+// Tensor parallelism: a worker of T ranks holds its stage split over them; what must fit
+// is each rank's share.
+TEST(Planner, TensorParallelWorkersNeedAbout1OverTPerRank) {
+  const ModelProfile m = TinyLlamaF16();
+  PlanLimits lim = Limits();
+  auto whole = StageMemoryPerRank(m, {0, 22}, lim, 1);
+  auto split = StageMemoryPerRank(m, {0, 22}, lim, 4);
+  ASSERT_TRUE(whole.ok() && split.ok());
+  const double w = static_cast<double>(split->weights) / static_cast<double>(whole->weights);
+  EXPECT_GT(w, 0.24);
+  EXPECT_LT(w, 0.27);  // 1/4, the norms whole on every rank
+  // 4 KV heads over 4 ranks: one each.
+  EXPECT_EQ(split->kv_cache, whole->kv_cache / 4);
+  // 8 ranks: each KV head is kept by two of them.
+  auto eight = StageMemoryPerRank(m, {0, 22}, lim, 8);
+  ASSERT_TRUE(eight.ok());
+  EXPECT_EQ(eight->kv_cache, whole->kv_cache / 4);
+  // The whole model does not fit one 1 GiB worker, but fits one group of 4 ranks of 1 GiB.
+  EXPECT_FALSE(MakePlan(m, Workers("a=1GiB"), lim).ok());
+  std::vector<WorkerSpec> group = Workers("a=1GiB");
+  group[0].tp = 4;
+  auto plan = MakePlan(m, group, lim);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages.size(), 1u);
+  EXPECT_LE(plan->stages[0].memory.total(), plan->stages[0].capacity);
+  EXPECT_THAT(plan->Table(m, group), HasSubstr("weights/rank"));
+  // A group size that does not divide the 32 heads is refused, naming the worker.
+  group[0].tp = 3;
+  EXPECT_THAT(MakePlan(m, group, lim).status().message(), HasSubstr("worker a"));
+}
+
 }  // namespace
 }  // namespace cascade

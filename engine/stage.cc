@@ -1,6 +1,7 @@
 #include "engine/stage.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,27 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   if (options.kv_block_size <= 0 || options.max_batch_tokens <= 0) {
     return absl::InvalidArgumentError("stage options: block size and batch size must be > 0");
   }
+  const ModelConfig& cfg = s->config_;
+  s->local_ = {cfg.n_heads, cfg.n_kv_heads, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim, cfg.vocab_size};
+  if (options.tp != nullptr) {
+    // Cut where every rank's slices fall on the blocks of the weights' types.
+    TpAlignment align;
+    for (const LayerWeights& l : s->weights_->layers) {
+      align.q_cols = std::max<int64_t>(align.q_cols, Traits(l.wo->type).block_elems);
+      align.ffn = std::max<int64_t>(align.ffn, Traits(l.w_down->type).block_elems);
+    }
+    const int size = options.tp->size();
+    for (int r = 0; r < size; ++r) {
+      CASCADE_ASSIGN_OR_RETURN(TpShard shard, MakeTpShard(cfg, r, size, align));
+      s->vocab_slices_.push_back({shard.vocab_begin, shard.vocab_end});
+      s->vocab_stride_ = std::max(s->vocab_stride_, shard.vocab());
+    }
+    CASCADE_ASSIGN_OR_RETURN(TpShard mine, MakeTpShard(cfg, options.tp->rank(), size, align));
+    CASCADE_ASSIGN_OR_RETURN(s->weights_, ModelWeights::Bind(source, range, &mine));
+    s->local_ = {mine.n_heads(), mine.n_kv_heads(),           mine.n_heads() * cfg.head_dim,
+                 mine.n_kv_heads() * cfg.head_dim, mine.ffn(), mine.vocab()};
+    s->tp_ = options.tp;
+  }
   if (backend == nullptr) {
     CpuBackendOptions bo;
     bo.threads = options.threads;
@@ -36,6 +58,11 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   }
   s->backend_ = std::move(backend);
   Backend& be = *s->backend_;
+  if (s->tp_ != nullptr && s->tp_->memory_kind() != be.memory_kind()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor parallelism: the group (", s->tp_->name(), ") and the backend (", be.name(),
+        ") work on different kinds of memory"));
+  }
 
   // Weights as the backend will use them.
   const ModelWeights& w = *s->weights_;
@@ -69,7 +96,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
 
   KvCacheOptions kv;
   kv.n_layers = range.size();
-  kv.n_kv_heads = static_cast<int>(s->config_.n_kv_heads);
+  kv.n_kv_heads = static_cast<int>(s->local_.n_kv_heads);
   kv.head_dim = static_cast<int>(s->config_.head_dim);
   kv.block_size = options.kv_block_size;
   kv.max_positions = s->config_.context_length;
@@ -83,11 +110,18 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   }
   CASCADE_ASSIGN_OR_RETURN(s->kv_, KvCache::Create(kv, be));
   s->rope_freq_ = s->config_.RopeFrequencies();
+  s->zero_row_.assign(static_cast<size_t>(s->config_.dim), 0.0f);
+  if (s->tp_ != nullptr) {
+    // Every buffer a batch can need, now: a rank must not fail a batch the others run.
+    const int64_t n = options.max_batch_tokens;
+    CASCADE_RETURN_IF_ERROR(s->EnsureCapacity(n, s->weights_->has_head ? n : 0));
+  }
   return s;
 }
 
 absl::Status Stage::EnsureCapacity(int64_t n, int64_t n_logits) {
   const ModelConfig& c = config_;
+  const LocalDims& d = local_;
   auto grow = [&](DeviceBuffer* b, int64_t floats) -> absl::Status {
     const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
     if (b->size() >= bytes) return absl::OkStatus();
@@ -96,17 +130,22 @@ absl::Status Stage::EnsureCapacity(int64_t n, int64_t n_logits) {
   };
   if (n > capacity_) {
     CASCADE_RETURN_IF_ERROR(grow(&x_, n * c.dim));
-    CASCADE_RETURN_IF_ERROR(grow(&xb_, n * c.dim));
-    CASCADE_RETURN_IF_ERROR(grow(&q_, n * c.q_dim()));
-    CASCADE_RETURN_IF_ERROR(grow(&k_, n * c.kv_dim()));
-    CASCADE_RETURN_IF_ERROR(grow(&v_, n * c.kv_dim()));
-    CASCADE_RETURN_IF_ERROR(grow(&att_, n * c.q_dim()));
-    CASCADE_RETURN_IF_ERROR(grow(&hb_, n * c.ffn_dim));
-    CASCADE_RETURN_IF_ERROR(grow(&hb2_, n * c.ffn_dim));
+    CASCADE_RETURN_IF_ERROR(grow(&xb_, (n + 1) * c.dim));
+    CASCADE_RETURN_IF_ERROR(grow(&q_, n * d.q_dim));
+    CASCADE_RETURN_IF_ERROR(grow(&k_, n * d.kv_dim));
+    CASCADE_RETURN_IF_ERROR(grow(&v_, n * d.kv_dim));
+    CASCADE_RETURN_IF_ERROR(grow(&att_, n * d.q_dim));
+    CASCADE_RETURN_IF_ERROR(grow(&hb_, n * d.ffn));
+    CASCADE_RETURN_IF_ERROR(grow(&hb2_, n * d.ffn));
     capacity_ = n;
   }
   if (n_logits > logits_capacity_) {
-    CASCADE_RETURN_IF_ERROR(grow(&logits_, n_logits * c.vocab_size));
+    if (tp_ == nullptr) {
+      CASCADE_RETURN_IF_ERROR(grow(&logits_, n_logits * c.vocab_size));
+    } else {
+      CASCADE_RETURN_IF_ERROR(grow(&logits_, n_logits * vocab_stride_));
+      CASCADE_RETURN_IF_ERROR(grow(&gathered_, tp_->size() * n_logits * vocab_stride_));
+    }
     logits_capacity_ = n_logits;
   }
   return absl::OkStatus();
@@ -137,6 +176,7 @@ absl::Status Stage::Validate(std::span<const TokenSlot> slots,
 
 absl::Status Stage::Forward(std::span<const TokenSlot> slots, std::span<const float> hidden_in,
                             std::vector<float>* out) {
+  if (!broken_.ok()) return broken_;
   CASCADE_RETURN_IF_ERROR(Validate(slots, hidden_in));
   const int64_t n = static_cast<int64_t>(slots.size());
   std::vector<int64_t> logit_rows;
@@ -148,7 +188,7 @@ absl::Status Stage::Forward(std::span<const TokenSlot> slots, std::span<const fl
   const int64_t m = static_cast<int64_t>(logit_rows.size());
   CASCADE_RETURN_IF_ERROR(EnsureCapacity(n, m));
   CASCADE_ASSIGN_OR_RETURN(KvCache::Plan plan, kv_->PlanBatch(slots));
-  kv_->Apply(plan);  // nothing below can fail
+  kv_->Apply(plan);  // nothing below can fail but the tensor-parallel group
 
   Backend& be = *backend_;
   const int64_t dim = config_.dim;
@@ -156,36 +196,114 @@ absl::Status Stage::Forward(std::span<const TokenSlot> slots, std::span<const fl
   for (int64_t i = 0; i < n; ++i) pos_[i] = slots[i].pos;
   float* x = x_.as<float>();
   if (is_first()) {
-    std::vector<int32_t> ids(n);
-    for (int64_t i = 0; i < n; ++i) ids[i] = slots[i].token;
-    be.GetRows(token_embd_, ids.data(), n, x);  // (n, dim)
+    Embed(slots, x);
+    if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(x, n * dim));
   } else {
     be.CopyToDevice(x, hidden_in.data(), n * dim * sizeof(float));
   }
 
-  for (int l = 0; l < static_cast<int>(layers_.size()); ++l) Layer(l, slots, plan);
+  for (int l = 0; l < static_cast<int>(layers_.size()); ++l) {
+    CASCADE_RETURN_IF_ERROR(Layer(l, slots, plan));
+  }
 
   if (!is_last()) {
     out->resize(n * dim);  // (n, dim)
     be.CopyToHost(out->data(), x, n * dim * sizeof(float));
     return absl::OkStatus();
   }
-  // Head: final norm and output projection for the slots that want logits.
-  out->resize(m * config_.vocab_size);  // (m, vocab)
-  if (m == 0) return absl::OkStatus();
+  return Head(logit_rows, out);
+}
+
+void Stage::Embed(std::span<const TokenSlot> slots, float* x) {
+  Backend& be = *backend_;
+  const int64_t n = static_cast<int64_t>(slots.size());
+  std::vector<int32_t> ids;
+  ids.reserve(n);
+  if (tp_ == nullptr) {
+    for (const TokenSlot& s : slots) ids.push_back(s.token);
+    be.GetRows(token_embd_, ids.data(), n, x);  // (n, dim)
+    return;
+  }
+  // Split by vocabulary: this rank looks up the tokens of its slice into xb and gives the
+  // others' tokens a zero row (row `found` of xb); the all-reduce then adds each token's
+  // one non-zero row to zeros, which is exact.
+  const TpShard& sh = *shard();
+  std::vector<int64_t> rows(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = slots[i].token;
+    if (t >= sh.vocab_begin && t < sh.vocab_end) {
+      rows[i] = static_cast<int64_t>(ids.size());
+      ids.push_back(static_cast<int32_t>(t - sh.vocab_begin));
+    } else {
+      rows[i] = -1;
+    }
+  }
+  const int64_t found = static_cast<int64_t>(ids.size());
+  const int64_t dim = config_.dim;
   float* xb = xb_.as<float>();
-  be.GatherRows(x, logit_rows.data(), m, dim, xb);
-  be.RmsNorm(xb, output_norm_.as<float>(), m, dim, static_cast<float>(config_.norm_eps), xb);
-  be.MatMul(output_, xb, m, logits_.as<float>());
-  be.CopyToHost(out->data(), logits_.data(), out->size() * sizeof(float));
+  if (found > 0) be.GetRows(token_embd_, ids.data(), found, xb);
+  be.CopyToDevice(xb + found * dim, zero_row_.data(), dim * sizeof(float));
+  for (int64_t& r : rows) {
+    if (r < 0) r = found;
+  }
+  be.GatherRows(xb, rows.data(), n, dim, x);
+}
+
+absl::Status Stage::ReduceAcrossRanks(float* data, int64_t count) {
+  backend_->Synchronize();  // a GPU's queued kernels complete the partial sums first
+  absl::Status st = tp_->AllReduceSum(data, count);
+  if (!st.ok()) {
+    broken_ = absl::UnavailableError(absl::StrCat("the tensor-parallel group (", tp_->name(),
+                                                  ") is broken: ", st.message()));
+    return broken_;
+  }
   return absl::OkStatus();
 }
 
-void Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& plan) {
+absl::Status Stage::Head(const std::vector<int64_t>& logit_rows, std::vector<float>* out) {
+  // Final norm and output projection for the slots that want logits.
+  Backend& be = *backend_;
+  const int64_t m = static_cast<int64_t>(logit_rows.size());
+  const int64_t dim = config_.dim, vocab = config_.vocab_size;
+  out->resize(m * vocab);  // (m, vocab)
+  if (m == 0) return absl::OkStatus();
+  float* xb = xb_.as<float>();
+  be.GatherRows(x_.as<float>(), logit_rows.data(), m, dim, xb);
+  be.RmsNorm(xb, output_norm_.as<float>(), m, dim, static_cast<float>(config_.norm_eps), xb);
+  be.MatMul(output_, xb, m, logits_.as<float>());  // (m, local vocabulary)
+  if (tp_ == nullptr) {
+    be.CopyToHost(out->data(), logits_.data(), out->size() * sizeof(float));
+    return absl::OkStatus();
+  }
+  // Every rank's slice (padded to the widest), then each row put together in vocab order.
+  const int size = tp_->size();
+  const size_t part = static_cast<size_t>(m * vocab_stride_);
+  be.Synchronize();
+  if (absl::Status st = tp_->AllGather(logits_.data(), part * sizeof(float), gathered_.data());
+      !st.ok()) {
+    broken_ = absl::UnavailableError(absl::StrCat("the tensor-parallel group (", tp_->name(),
+                                                  ") is broken: ", st.message()));
+    return broken_;
+  }
+  host_gathered_.resize(part * size);
+  be.CopyToHost(host_gathered_.data(), gathered_.data(), host_gathered_.size() * sizeof(float));
+  for (int r = 0; r < size; ++r) {
+    const auto [begin, end] = vocab_slices_[r];
+    const int64_t width = end - begin;
+    const float* src = host_gathered_.data() + part * r;
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(out->data() + i * vocab + begin, src + i * width, width * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& plan) {
   const ResidentLayer& w = layers_[l];
   const ModelConfig& c = config_;
+  const LocalDims& d = local_;
   const int64_t n = static_cast<int64_t>(slots.size());
-  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
+  const int64_t dim = c.dim, q_dim = d.q_dim, kv_dim = d.kv_dim, ffn = d.ffn;
   const float eps = static_cast<float>(c.norm_eps);
   Backend& be = *backend_;
   float* x = x_.as<float>();
@@ -197,7 +315,7 @@ void Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& 
   float* hb = hb_.as<float>();
   float* hb2 = hb2_.as<float>();
 
-  // Attention block.
+  // Attention block (this rank's heads, when split).
   be.RmsNorm(x, w.attn_norm.as<float>(), n, dim, eps, xb);  // (n, dim)
   be.MatMul(w.wq, xb, n, q);                                // (n, q_dim)
   be.MatMul(w.wk, xb, n, k);                                // (n, kv_dim)
@@ -207,9 +325,9 @@ void Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& 
     be.AddBias(w.bk.as<float>(), n, kv_dim, k);
     be.AddBias(w.bv.as<float>(), n, kv_dim, v);
   }
-  be.Rope(q, pos_.data(), n, static_cast<int>(c.n_heads), static_cast<int>(c.head_dim),
+  be.Rope(q, pos_.data(), n, static_cast<int>(d.n_heads), static_cast<int>(c.head_dim),
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
-  be.Rope(k, pos_.data(), n, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim),
+  be.Rope(k, pos_.data(), n, static_cast<int>(d.n_kv_heads), static_cast<int>(c.head_dim),
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
 
   // Store this batch's keys and values, then attend over each sequence's cache.
@@ -224,8 +342,8 @@ void Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& 
     queries[i].n_ctx = slots[i].pos + 1;
   }
   AttentionParams ap;
-  ap.n_heads = static_cast<int>(c.n_heads);
-  ap.n_kv_heads = static_cast<int>(c.n_kv_heads);
+  ap.n_heads = static_cast<int>(d.n_heads);
+  ap.n_kv_heads = static_cast<int>(d.n_kv_heads);
   ap.head_dim = static_cast<int>(c.head_dim);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ap.block_size = kv_->options().block_size;
@@ -234,7 +352,8 @@ void Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& 
   ap.queries = queries.data();
   ap.n_queries = n;
   be.Attention(ap);             // (n, q_dim)
-  be.MatMul(w.wo, att, n, xb);  // (n, dim)
+  be.MatMul(w.wo, att, n, xb);  // (n, dim); a partial sum when split by columns
+  if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(xb, n * dim));
   be.Add(xb, n * dim, x);
 
   // Feed-forward block (SwiGLU).
@@ -242,8 +361,10 @@ void Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& 
   be.MatMul(w.w_gate, xb, n, hb);  // (n, ffn)
   be.MatMul(w.w_up, xb, n, hb2);   // (n, ffn)
   be.SiluMul(hb, hb2, n * ffn, hb);
-  be.MatMul(w.w_down, hb, n, xb);  // (n, dim)
+  be.MatMul(w.w_down, hb, n, xb);  // (n, dim); a partial sum when split by columns
+  if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(xb, n * dim));
   be.Add(xb, n * dim, x);
+  return absl::OkStatus();
 }
 
 }  // namespace cascade

@@ -9,7 +9,21 @@
 //   stage is left as it was.
 // - Results are batch-invariant (see kernels/backend.h): a sequence's activations and
 //   logits do not depend on the other slots of the batch.
-// - Not thread-safe: one executor thread drives a Stage. The ModelSource must outlive it.
+// - Tensor parallelism (StageOptions::tp): the stage is one rank of a group that splits
+//   every layer Megatron-style (model/tensor_parallel.h): it binds only its rank's slices,
+//   keeps the KV cache of its KV heads, and joins an all-reduce after the attention output
+//   and after the FFN down projection (and after the first stage's embedding, which is
+//   split by vocabulary), and an all-gather of the logits, which the head computes for
+//   its vocabulary slice. Every rank of the group must call Forward and FreeSequence with
+//   the same arguments in the same order (worker/tp_group.h sees to it); each rank's
+//   output is the whole result (hidden states or all the logits). The all-reduce sums in
+//   rank order, so a fixed group size keeps batch invariance; results differ from the
+//   unsplit stage only by that summation order. The activation buffers are allocated at
+//   Create for max_batch_tokens, so that no rank can fail a batch the others run. A
+//   collective that fails leaves the stage broken: that Forward and every later one
+//   returns the error.
+// - Not thread-safe: one executor thread drives a Stage. The ModelSource must outlive it,
+//   and so must the Collective.
 #ifndef CASCADE_ENGINE_STAGE_H_
 #define CASCADE_ENGINE_STAGE_H_
 
@@ -23,6 +37,7 @@
 #include "kernels/backend.h"
 #include "model/model_source.h"
 #include "model/weights.h"
+#include "parallel/collective.h"
 
 namespace cascade {
 
@@ -34,6 +49,9 @@ struct StageOptions {
   int64_t kv_blocks = 0;  // 0: enough for kv_sequences full-context sequences
   int kv_sequences = 1;
   int64_t max_batch_tokens = kDefaultMaxBatchTokens;
+  // This stage's rank of a tensor-parallel group (rank tp->rank() of tp->size()); null: the
+  // whole stage in this process. Its memory kind must be the backend's.
+  Collective* tp = nullptr;
 };
 
 class Stage {
@@ -52,6 +70,8 @@ class Stage {
   Backend& backend() { return *backend_; }
   KvCache& kv_cache() { return *kv_; }
   const StageOptions& options() const { return options_; }
+  // This rank's part of a tensor-parallel stage; null for a whole stage.
+  const TpShard* shard() const { return weights_->shard ? &*weights_->shard : nullptr; }
 
   // Runs the stage.
   //   in:  the first stage reads slots[i].token; other stages read `hidden_in`
@@ -67,7 +87,16 @@ class Stage {
  private:
   Stage() = default;
   absl::Status Validate(std::span<const TokenSlot> slots, std::span<const float> hidden_in) const;
-  void Layer(int local_layer, std::span<const TokenSlot> slots, const KvCache::Plan& plan);
+  absl::Status Layer(int local_layer, std::span<const TokenSlot> slots, const KvCache::Plan& plan);
+  void Embed(std::span<const TokenSlot> slots, float* x);
+  absl::Status Head(const std::vector<int64_t>& logit_rows, std::vector<float>* out);
+  // The tensor-parallel all-reduce of (n, dim) partial sums; a failure breaks the stage.
+  absl::Status ReduceAcrossRanks(float* data, int64_t count);
+
+  // The sizes this rank computes: the model's, or its shard's.
+  struct LocalDims {
+    int64_t n_heads = 0, n_kv_heads = 0, q_dim = 0, kv_dim = 0, ffn = 0, vocab = 0;
+  };
 
   // A layer's weights as the backend uses them (device-resident for a GPU).
   struct ResidentLayer {
@@ -80,6 +109,13 @@ class Stage {
 
   StageOptions options_;
   ModelConfig config_;
+  LocalDims local_;
+  Collective* tp_ = nullptr;
+  // Tensor parallelism: every rank's vocabulary slice and the widest one (the logits each
+  // rank contributes to the all-gather, padded to it).
+  std::vector<std::pair<int64_t, int64_t>> vocab_slices_;
+  int64_t vocab_stride_ = 0;
+  absl::Status broken_;
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
@@ -92,14 +128,17 @@ class Stage {
   int64_t capacity_ = 0;         // tokens the buffers hold
   int64_t logits_capacity_ = 0;  // rows of logits
   DeviceBuffer x_;               // (n, dim) residual stream
-  DeviceBuffer xb_;              // (n, dim) normed input / projections
+  DeviceBuffer xb_;              // (n + 1, dim) normed input / projections (+ a zero row)
   DeviceBuffer q_;               // (n, q_dim)
   DeviceBuffer k_;               // (n, kv_dim)
   DeviceBuffer v_;               // (n, kv_dim)
   DeviceBuffer att_;             // (n, q_dim)
   DeviceBuffer hb_;              // (n, ffn)
   DeviceBuffer hb2_;             // (n, ffn)
-  DeviceBuffer logits_;          // (m, vocab)
+  DeviceBuffer logits_;          // (m, vocab) or, split by vocabulary, (m, vocab_stride_)
+  DeviceBuffer gathered_;        // TP: (size, m, vocab_stride_), every rank's logits
+  std::vector<float> host_gathered_;
+  std::vector<float> zero_row_;  // (dim) zeros, host
   std::vector<int32_t> pos_;     // (n), host
 };
 

@@ -29,14 +29,19 @@ uint64_t StageWeightBytes(const ModelSource& source, LayerRange range) {
 }
 
 StageMemory EstimateStageMemory(const ModelConfig& c, LayerRange range, uint64_t weight_bytes,
-                                int64_t kv_tokens, int64_t batch_tokens) {
+                                int64_t kv_tokens, int64_t batch_tokens, const TpShard* shard) {
   StageMemory m;
   m.weights = weight_bytes;
-  m.kv_cache = KvBytesPerToken(c, range.size()) * static_cast<uint64_t>(kv_tokens);
+  const int64_t q = shard ? shard->n_heads() * c.head_dim : c.q_dim();
+  const int64_t kv = shard ? shard->n_kv_heads() * c.head_dim : c.kv_dim();
+  const int64_t ffn = shard ? shard->ffn() : c.ffn_dim;
+  m.kv_cache = 2ull * sizeof(float) * static_cast<uint64_t>(range.size()) *
+               static_cast<uint64_t>(kv) * static_cast<uint64_t>(kv_tokens);
   // Per token: x, xb (dim), q, att (q_dim), k, v (kv_dim), two FFN buffers; the last stage
   // adds a row of logits and the activation-quantization scratch is at most one more row.
-  uint64_t per_token = 2 * c.dim + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.ffn_dim + c.ffn_dim;
-  if (range.last == c.n_layers) per_token += c.vocab_size;
+  // A rank of a split stage computes its slice of the logits and gathers the whole row.
+  uint64_t per_token = 2 * c.dim + 2 * q + 2 * kv + 2 * ffn + ffn;
+  if (range.last == c.n_layers) per_token += shard ? shard->vocab() + c.vocab_size : c.vocab_size;
   m.activations = per_token * sizeof(float) * static_cast<uint64_t>(batch_tokens);
   return m;
 }

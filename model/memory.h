@@ -11,6 +11,7 @@
 
 #include "model/model_config.h"
 #include "model/model_source.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 #include "util/units.h"
 
@@ -30,8 +31,11 @@ uint64_t KvBytesPerToken(const ModelConfig& c, int layers);
 // the actual tensors of `source`.
 uint64_t StageWeightBytes(const ModelSource& source, LayerRange range);
 
+// With a shard: one rank of a tensor-parallel stage (its KV heads, its activation sizes,
+// its slice of the logits and the gathered whole); `weight_bytes` is then the rank's.
 StageMemory EstimateStageMemory(const ModelConfig& c, LayerRange range, uint64_t weight_bytes,
-                                int64_t kv_tokens, int64_t batch_tokens);
+                                int64_t kv_tokens, int64_t batch_tokens,
+                                const TpShard* shard = nullptr);
 
 }  // namespace cascade
 

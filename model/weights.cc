@@ -66,8 +66,61 @@ class Binder {
 
 }  // namespace
 
+namespace {
+
+// Narrows the bound weights to one rank's part (model/tensor_parallel.h).
+absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w) {
+  auto keep = [w](TensorView v) -> const TensorView* {
+    w->owned_views.push_back(std::make_unique<TensorView>(std::move(v)));
+    return w->owned_views.back().get();
+  };
+  auto storage = [w]() {
+    w->owned_bytes.push_back(std::make_unique<std::vector<uint8_t>>());
+    return w->owned_bytes.back().get();
+  };
+  auto slice = [](std::vector<float>* v, int64_t first, int64_t count) {
+    if (v->empty()) return;
+    *v = std::vector<float>(v->begin() + first, v->begin() + first + count);
+  };
+  auto gather = [&s](std::vector<float>* v, int64_t group) {
+    if (v->empty()) return;
+    std::vector<float> out;
+    for (int64_t k : s.kv_heads) out.insert(out.end(), v->begin() + k * group, v->begin() + (k + 1) * group);
+    *v = std::move(out);
+  };
+  const int64_t hd = c.head_dim;
+  const int64_t q0 = s.head_begin * hd, nq = s.n_heads() * hd;
+  for (LayerWeights& l : w->layers) {
+    l.wq = keep(SliceRows(*l.wq, q0, nq));
+    for (const TensorView** kv : {&l.wk, &l.wv}) {
+      *kv = keep(s.kv_contiguous() ? SliceRows(**kv, s.kv_heads[0] * hd, s.n_kv_heads() * hd)
+                                   : GatherRowGroups(**kv, s.kv_heads, hd, storage()));
+    }
+    CASCADE_ASSIGN_OR_RETURN(TensorView wo, SliceColumns(*l.wo, q0, nq, storage()));
+    l.wo = keep(std::move(wo));
+    l.w_gate = keep(SliceRows(*l.w_gate, s.ffn_begin, s.ffn()));
+    l.w_up = keep(SliceRows(*l.w_up, s.ffn_begin, s.ffn()));
+    CASCADE_ASSIGN_OR_RETURN(TensorView down, SliceColumns(*l.w_down, s.ffn_begin, s.ffn(), storage()));
+    l.w_down = keep(std::move(down));
+    slice(&l.bq, q0, nq);
+    gather(&l.bk, hd);
+    gather(&l.bv, hd);
+  }
+  const TensorView* full_embd = w->token_embd;
+  if (full_embd) w->token_embd = keep(SliceRows(*full_embd, s.vocab_begin, s.vocab()));
+  if (w->output) {
+    w->output = w->output == full_embd ? w->token_embd
+                                       : keep(SliceRows(*w->output, s.vocab_begin, s.vocab()));
+  }
+  w->shard = s;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Bind(const ModelSource& source,
-                                                                 LayerRange range) {
+                                                                 LayerRange range,
+                                                                 const TpShard* shard) {
   const ModelConfig& c = source.config();
   if (range.first < 0 || range.last > c.n_layers || range.first >= range.last) {
     return absl::InvalidArgumentError(absl::StrCat("layer range [", range.first, ", ", range.last,
@@ -107,6 +160,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Bind(const ModelSour
     CASCADE_ASSIGN_OR_RETURN(lw.w_down, b.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
     w->layers.push_back(std::move(lw));
   }
+  if (shard != nullptr) CASCADE_RETURN_IF_ERROR(ApplyShard(c, *shard, w.get()));
   return w;
 }
 

@@ -8,15 +8,21 @@
 //   an error naming the tensor, what was found and what was expected.
 // - Norm weights and biases are converted to F32 copies owned here (they are tiny); large
 //   matrices stay in the source's mapping. The ModelSource must outlive the ModelWeights.
+// - With a TpShard (model/tensor_parallel.h) only that rank's part of each matrix and bias
+//   is bound: row slices are views of the mapping, column slices and gathered KV rows are
+//   copies owned here. Shapes are then the local ones (e.g. wq is (heads_here * head_dim,
+//   dim)); the embedding and the head hold the shard's vocabulary rows.
 // - Immutable after Bind; thread-safe to read.
 #ifndef CASCADE_MODEL_WEIGHTS_H_
 #define CASCADE_MODEL_WEIGHTS_H_
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/model_source.h"
+#include "model/tensor_parallel.h"
 
 namespace cascade {
 
@@ -48,10 +54,17 @@ struct ModelWeights {
   const TensorView* output = nullptr;      // (vocab, dim); token_embd when tied
   std::vector<LayerWeights> layers;        // layers[i] is layer range.first + i
 
+  std::optional<TpShard> shard;            // set when bound for one rank of a TP group
+
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Bind(const ModelSource& source,
-                                                            LayerRange range);
+                                                            LayerRange range,
+                                                            const TpShard* shard = nullptr);
   // Bytes of the matrices this stage reads per token (for memory plans and benchmarks).
   uint64_t matrix_bytes() const;
+
+  // The tensor-parallel parts made here (views of them are above).
+  std::vector<std::unique_ptr<TensorView>> owned_views;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> owned_bytes;
 };
 
 }  // namespace cascade

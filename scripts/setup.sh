@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libabsl-dev libopenmpi-dev openmpi-bin
+  libabsl-dev libopenmpi-dev openmpi-bin slurm-wlm munge
   nlohmann-json3-dev libpcre2-dev libcli11-dev libspdlog-dev libfmt-dev
   libyaml-cpp-dev libmicrohttpd-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -24,7 +24,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DCASCADE_BUILD_BENCH=OFF ${CMAKE_ARGS:-}
 SANITIZED_TESTS=(cascade_model_tests cascade_corrupt_tests cascade_generation_tests
                  cascade_transport_tests cascade_coordinator_tests)
-cmake --build build-fuzz -j"$JOBS" --target cascade cascade-coordinator cascade-worker \
+cmake --build build-fuzz -j"$JOBS" --target cascade cascade-coordinator cascade-worker cascade-mpi \
   "${SANITIZED_TESTS[@]}" fuzz_gguf fuzz_safetensors fuzz_hf_config fuzz_tokenizer_json \
   fuzz_frame fuzz_tcp_reader fuzz_openai_request
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -412,6 +412,27 @@ TEST(Cli, PlanSplitsTinyLlamaOverThreeWorkers) {
   EXPECT_NEAR(short_by, need - offer, 0.01 * need) << no.out;
 }
 
+// With --tp each worker is a group of T ranks: the table gives each rank's share, about 1/T
+// of the stage's weights (computed here as in the test above).
+TEST(Cli, PlanWithTensorParallelismShowsEachRanksShare) {
+  RunResult r = RunCmd(Bin() + " plan --shape tinyllama-1.1b --type F16 --workers 'a=1GiB' --tp 4 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;  // the whole model (2.05 GiB) on ranks of 1 GiB
+  const double layer_bytes =
+      2.0 * (2 * 2048 * 2048 + 2 * 2048 * 256 + 3 * 2048 * 5632) + 4.0 * 2 * 2048;
+  const double all = 22 * layer_bytes + 2 * (2.0 * 32000 * 2048) + 4.0 * 2048;
+  // stage, worker, node, layers, ranks, weights/rank, ...
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m, std::regex(R"(0\s+a\s+\S+\s+\[0, 22\)\s+4\s+([\d.]+) (\w+))")))
+      << r.out;
+  const double per_rank = ParseHuman(m[1], m[2]);
+  EXPECT_NEAR(per_rank, all / 4, 0.01 * all) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("weights/rank"));
+  RunResult bad = RunCmd(Bin() + " plan --shape tinyllama-1.1b --type F16 --workers 'a=1GiB' --tp 3 2>&1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.out, HasSubstr("does not divide the model's 32 attention heads"));
+}
+
 // ---------------------------------------------------------------- serve, status, remote generate
 
 // A child process with its output in a log file; killed if the test ends early.

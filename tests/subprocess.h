@@ -68,6 +68,20 @@ class Subprocess {
     pid_ = -1;
   }
   bool Running() { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
+  // Waits up to `timeout` for the process to end: its wait status, or -1 if it still runs.
+  int WaitExit(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (pid_ > 0) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return status;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
   std::string Log() const {
     std::ifstream in(log_);
     std::stringstream ss;

@@ -178,6 +178,7 @@ struct PlanFlags {
   int64_t ctx = 0;
   int64_t batch = PlanLimits().batch_tokens;
   int min_stages = 1;
+  int tp = 1;
 };
 
 int RunPlan(const PlanFlags& f) {
@@ -206,6 +207,7 @@ int RunPlan(const PlanFlags& f) {
     std::cerr << "cascade plan: --workers: " << workers.status().message() << "\n";
     return 2;
   }
+  for (WorkerSpec& w : *workers) w.tp = f.tp;  // each worker is a group of tp ranks
   PlanLimits lim;
   const int64_t ctx = f.ctx > 0 ? f.ctx : profile.config.context_length;
   lim.kv_sequences = f.kv_sequences;
@@ -302,6 +304,10 @@ void AddPlan(CLI::App& app, Action* action) {
   cmd->add_option("--ctx", f->ctx, "Context per sequence (default: the model's)");
   cmd->add_option("--batch", f->batch, "Tokens per micro-batch");
   cmd->add_option("--min-stages", f->min_stages, "Use at least this many workers");
+  cmd->add_option("--tp", f->tp,
+                  "Tensor parallelism: each worker is a group of this many ranks of one node, "
+                  "each with the memory given (the table shows each rank's share)")
+      ->check(CLI::Range(1, 1024));
   cmd->callback([f, action] { *action = [f] { return RunPlan(*f); }; });
 }
 

@@ -25,6 +25,11 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
     if (!ep.ok()) return ep.status();
     s->inproc_ = std::move(*ep);
   }
+  if (o.registered) {
+    auto l = ListenOnTransport(*o.registered, handlers);
+    if (!l.ok()) return l.status();
+    s->listener_ = std::move(*l);
+  }
   return s;
 }
 
@@ -35,6 +40,7 @@ void DataPlaneServer::CloseConnections() {
 }
 
 void DataPlaneServer::Shutdown() {
+  listener_.reset();
   inproc_.reset();
   if (tcp_) tcp_->Shutdown();
 }

@@ -1,6 +1,7 @@
 // DataPlaneServer: the receiving side of one process's data plane on every transport it
 // offers besides gRPC (whose StagePipe service lives on the process's gRPC server, see
-// transport/grpc_link.h): a TCP listener and, optionally, an in-process endpoint. Frames
+// transport/grpc_link.h): a TCP listener and, optionally, an in-process endpoint and a
+// registered transport (MPI). Frames
 // and results from all of them reach the same handlers with the same checks.
 //
 // Contract: Start binds everything or nothing (a taken port is an error naming it);
@@ -10,9 +11,11 @@
 #define CASCADE_TRANSPORT_DATA_PLANE_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "transport/factory.h"
 #include "transport/inbox.h"
 #include "transport/inproc.h"
 #include "transport/tcp_link.h"
@@ -27,6 +30,8 @@ struct DataPlaneServerOptions {
   std::string advertise_host;
   // Also serve inproc://<inproc_name> when set.
   std::string inproc_name;
+  // Also receive on this registered transport (mpi://, see transport/factory.h).
+  std::optional<Scheme> registered;
   int max_connections = 64;
 };
 
@@ -40,6 +45,8 @@ class DataPlaneServer {
   const std::string& tcp_address() const { return tcp_address_; }
   // inproc://name, or "".
   std::string inproc_address() const { return inproc_ ? inproc_->address() : ""; }
+  // The registered transport's address (e.g. mpi://3), or "".
+  std::string registered_address() const { return listener_ ? listener_->address() : ""; }
   // Drops the connections open now (peers reconnect); keeps listening.
   void CloseConnections();
   int open_connections() const { return tcp_ ? tcp_->open_connections() : 0; }
@@ -49,6 +56,7 @@ class DataPlaneServer {
   DataPlaneServer() = default;
   std::unique_ptr<TcpFrameServer> tcp_;
   std::unique_ptr<InProcEndpoint> inproc_;
+  std::unique_ptr<DataPlaneListener> listener_;
   std::string tcp_address_;
 };
 

@@ -96,4 +96,16 @@ void RegisterTransport(Scheme scheme, TransportFactory factory) {
 
 void UnregisterTransport(Scheme scheme) { Registry::Get().Erase(scheme); }
 
+absl::StatusOr<std::unique_ptr<DataPlaneListener>> ListenOnTransport(Scheme scheme,
+                                                                     DataPlaneHandlers handlers) {
+  auto f = Registry::Get().Find(scheme);
+  if (!f || !f->listen) {
+    Address a;
+    a.scheme = scheme;
+    a.rank = 0;
+    return NotRegistered(a);
+  }
+  return f->listen(std::move(handlers));
+}
+
 }  // namespace cascade

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "transport/address.h"
+#include "transport/inbox.h"
 #include "transport/link.h"
 
 namespace cascade {
@@ -26,7 +27,16 @@ absl::StatusOr<std::unique_ptr<ActivationSender>> MakeActivationSender(
 absl::StatusOr<std::unique_ptr<ResultSender>> MakeResultSender(const std::string& address,
                                                               const SenderOptions& options = {});
 
-// How a registered transport makes senders for its scheme.
+// The receiving side of a registered transport in this process: what arrives goes to the
+// handlers given to ListenOnTransport until the listener is destroyed.
+class DataPlaneListener {
+ public:
+  virtual ~DataPlaneListener() = default;
+  // Where peers send to (e.g. mpi://3).
+  virtual std::string address() const = 0;
+};
+
+// How a registered transport makes senders for its scheme, and receives.
 struct TransportFactory {
   std::function<absl::StatusOr<std::unique_ptr<ActivationSender>>(const Address&,
                                                                   const SenderOptions&)>
@@ -34,10 +44,14 @@ struct TransportFactory {
   std::function<absl::StatusOr<std::unique_ptr<ResultSender>>(const Address&,
                                                               const SenderOptions&)>
       result;
+  std::function<absl::StatusOr<std::unique_ptr<DataPlaneListener>>(DataPlaneHandlers)> listen;
 };
 // For schemes outside the core (mpi, nccl); replaces an earlier registration.
 void RegisterTransport(Scheme scheme, TransportFactory factory);
 void UnregisterTransport(Scheme scheme);
+// Receives on a registered transport (Unimplemented, naming what provides it, when none is).
+absl::StatusOr<std::unique_ptr<DataPlaneListener>> ListenOnTransport(Scheme scheme,
+                                                                     DataPlaneHandlers handlers);
 
 }  // namespace cascade
 

@@ -109,7 +109,8 @@ TEST(TransportFactory, UnregisteredAndMalformedAddressesAreRefused) {
                                      EXPECT_EQ(a.rank, 4);
                                      return absl::UnavailableError("test transport");
                                    },
-                                   .result = nullptr});
+                                   .result = nullptr,
+                                   .listen = nullptr});
   EXPECT_EQ(MakeActivationSender("mpi://4").status().message(), "test transport");
   EXPECT_EQ(made, 1);
   EXPECT_EQ(MakeResultSender("mpi://4").status().code(), absl::StatusCode::kUnimplemented);

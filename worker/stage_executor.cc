@@ -103,6 +103,12 @@ void StageExecutor::Process(StageFrame frame) {
     if (hop) stats_.hop_in_seconds.Observe(*hop);
     stats_.activation_bytes_in += frame.hidden.size() * sizeof(float);
   }
+  if (mirror_ != nullptr) {
+    if (absl::Status st = mirror_->Mirror(frame); !st.ok()) {
+      Fail(frame, absl::StrCat("stage ", stage_index_, ": ", st.message()));
+      return;
+    }
+  }
   if (!frame.release.empty()) {
     for (SeqId seq : frame.release) stage_->FreeSequence(seq);
     absl::MutexLock lock(&stats_mu_);

@@ -26,6 +26,14 @@
 
 namespace cascade {
 
+// Sees every frame before the stage runs it: the leader of a tensor-parallel group sends
+// it to the group's other ranks (worker/tp_group.h). A failure fails the frame's batch.
+class FrameMirror {
+ public:
+  virtual ~FrameMirror() = default;
+  virtual absl::Status Mirror(const StageFrame& frame) = 0;
+};
+
 struct ExecutorStats {
   uint64_t frames = 0;
   uint64_t tokens = 0;
@@ -47,6 +55,9 @@ class StageExecutor {
                 std::shared_ptr<ResultSender> results);
   ~StageExecutor();
 
+  // Before Start: every frame goes to `mirror` first (null: none). It must outlive the
+  // executor's thread.
+  void SetMirror(FrameMirror* mirror) { mirror_ = mirror; }
   void Start();
   // Closes the inbound link and joins the thread (the frames already queued are processed),
   // then ends the outbound links: gracefully (what was sent reaches a live next stage or
@@ -74,6 +85,7 @@ class StageExecutor {
   std::unique_ptr<ActivationReceiver> in_;
   std::unique_ptr<ActivationSender> out_;
   std::shared_ptr<ResultSender> results_;
+  FrameMirror* mirror_ = nullptr;
   std::thread thread_;
   mutable absl::Mutex stats_mu_;
   ExecutorStats stats_ ABSL_GUARDED_BY(stats_mu_);

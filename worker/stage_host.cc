@@ -10,6 +10,8 @@
 #include "transport/address.h"
 #include "transport/factory.h"
 #include "util/logging.h"
+#include "util/status_macros.h"
+#include "worker/tp_group.h"
 
 namespace cascade {
 
@@ -19,12 +21,17 @@ StageHost::StageHost(StageHostOptions options, FrameRouter* router)
 StageHost::~StageHost() {
   absl::MutexLock lock(&load_mu_);
   StopStage(/*graceful=*/true);
+  UnloadGroup();
 }
 
-namespace {
+void StageHost::UnloadGroup() {
+  if (options_.tp == nullptr) return;
+  if (absl::Status st = options_.tp->Unload(); !st.ok()) {
+    spdlog::warn("unloading the tensor-parallel group: {}", st.message());
+  }
+}
 
-// The same stage, but for the plan id and where it sends: its weights can stay.
-bool SameStage(const v1::LoadStageRequest& a, const v1::LoadStageRequest& b) {
+bool SameStageRequest(const v1::LoadStageRequest& a, const v1::LoadStageRequest& b) {
   return a.model_path() == b.model_path() && a.stage_index() == b.stage_index() &&
          a.num_stages() == b.num_stages() && a.first_layer() == b.first_layer() &&
          a.last_layer() == b.last_layer() && a.kv_blocks() == b.kv_blocks() &&
@@ -32,7 +39,35 @@ bool SameStage(const v1::LoadStageRequest& a, const v1::LoadStageRequest& b) {
          a.threads() == b.threads() && a.device() == b.device() && a.exact() == b.exact();
 }
 
-}  // namespace
+StageOptions StageOptionsFor(const v1::LoadStageRequest& req, const StageHostOptions& host) {
+  StageOptions so;
+  so.layers = {req.first_layer(), req.last_layer()};
+  so.threads = req.threads() > 0 ? req.threads() : host.threads;
+  so.kv_blocks = req.kv_blocks();
+  so.kv_block_size = req.kv_block_size();
+  so.max_batch_tokens = req.max_batch_tokens();
+  so.quantized_activations = !req.exact();
+  return so;
+}
+
+DeviceSpec DeviceFor(const v1::LoadStageRequest& req, const StageHostOptions& host) {
+  if (req.device().empty()) return host.device;
+  auto d = ParseDevice(req.device());  // validated before any load
+  return d.ok() ? *d : host.device;
+}
+
+FrameExpectations ExpectationsFor(const v1::LoadStageRequest& req, const ModelConfig& c) {
+  FrameExpectations e;
+  e.plan_id = req.plan_id();
+  e.stage = static_cast<uint32_t>(req.stage_index());
+  e.first_stage = req.stage_index() == 0;
+  e.dim = c.dim;
+  e.vocab_size = c.vocab_size;
+  e.max_tokens = req.max_batch_tokens();
+  e.context_length = c.context_length;
+  e.link_key = req.inbound_key();
+  return e;
+}
 
 absl::Status StageHost::Validate(const v1::LoadStageRequest& req) const {
   if (req.num_stages() <= 0 || req.num_stages() > 1024 || req.stage_index() < 0 ||
@@ -82,7 +117,7 @@ absl::StatusOr<v1::LoadStageResponse> StageHost::Load(const v1::LoadStageRequest
   absl::MutexLock load(&load_mu_);
   if (absl::Status st = Validate(req); !st.ok()) return st;
   // The old plan's neighbours may be gone: its links are dropped, not drained.
-  const bool reuse = loaded_ && SameStage(*loaded_, req);
+  const bool reuse = loaded_ && SameStageRequest(*loaded_, req);
   std::unique_ptr<Stage> kept = StopStage(/*graceful=*/false, /*keep=*/reuse);
   {
     absl::MutexLock lock(&mu_);
@@ -96,66 +131,58 @@ absl::StatusOr<v1::LoadStageResponse> StageHost::Load(const v1::LoadStageRequest
     error_ = std::string(st.message());
     return st;
   };
-  if (!source_ || source_path_ != req.model_path()) {
-    source_.reset();
-    source_path_.clear();
-    auto src = ModelSource::Open(req.model_path());
-    if (!src.ok()) return fail(src.status());
-    source_ = std::move(*src);
-    source_path_ = req.model_path();
+  // This process's stage (and, in a tensor-parallel group, every rank's slice of it).
+  if (options_.tp != nullptr) {
+    if (absl::Status st = options_.tp->BeginLoad(req); !st.ok()) return fail(st);
   }
-  const ModelConfig& c = source_->config();
-  StageOptions so;
-  so.layers = {req.first_layer(), req.last_layer()};
-  so.threads = req.threads() > 0 ? req.threads() : options_.threads;
-  so.kv_blocks = req.kv_blocks();
-  so.kv_block_size = req.kv_block_size();
-  so.max_batch_tokens = req.max_batch_tokens();
-  so.quantized_activations = !req.exact();
-  const DeviceSpec device = req.device().empty() ? options_.device : *ParseDevice(req.device());
-  absl::StatusOr<std::unique_ptr<Stage>> stage;
-  if (kept) {
-    kept->kv_cache().Clear();  // the new plan starts every sequence afresh
-    stage = std::move(kept);
-  } else {
-    auto backend = MakeBackend(
-        device, {.threads = so.threads, .quantized_activations = so.quantized_activations});
-    if (!backend.ok()) return fail(backend.status());
-    stage = Stage::Create(*source_, so, std::move(*backend));
-    if (!stage.ok()) return fail(stage.status());
+  const bool last = req.stage_index() + 1 == req.num_stages();
+  StageOptions so = StageOptionsFor(req, options_);
+  if (options_.tp != nullptr) so.tp = options_.tp->compute();
+  std::unique_ptr<ActivationSender> out;
+  std::shared_ptr<ResultSender> results;
+  absl::StatusOr<std::unique_ptr<Stage>> stage =
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_) -> absl::StatusOr<std::unique_ptr<Stage>> {
+    if (!source_ || source_path_ != req.model_path()) {
+      source_.reset();
+      source_path_.clear();
+      CASCADE_ASSIGN_OR_RETURN(source_, ModelSource::Open(req.model_path()));
+      source_path_ = req.model_path();
+    }
+    std::unique_ptr<Stage> s;
+    if (kept) {
+      kept->kv_cache().Clear();  // the new plan starts every sequence afresh
+      s = std::move(kept);
+    } else {
+      CASCADE_ASSIGN_OR_RETURN(
+          std::unique_ptr<Backend> backend,
+          MakeBackend(DeviceFor(req, options_),
+                      {.threads = so.threads, .quantized_activations = so.quantized_activations}));
+      CASCADE_ASSIGN_OR_RETURN(s, Stage::Create(*source_, so, std::move(backend)));
+    }
+    SenderOptions link;
+    link.link_key = req.outbound_key();
+    if (last) {
+      CASCADE_ASSIGN_OR_RETURN(results, MakeResultSender(req.coordinator_address(), link));
+    } else {
+      CASCADE_ASSIGN_OR_RETURN(out, MakeActivationSender(req.next_address(), link));
+    }
+    return s;
+  }();
+  if (options_.tp != nullptr) {
+    absl::Status all = options_.tp->FinishLoad(stage.ok() ? absl::OkStatus() : stage.status());
+    if (!all.ok()) return fail(stage.ok() ? all : stage.status());
   }
+  if (!stage.ok()) return fail(stage.status());
   v1::LoadStageResponse resp;
   resp.set_backend((*stage)->backend().name());
   resp.set_kv_bytes(KvCache::BytesFor((*stage)->kv_cache().options()));
   resp.set_weight_bytes((*stage)->weights().matrix_bytes());
-
-  const bool last = req.stage_index() + 1 == req.num_stages();
-  FrameExpectations e;
-  e.plan_id = req.plan_id();
-  e.stage = static_cast<uint32_t>(req.stage_index());
-  e.first_stage = req.stage_index() == 0;
-  e.dim = c.dim;
-  e.vocab_size = c.vocab_size;
-  e.max_tokens = req.max_batch_tokens();
-  e.context_length = c.context_length;
-  e.link_key = req.inbound_key();
-  std::unique_ptr<ActivationSender> out;
-  std::shared_ptr<ResultSender> results;
-  SenderOptions link;
-  link.link_key = req.outbound_key();
-  if (last) {
-    auto r = MakeResultSender(req.coordinator_address(), link);
-    if (!r.ok()) return fail(r.status());
-    results = std::move(*r);
-  } else {
-    auto o = MakeActivationSender(req.next_address(), link);
-    if (!o.ok()) return fail(o.status());
-    out = std::move(*o);
-  }
+  const FrameExpectations e = ExpectationsFor(req, source_->config());
   inbox_ = std::make_shared<FrameInbox>(e);
   auto executor = std::make_unique<StageExecutor>(
       std::move(*stage), static_cast<uint32_t>(req.stage_index()), req.plan_id(),
       inbox_->MakeReceiver(), std::move(out), std::move(results));
+  executor->SetMirror(options_.tp);
   executor->Start();
   router_->SetInbox(inbox_);
   loaded_ = req;
@@ -206,6 +233,7 @@ absl::Status StageHost::Unload(uint64_t plan_id) {
     }
   }
   StopStage(/*graceful=*/true);
+  UnloadGroup();
   absl::MutexLock lock(&mu_);
   state_ = v1::WORKER_STATE_IDLE;
   error_.clear();
@@ -219,6 +247,7 @@ void StageHost::Drain() {
   }
   absl::MutexLock load(&load_mu_);
   StopStage(/*graceful=*/true);
+  UnloadGroup();
   absl::MutexLock lock(&mu_);
   state_ = v1::WORKER_STATE_IDLE;
   spdlog::info("drained: the stage finished its queued frames and is unloaded");

@@ -13,6 +13,10 @@
 //   a new plan after another stage was lost) keeps its weights: only the KV cache is
 //   emptied and the links and plan id change, in milliseconds.
 // - Drain refuses new frames at once, finishes the queued ones, unloads, and reports IDLE.
+// - With a TpLeader (options.tp) the stage is rank 0 of a tensor-parallel group: a load
+//   is sent to the group's other ranks and succeeds only if every rank loads its slice
+//   (worker/tp_group.h); unloading and draining unload them too, and every frame is
+//   mirrored to them before it runs.
 // - Thread-safe.
 #ifndef CASCADE_WORKER_STAGE_HOST_H_
 #define CASCADE_WORKER_STAGE_HOST_H_
@@ -32,11 +36,23 @@
 
 namespace cascade {
 
+class TpLeader;
+
 struct StageHostOptions {
   int threads = 1;                              // unless the request says otherwise
   DeviceSpec device{DeviceKind::kAuto, 0};      // unless the request says otherwise
   std::string model_dir;  // models are opened only under this folder ("" = anywhere)
+  TpLeader* tp = nullptr;  // the group this host leads (must outlive it); null: none
 };
+
+// What a LoadStage request means for a stage, shared by StageHost and the followers of a
+// tensor-parallel group (worker/tp_group.h), so that every rank reads it the same way.
+// The same stage, but for the plan id and the links: its weights can stay.
+bool SameStageRequest(const v1::LoadStageRequest& a, const v1::LoadStageRequest& b);
+StageOptions StageOptionsFor(const v1::LoadStageRequest& req, const StageHostOptions& host);
+DeviceSpec DeviceFor(const v1::LoadStageRequest& req, const StageHostOptions& host);
+// What the stage's inbox accepts.
+FrameExpectations ExpectationsFor(const v1::LoadStageRequest& req, const ModelConfig& c);
 
 class StageHost {
  public:
@@ -61,6 +77,8 @@ class StageHost {
   std::unique_ptr<Stage> StopStage(bool graceful, bool keep = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   void FillStats(v1::StageStats* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells a tensor-parallel group's other ranks to drop their slices.
+  void UnloadGroup() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
 
   const StageHostOptions options_;
   FrameRouter* const router_;

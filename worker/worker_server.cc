@@ -15,6 +15,7 @@
 #include "transport/security.h"
 #include "util/logging.h"
 #include "util/secret.h"
+#include "worker/tp_group.h"
 
 namespace cascade {
 
@@ -65,6 +66,11 @@ class WorkerServer::WorkerService final : public v1::Worker::Service {
  private:
   // Only the coordinator this worker registered with may change its stage.
   grpc::Status FromCoordinator(const grpc::ServerContext* ctx) const {
+    // The coordinator may call as soon as it has taken the registration, before its answer
+    // (with the secret) is read here: wait for that a moment.
+    if (server_->coordinator_secret().empty()) {
+      server_->WaitRegistered(std::chrono::seconds(5));
+    }
     const std::string secret = server_->coordinator_secret();
     if (secret.empty()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -96,8 +102,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
     w->options_.node = host;
   }
   w->host_ = std::make_unique<StageHost>(
-      StageHostOptions{
-          .threads = options.threads, .device = options.device, .model_dir = options.model_dir},
+      StageHostOptions{.threads = options.threads,
+                       .device = options.device,
+                       .model_dir = options.model_dir,
+                       .tp = options.tp},
       &w->router_);
   w->pipe_service_ = std::make_unique<StagePipeService>(&w->router_);
   grpc::ServerBuilder builder;
@@ -116,7 +124,15 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   w->advertise_ = w->options_.advertise.empty() ? AdvertisedHostPort(options.listen, port)
                                                 : w->options_.advertise;
   if (w->options_.worker_id.empty()) w->options_.worker_id = w->advertise_;
-  if (w->options_.data_listen != "off") {
+  if (w->options_.data_listen == "mpi") {
+    DataPlaneServerOptions dp;
+    dp.name = "worker data plane";
+    dp.registered = Scheme::kMpi;
+    auto data = DataPlaneServer::Start(dp, {&w->router_, nullptr});
+    if (!data.ok()) return data.status();
+    w->data_ = std::move(*data);
+    w->data_advertise_ = w->data_->registered_address();
+  } else if (w->options_.data_listen != "off") {
     auto adv = ParseHostPort(w->advertise_);
     if (!adv.ok()) return adv.status();
     DataPlaneServerOptions dp;
@@ -139,6 +155,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
 WorkerServer::~WorkerServer() { Shutdown(); }
 
 void WorkerServer::Drain() { host_->Drain(); }
+
+bool WorkerServer::WaitRegistered(std::chrono::milliseconds timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registered_ || shutdown_; };
+  return mu_.AwaitWithTimeout(absl::Condition(&done), absl::FromChrono(timeout)) && registered_;
+}
 
 std::string WorkerServer::coordinator_secret() const {
   absl::MutexLock lock(&mu_);
@@ -164,6 +186,7 @@ v1::WorkerResources WorkerServer::Resources() const {
   r.set_memory_bytes(options_.memory_bytes > 0 ? options_.memory_bytes : AvailableMemoryBytes());
   r.set_gflops(options_.gflops > 0 ? options_.gflops : options_.threads);
   r.set_cost_per_hour(options_.cost_per_hour);
+  r.set_tensor_parallel(options_.tp != nullptr ? options_.tp->size() : 1);
   v1::Device* cpu = r.add_devices();
   cpu->set_kind("cpu");
   cpu->set_name(DetectCpuFeatures().model_name);
@@ -239,6 +262,7 @@ void WorkerServer::RegistrationLoop() {
         {
           absl::MutexLock lock(&mu_);
           coordinator_secret_ = resp.coordinator_secret();
+          registered_ = true;
         }
         interval = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1.0;
         spdlog::info("registered with coordinator {} as {}", options_.coordinator,

@@ -7,8 +7,12 @@
 //   and, when a coordinator is given, registers with it (retrying until it answers) and
 //   sends heartbeats; a coordinator that forgot the worker (restart) gets a new
 //   registration. Unless data_listen is "off", it also listens for data-plane frames over
-//   TCP and registers that address as tcp://<advertised host>:<port>; frames from either
-//   transport reach the same stage with the same checks.
+//   TCP and registers that address as tcp://<advertised host>:<port>, or with
+//   data_listen "mpi" on the MPI data plane (mpi://RANK, in cascade-mpi); frames from
+//   every transport reach the same stage with the same checks.
+// - With a TpLeader the worker is the leader of a tensor-parallel group: it registers as
+//   one worker with the group's size (WorkerResources.tensor_parallel; memory_bytes is
+//   each rank's), and its stage is split over the group (worker/stage_host.h).
 // - The control service takes LoadStage, Unload and Drain only from the coordinator the
 //   worker registered with (it presents the secret of that registration); anyone may ask
 //   for Status. The data plane takes only frames with the loaded stage's link key.
@@ -40,7 +44,8 @@ struct WorkerOptions {
   std::string listen = "0.0.0.0:0";
   std::string advertise;  // address peers use to reach this worker; default: host:port
   // TCP data plane: host:port to listen on ("" = the listen host, a free port; "off" =
-  // gRPC only). Its advertised host is the advertise address's.
+  // gRPC only; "mpi" = the MPI data plane instead). Its advertised host is the advertise
+  // address's.
   std::string data_listen;
   std::string coordinator;  // register here ("" = wait to be called)
   std::string worker_id;    // default: the advertised address
@@ -62,6 +67,8 @@ struct WorkerOptions {
   CoordinatorLoss on_coordinator_loss = CoordinatorLoss::kWait;
   std::chrono::milliseconds coordinator_grace{30000};
   std::function<void()> on_coordinator_lost;
+  // The tensor-parallel group this worker leads (must outlive the server); null: none.
+  TpLeader* tp = nullptr;
 };
 
 class WorkerServer {
@@ -74,6 +81,8 @@ class WorkerServer {
   const std::string& data_address() const { return data_advertise_; }
   const std::string& worker_id() const { return options_.worker_id; }
   v1::WorkerState state() const { return host_->state(); }
+  // Waits until the coordinator has accepted this worker's registration; false on timeout.
+  bool WaitRegistered(std::chrono::milliseconds timeout) const ABSL_LOCKS_EXCLUDED(mu_);
   void Drain();
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -98,6 +107,7 @@ class WorkerServer {
   std::thread registration_;
   mutable absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
   std::string coordinator_secret_ ABSL_GUARDED_BY(mu_);
 };
 
