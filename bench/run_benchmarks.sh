@@ -260,7 +260,9 @@ if [[ $WHAT == serving || $WHAT == all ]]; then
   M=$(model tinyllama-1.1b Q4_0)
   free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
   wait_health() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
-  run_load() { python3 bench/serving_bench.py --url "http://127.0.0.1:$1" --streams "$2" --prompt-tokens 128 --max-tokens 128 --vocab 32000; }
+  # Every run draws prompts from its own seed (the same for both servers): a prompt seen
+  # before would let llama.cpp's server reuse its KV cache (cache_prompt) and skip prefill.
+  run_load() { python3 bench/serving_bench.py --url "http://127.0.0.1:$1" --streams "$2" --prompt-tokens 128 --max-tokens 128 --vocab 32000 --seed "$3"; }
   start_ours() {
     port=$(free_port)
     "$BIN/cascade" serve --model "$M" --workers 1 --threads 2 --listen "127.0.0.1:$(free_port)" \
@@ -281,8 +283,8 @@ if [[ $WHAT == serving || $WHAT == all ]]; then
   for round in 1 2; do
     for who in "${servers[@]}"; do
       "start_$who"
-      run_load "$port" 1 >/dev/null  # warm-up: the weights into the page cache
-      for n in 1 16; do echo "$who $round $n $(run_load "$port" "$n")" >> "$results"; done
+      run_load "$port" 1 $((round * 100)) >/dev/null  # warm-up: the weights into the page cache
+      for n in 1 16; do echo "$who $round $n $(run_load "$port" "$n" $((round * 100 + n)))" >> "$results"; done
       kill "$pid"; wait "$pid" 2>/dev/null || true
     done
   done

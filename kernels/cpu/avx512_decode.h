@@ -29,8 +29,11 @@
 
 namespace cascade::cpu::avx512 {
 
-// Most tokens the decode kernels take (more go to the blocked 16-lane panels).
-inline constexpr int64_t kQuantDecodeMaxTokens = 7;
+// Most tokens the decode kernels take (more go to the blocked 16-lane panels). Q8_0 / Q4_0
+// hold kQuantPassTokens tokens in registers and take more in passes over the same rows:
+// up to 16 tokens that costs less than expanding the rows into panels.
+inline constexpr int64_t kQuantPassTokens = 8;
+inline constexpr int64_t kQuantDecodeMaxTokens = 16;
 inline constexpr int64_t kKQuantDecodeMaxTokens = 15;
 
 // Q8_0 / Q4_0 weights (`type`) x Q8_0 activations.

@@ -3,10 +3,10 @@
 // prefill still agree on every row:
 // - the float GEMM (F32/F16/BF16 weights, 16 tokens and more; gemm_lanes.h): 32-row panels
 //   x 12-token tiles, twice the FMA width of AVX2 per instruction;
-// - with VNNI, Q8_0 / Q4_0 weights x Q8_0 activations from 8 tokens on, and Q4_K / Q5_K /
+// - with VNNI, Q8_0 / Q4_0 weights x Q8_0 activations from 17 tokens on, and Q4_K / Q5_K /
 //   Q6_K x Q8_K from 16 (quant_lanes.h): one vpdpbusd adds 4 products for each of 16 rows,
 //   where AVX2 needs two or three instructions for 4 products of 8 rows;
-// - decode (avx512_decode.h): with VNNI, Q8_0 / Q4_0 for 1-7 tokens and K-quants for 1-15
+// - decode (avx512_decode.h): with VNNI, Q8_0 / Q4_0 for 1-16 tokens and K-quants for 1-15
 //   (16 rows reduced into one register's lanes); F32/F16/BF16 for one token (8 rows, two
 //   per register, the next tiles prefetched). On Zen 4 the AVX2 decode tiles were bound by
 //   instructions, not memory (Q4_0 ~17 GB/s of weights in L2, below a core's ~25-28 GB/s
@@ -128,12 +128,13 @@ void ByTokens(const MatmulTask& t) {
 template <TensorType kType>
 constexpr MatmulFn kGemm = &ByTokens<kType, ActFormat::kF32, kGemmMinTokens,
                                      &lanes::LaneGemm<Zmm>, 1, &avx512::FloatDecode>;
-// Q8_0 / Q4_0: panels from 8 tokens (where the AVX2 kernels switch from streaming tiles to
-// panels), the decode kernel below.
-static_assert(avx512::kQuantDecodeMaxTokens == 7);
+// Q8_0 / Q4_0: the decode kernel up to 16 tokens (a batch of 16 decoding sequences), the
+// panels above. Expanding rows into panels costs as much as the dot products at 16 tokens
+// (a 16-stream serving profile: 36% of the time in the expansion, 43% in the products).
+static_assert(avx512::kQuantDecodeMaxTokens == 16);
 template <TensorType kType>
-constexpr MatmulFn kDot = &ByTokens<kType, ActFormat::kQ8_0, 8, &dot16::QuantBlocked<ZmmDot>,
-                                    7, &avx512::QuantDecode>;
+constexpr MatmulFn kDot = &ByTokens<kType, ActFormat::kQ8_0, 17, &dot16::QuantBlocked<ZmmDot>,
+                                    16, &avx512::QuantDecode>;
 // K-quants: panels from 16 tokens (where the AVX2 kernels stop streaming rows in
 // registers), the decode kernel below.
 static_assert(avx512::kKQuantDecodeMaxTokens == 15);

@@ -48,6 +48,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -344,17 +345,18 @@ struct Q8TokenBlock {
 };
 
 
-// One group of 16 rows (w: row 0 of the group) x T tokens over nb blocks (x: (nb, T)).
+// One group of 16 rows (w: row 0 of the group) x T tokens over nb blocks (x: T tokens of
+// each block, blocks `xs` apart).
 template <bool kQ8, int T>
-void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock* x, float* y,
-                int64_t ldy, __mmask16 keep, const uint8_t* pf) {
+void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock* x,
+                int64_t xs, float* y, int64_t ldy, __mmask16 keep, const uint8_t* pf) {
   constexpr size_t kBlock = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const size_t s3 = 3 * stride, s4 = 4 * stride;
   __m512 acc[T];
   for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, x += T) {
+  for (int64_t b = 0; b < nb; ++b, x += xs) {
     const uint8_t* blk = w + b * kBlock;
     if (pf != nullptr) Prefetch(pf + b * kGroup * kBlock, kGroup * kBlock);
     // Rows 4q + j at p[q] + j * stride (offsets 0, s, 2s, 3s): the block's fp16 scale,
@@ -426,9 +428,17 @@ void QuantDecodeOf(const MatmulTask& t) {
     const uint8_t* w = t.w + g.first * stride;
     const int64_t ahead = kGroupsAhead * kGroup;
     const uint8_t* pf = r + ahead < t.r1 ? w + ahead * stride : nullptr;
-    WithWidth<kQuantDecodeMaxTokens>(t.n, [&]<int T>() {
-      QuantGroup<kQ8, T>(w, stride, nb, x, t.y + g.first, t.ldy, g.keep, pf);
-    });
+    // More tokens than one pass holds in registers: passes of nearly equal width over the
+    // same rows, the later ones reading them from L1/L2. Each token's sums are its own, so
+    // the bits do not depend on the passes.
+    const int64_t passes = (t.n + kQuantPassTokens - 1) / kQuantPassTokens;
+    const int64_t width = (t.n + passes - 1) / passes;
+    for (int64_t i = 0; i < t.n; i += width) {
+      WithWidth<kQuantPassTokens>(std::min(width, t.n - i), [&]<int T>() {
+        QuantGroup<kQ8, T>(w, stride, nb, x + i, t.n, t.y + i * t.ldy + g.first, t.ldy, g.keep,
+                           i == 0 ? pf : nullptr);
+      });
+    }
   }
 }
 
