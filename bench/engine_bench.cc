@@ -1,6 +1,8 @@
 // engine_bench: single-process decode and prefill rates of the CPU engine on
 // TinyLlama-1.1B-shaped models, the machine's memory bandwidth (a STREAM-like triad), and
-// the fraction of that bandwidth decode reaches, each against llama.cpp's CPU figures.
+// the fraction of that bandwidth decode reaches. The peer is measured side by side, on the
+// same files in the same run, by bench/run_benchmarks.sh kernels (LLAMA_BENCH=...): a
+// figure from another machine is no baseline.
 //
 //   engine_bench --models DIR [--types F16,Q8_0,Q4_0,Q4_K] [--threads 1,2]
 //   engine_bench --model FILE [--model FILE ...]
@@ -40,22 +42,6 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// llama.cpp's CPU build on a 2-core Xeon with AVX-512 (triad ~14 GB/s with 1 thread,
-// 27 GB/s with 2): tokens/s for TinyLlama-1.1B.
-struct Baseline {
-  double decode[2];   // 1, 2 threads
-  double prefill[2];  // 128-token prompt
-};
-const std::map<std::string, Baseline>& Baselines() {
-  static const auto* b = new std::map<std::string, Baseline>{
-      {"F16", {{4.05, 7.54}, {42.5, 71.1}}},
-      {"Q8_0", {{5.98, 10.0}, {35.3, 61.6}}},
-      {"Q4_0", {{10.6, 18.6}, {46.9, 89.3}}},
-  };
-  return *b;
-}
-constexpr double kBaselineTriad[2] = {14.0, 27.0};  // GB/s
 
 // STREAM triad a = b + s * c over doubles, split over `threads` threads like the kernels
 // (contiguous ranges, first-touch by the same split). Returns the best GB/s of `reps`,
@@ -159,13 +145,6 @@ absl::StatusOr<Rates> Measure(const ModelSource& src, int threads, const Options
   return best;
 }
 
-std::string Ratio(double v, double base) {
-  if (base <= 0) return "     -";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%6.2fx", v / base);
-  return buf;
-}
-
 int Main(int argc, char** argv) {
   CLI::App app{"Cascade CPU engine benchmark: decode, prefill, memory bandwidth"};
   std::string models_dir, types_arg = "F16,Q8_0,Q4_0,Q4_K", threads_arg = "1,2";
@@ -225,17 +204,16 @@ int Main(int argc, char** argv) {
     std::printf("== CPU engine: %s, kernels %s ==\n", DetectCpuFeatures().Describe().c_str(),
                 CpuIsaName(SelectedIsa()));
     for (int t : thread_counts) {
+      if (triad_mib <= 0) break;  // --triad-mib 0: no bandwidth figures
       triad[t] = TriadGBps(t, triad_mib * 1024 * 1024 / 8, 5);
-      const double base = t <= 2 ? kBaselineTriad[t - 1] : 0;
-      std::printf("triad bandwidth, %d thread%s: %6.1f GB/s   (llama.cpp machine: %.0f GB/s)\n", t,
-                  t == 1 ? " " : "s", triad[t], base);
+      std::printf("triad bandwidth, %d thread%s: %6.1f GB/s\n", t, t == 1 ? " " : "s", triad[t]);
     }
     std::printf(
         "decode: %d tokens after a %d-token prompt; prefill: %d-token prompt; %s activations\n",
         o.decode_tokens, o.prompt_tokens, o.prefill_tokens,
         o.exact ? "float" : "8-bit (quantized weights)");
-    std::printf("%-6s %3s | %8s %7s | %9s %7s | %10s %7s | %6s %6s %6s\n", "type", "thr", "decode",
-                "vs lcpp", "prefill", "vs lcpp", "prompt-128", "vs lcpp", "GB/tok", "triad", "bw%");
+    std::printf("%-6s %3s | %8s | %9s | %10s | %6s %6s %6s\n", "type", "thr", "decode", "prefill",
+                "prompt-128", "GB/tok", "triad", "bw%");
   }
   for (const auto& [label, path] : runs) {
     auto src = ModelSource::Open(path);
@@ -270,25 +248,17 @@ int Main(int argc, char** argv) {
         std::fflush(stdout);
         continue;
       }
-      const auto it = Baselines().find(type == "Q4_K" ? "Q4_0" : type);
-      const bool has = it != Baselines().end() && t <= 2;
-      const double bd = has ? it->second.decode[t - 1] : 0;
-      const double bp = has ? it->second.prefill[t - 1] : 0;
-      const double bw = gb_per_token * r->decode / tri;
-      std::printf("%-6s %3d | %8.2f %7s | %9.2f %7s | %10.2f %7s | %6.3f %6.1f %5.1f%%\n",
-                  type.c_str(), t, r->decode, Ratio(r->decode, bd).c_str(), r->prefill,
-                  Ratio(r->prefill, bp).c_str(), r->prompt_rate, Ratio(r->prompt_rate, bp).c_str(),
-                  gb_per_token, tri, 100 * bw);
+      const double bw = tri > 0 ? gb_per_token * r->decode / tri : 0;
+      std::printf("%-6s %3d | %8.2f | %9.2f | %10.2f | %6.3f %6.1f %5.1f%%\n", type.c_str(), t,
+                  r->decode, r->prefill, r->prompt_rate, gb_per_token, tri, 100 * bw);
       std::fflush(stdout);
     }
   }
   if (json) return 0;
-  std::printf(
-      "llama.cpp figures: F16 decode 4.05/7.54, prefill-128 42.5/71.1; Q8_0 5.98/10.0, "
-      "35.3/61.6; Q4_0 10.6/18.6, 46.9/89.3 tokens/s (1/2 threads); Q4_K is compared with "
-      "Q4_0 (same 4.5 bits per weight). Target: F16 decode >= 80%% of triad bandwidth.\n");
+  std::printf("Target: F16 decode >= 80%% of triad bandwidth. llama.cpp side by side: "
+              "LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels\n");
   for (const auto& [t, gbps] : triad) {
-    std::printf("best triad, %d thread%s: %.1f GB/s\n", t, t == 1 ? "" : "s", gbps);
+    if (gbps > 0) std::printf("best triad, %d thread%s: %.1f GB/s\n", t, t == 1 ? "" : "s", gbps);
   }
   return 0;
 }
