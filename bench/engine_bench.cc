@@ -11,7 +11,8 @@
 //
 // Models missing from DIR are written as DIR/tinyllama-1.1b-TYPE.gguf (random weights,
 // the same files `cascade make-model --shape tinyllama-1.1b --type TYPE` writes, less the
-// tokenizer). Decode: 64 tokens, one forward pass each, after a 128-token prompt. Prefill:
+// tokenizer). Decode: 64 tokens, one forward pass each, after a 128-token prompt (or from
+// an empty context with --decode-from-empty). Prefill:
 // one 512-token prompt as one batch. Each rate is the best of --repeats runs. The
 // bandwidth fraction is (matrix bytes read per token) x (decode tokens/s) / the triad
 // bandwidth at the same thread count measured just before that decode run (a shared
@@ -85,6 +86,9 @@ struct Options {
   int prefill_tokens = 512;
   int repeats = 2;
   bool exact = false;
+  // Decode from an empty context (one start token) instead of after the prompt, as
+  // llama-bench's generation test does: the same attention work as the peer.
+  bool decode_from_empty = false;
 };
 
 std::vector<int32_t> PromptIds(int n, int32_t vocab, int salt) {
@@ -122,6 +126,12 @@ absl::StatusOr<Rates> Measure(const ModelSource& src, int threads, const Options
     CASCADE_RETURN_IF_ERROR(stage->Forward(prompt, {}, &logits));
     best.prompt_rate = std::max(best.prompt_rate, ids.size() / Seconds(t0, Clock::now()));
     int32_t pos = static_cast<int32_t>(ids.size());
+    if (o.decode_from_empty) {
+      stage->FreeSequence(0);
+      Batch start = {{1, 0, 0, true}};
+      CASCADE_RETURN_IF_ERROR(stage->Forward(start, {}, &logits));
+      pos = 1;
+    }
     t0 = Clock::now();
     for (int i = 0; i < o.decode_tokens; ++i) {
       Batch b = {{Argmax(logits), 0, pos++, true}};
@@ -161,6 +171,8 @@ int Main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "Runs per measurement; the best is reported");
   app.add_option("--triad-mib", triad_mib, "Size of each triad array");
   app.add_flag("--exact", o.exact, "Float activations for quantized weights");
+  app.add_flag("--decode-from-empty", o.decode_from_empty,
+               "Decode from an empty context (as llama-bench -n does), not after the prompt");
   bool json = false;
   app.add_flag("--json", json,
                "One JSON object per (model, threads) line instead of the table; "

@@ -35,7 +35,7 @@ ratio() { python3 -c "print(f'{$1 / $2:.3f}')"; }
 # Section (c): our engine and (with LLAMA_BENCH) llama.cpp's llama-bench on the same GGUF
 # files: decode of 64 tokens and a 128-token prompt, 1 and 2 threads, ROUNDS rounds with
 # the two taking turns (the peer first in every other round: a shared VM's speed drifts).
-# engine_bench decodes after its 128-token prompt, llama-bench from an empty context.
+# Both decode from an empty context (engine_bench --decode-from-empty, as llama-bench -n).
 side_by_side() {
   local rounds=${ROUNDS:-2} out=$(mktemp -d)
   local files=()
@@ -43,7 +43,7 @@ side_by_side() {
   files+=("$(model llama-110m F16)")
   ours() {  # ours FILE ROUND
     "$BIN/engine_bench" --model "$1" --threads 1,2 --decode-tokens 64 --prompt-tokens 128 \
-      --prefill-tokens 0 --repeats 1 --triad-mib 0 --json > "$out/ours-$2-$(basename "$1")"
+      --prefill-tokens 0 --repeats 1 --triad-mib 0 --decode-from-empty --json > "$out/ours-$2-$(basename "$1")"
   }
   peer() {
     "$LLAMA_BENCH" -m "$1" -p 128 -n 64 -t 1,2 -r 1 -o json 2>/dev/null > "$out/peer-$2-$(basename "$1")"
