@@ -54,6 +54,12 @@ class FakePipeline {
     absl::MutexLock l(&mu_);
     paused_ = false;
   }
+  // Pauses by itself once it has answered `n` more frames that carry tokens (a test that
+  // must interrupt a sequence before it can finish, however slowly the test runs).
+  void PauseAfter(int n) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    pause_after_ = n;
+  }
   // Sends through links of `plan_id` fail (the first stage's process is gone).
   void BreakPlan(uint64_t plan_id) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
@@ -118,6 +124,11 @@ class FakePipeline {
         r.tokens.push_back({s.seq, TokenFor(s.params.seed, s.draw_index), -0.5f,
                             static_cast<int32_t>(s.draw_index), {}});
       }
+      {
+        // Before the result goes out: whoever sees it sees the pipeline paused.
+        absl::MutexLock l(&mu_);
+        if (pause_after_ > 0 && --pause_after_ == 0) paused_ = true;
+      }
       on_result_(std::move(r));
     }
   }
@@ -127,6 +138,7 @@ class FakePipeline {
   mutable absl::Mutex mu_;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   int lose_ ABSL_GUARDED_BY(mu_) = 0;
+  int pause_after_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t broken_plan_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<StageFrame> seen_ ABSL_GUARDED_BY(mu_);
   std::set<SeqId> released_ ABSL_GUARDED_BY(mu_);

@@ -238,16 +238,18 @@ TEST_F(SchedulerTest, ALostBatchIsSentAgainAfterItsDeadline) {
 
 TEST_F(SchedulerTest, DetachedSequencesResumeOnTheNextPipelineWithTheSameText) {
   SequenceRequest r = Request(40, 77, 10);
+  // The pipeline stops by itself after 5 tokens: the sequence is mid-stream whenever this
+  // thread gets to pull the pipeline away.
+  pipeline_->PauseAfter(5);
   auto s = scheduler_->Submit(r);
   ASSERT_TRUE(s.ok());
-  // Take a few tokens, then pull the pipeline away mid-stream.
   std::vector<int32_t> got;
   while (got.size() < 5) {
     auto e = (*s)->Next(std::chrono::seconds(30));
     ASSERT_TRUE(e.has_value());
     got.insert(got.end(), e->ids.begin(), e->ids.end());
   }
-  pipeline_->Pause();
+  EXPECT_EQ(got.size(), 5u);
   scheduler_->Detach(absl::UnavailableError("stage 1 lost"));
   EXPECT_EQ(scheduler_->Submit(Request(1, 1)).ok(), true);  // still queued, not refused
   pipeline_->Resume();
