@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A real one-node Slurm (munged, slurmctld, slurmd -N localhost) started here, in a
 # temporary directory with its own ports and munge socket, runs the project's CPU sbatch
-# script (deploy/slurm/cascade-mpi-cpu.sbatch) with 4 tasks as two pretend nodes of TP 2;
-# a client gets a generation through the public API; `scancel --signal=TERM` drains the
+# scripts as shipped: deploy/slurm/cascade-mpi-cpu.sbatch with 4 tasks as two pretend nodes
+# of TP 2, then deploy/slurm/cascade.sbatch (a coordinator and two workers); for each, a
+# client gets a generation through the public API and `scancel --signal=TERM` drains the
 # job, which must exit 0. The daemons are stopped on every path.
 #
 #   slurm_test.sh BIN_DIR SOURCE_DIR MODEL
@@ -106,40 +107,64 @@ for _ in $(seq 100); do
 done
 sinfo -h -o %T | grep -q -E '^(idle|mixed)' || { echo "FAILED: the node did not come up"; sinfo; exit 1; }
 
-# The project's CPU script: 4 tasks, two pretend nodes of TP 2.
-cd "$DIR"
-JOB=$(CASCADE_BIN=$BIN CASCADE_PORT=$API_PORT CASCADE_HTTP_PORT=$HTTP_PORT \
-  sbatch --parsable --nodes=1 --ntasks=4 --ntasks-per-node=4 --output="$DIR/job-%j.out" \
-    "$SRC/deploy/slurm/cascade-mpi-cpu.sbatch" "$MODEL" \
-    --ranks-per-node 2 --tp 2 --control-listen 127.0.0.1:0 --quantized-activations false)
-echo "slurm_test: job $JOB submitted"
-ADDRESS_FILE=$DIR/cascade-$JOB.address
-deadline=$((SECONDS + LIMIT))
-until [[ -s $ADDRESS_FILE ]]; do
-  state=$(squeue -h -j "$JOB" -o %T 2>/dev/null || true)
-  if [[ -z $state ]]; then echo "FAILED: job $JOB ended before serving"; exit 1; fi
-  ((SECONDS < deadline)) || { echo "FAILED: job $JOB not serving after ${LIMIT}s (state $state)"; exit 1; }
-  sleep 0.5
-done
-ADDRESS=$(cat "$ADDRESS_FILE")
-echo "slurm_test: job $JOB serves on $ADDRESS"
+# run_job NAME SCRIPT SBATCH_OPTIONS... -- SCRIPT_ARGS...: submits the project's script,
+# waits until the job serves (its address file written and the HTTP API healthy), has a
+# client generate through the public gRPC API, drains it with SIGTERM and requires it to
+# end COMPLETED with exit code 0.
+run_job() {
+  local name=$1 script=$2
+  shift 2
+  local opts=()
+  while [[ $1 != -- ]]; do opts+=("$1"); shift; done
+  shift
+  cd "$DIR"
+  JOB=$(sbatch --parsable "${opts[@]}" --output="$DIR/job-%j.out" "$SRC/deploy/slurm/$script" "$MODEL" "$@")
+  echo "slurm_test: $name: job $JOB submitted ($script)"
+  local address_file=$DIR/cascade-$JOB.address deadline=$((SECONDS + LIMIT)) state
+  until [[ -s $address_file ]] && curl -sf "http://127.0.0.1:$HTTP_PORT/health" >/dev/null; do
+    state=$(squeue -h -j "$JOB" -o %T 2>/dev/null || true)
+    if [[ -z $state ]]; then echo "FAILED: $name: job $JOB ended before serving"; cat "$DIR/job-$JOB.out"; exit 1; fi
+    ((SECONDS < deadline)) || { echo "FAILED: $name: job $JOB not serving after ${LIMIT}s (state $state)"; cat "$DIR/job-$JOB.out"; exit 1; }
+    sleep 0.5
+  done
+  local address
+  address=$(cat "$address_file")
+  echo "slurm_test: $name: job $JOB serves on $address"
 
-# A client gets a generation through the public API.
-OUT=$("$BIN/cascade" generate --server "$ADDRESS" --prompt "Once upon a time" --max-tokens 16 \
-  --temperature 0)
-echo "slurm_test: generated: $OUT"
-[[ $OUT == "Once upon a time"* && ${#OUT} -gt 20 ]] || { echo "FAILED: no generation"; exit 1; }
+  # A client gets a generation through the public API (the address names the node).
+  local out
+  out=$("$BIN/cascade" generate --server "$address" --prompt "Once upon a time" --max-tokens 16 \
+    --temperature 0)
+  echo "slurm_test: $name: generated: $out"
+  [[ $out == "Once upon a time"* && ${#out} -gt 20 ]] || { echo "FAILED: $name: no generation"; exit 1; }
 
-# Drain: every task gets SIGTERM; the job must end by itself with exit 0.
-scancel --signal=TERM "$JOB"
-until [[ -z $(squeue -h -j "$JOB" -o %T 2>/dev/null) ]]; do
-  ((SECONDS < deadline)) || { echo "FAILED: job $JOB still running after the drain"; exit 1; }
-  sleep 0.5
-done
-EXIT=$(scontrol show job "$JOB" 2>/dev/null | sed -n 's/.*ExitCode=\([0-9:]*\).*/\1/p' | head -n1)
-STATE=$(scontrol show job "$JOB" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n1)
-echo "slurm_test: job $JOB ended: state $STATE, exit code $EXIT"
-[[ $STATE == COMPLETED && $EXIT == 0:0 ]] || { echo "FAILED: expected COMPLETED 0:0"; exit 1; }
-grep -q "cascade-mpi: serving" "$DIR/job-$JOB.out" || { echo "FAILED: no serving line in the job output"; exit 1; }
-JOB=
+  # Drain: every task gets SIGTERM; the job must end by itself with exit 0.
+  scancel --signal=TERM "$JOB"
+  until [[ -z $(squeue -h -j "$JOB" -o %T 2>/dev/null) ]]; do
+    ((SECONDS < deadline)) || { echo "FAILED: $name: job $JOB still running after the drain"; exit 1; }
+    sleep 0.5
+  done
+  local exit_code job_state
+  exit_code=$(scontrol show job "$JOB" 2>/dev/null | sed -n 's/.*ExitCode=\([0-9:]*\).*/\1/p' | head -n1)
+  job_state=$(scontrol show job "$JOB" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n1)
+  echo "slurm_test: $name: job $JOB ended: state $job_state, exit code $exit_code"
+  [[ $job_state == COMPLETED && $exit_code == 0:0 ]] || { echo "FAILED: $name: expected COMPLETED 0:0"; cat "$DIR/job-$JOB.out"; exit 1; }
+  LAST_JOB=$JOB
+  JOB=
+}
+
+export CASCADE_BIN=$BIN CASCADE_PORT=$API_PORT CASCADE_HTTP_PORT=$HTTP_PORT
+
+# 1. The MPI script on CPUs: 4 tasks, two pretend nodes of TP 2.
+run_job mpi cascade-mpi-cpu.sbatch --nodes=1 --ntasks=4 --ntasks-per-node=4 -- \
+  --ranks-per-node 2 --tp 2 --control-listen 127.0.0.1:0 --quantized-activations false
+grep -q "cascade-mpi: serving" "$DIR/job-$LAST_JOB.out" || { echo "FAILED: no serving line in the job output"; exit 1; }
+
+# 2. The coordinator + workers script (no MPI): 3 tasks, a coordinator and two workers, on
+# the one node (each worker on its own port from CASCADE_WORKER_PORT), run as shipped:
+# found through CASCADE_DEPLOY_DIR since the job is submitted from elsewhere.
+export CASCADE_CONTROL_PORT=$(free_port) CASCADE_WORKER_PORT=$(( $(free_port) - 1 ))
+export CASCADE_DEPLOY_DIR=$SRC/deploy/slurm
+run_job coordinator-workers cascade.sbatch --nodes=1 --ntasks=3 --cpus-per-task=1 -- --min-stages 2
+grep -q "on 2 stage(s)" "$DIR/job-$LAST_JOB.out" || { echo "FAILED: the two workers did not serve as two stages"; cat "$DIR/job-$LAST_JOB.out"; exit 1; }
 echo "slurm_test: passed"
