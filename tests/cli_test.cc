@@ -523,6 +523,11 @@ TEST(Cli, ServeStatusAndRemoteGenerateMatchTheInProcessRun) {
   }
   EXPECT_EQ(stages, 2) << status.out;
   EXPECT_EQ(next_layer, 5) << status.out;
+  // The public API's address by mistake: an error that says which address to give.
+  RunResult wrong = RunCmd(Bin() + " status --server " + addr + " 2>&1");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_THAT(wrong.out, HasSubstr("UNIMPLEMENTED"));
+  EXPECT_THAT(wrong.out, HasSubstr("control address"));
 
   const std::string args = " --temperature 0 --max-tokens 20 --prompt 'Once upon a time'";
   RunResult remote = RunCmd(Bin() + " generate --server " + addr + args);

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_join.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "cascade/v1/worker.grpc.pb.h"
@@ -129,7 +130,14 @@ int RunStatus(const StatusFlags& f) {
   v1::ClusterStatusResponse s;
   grpc::Status st = stub->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &s);
   if (!st.ok()) {
-    std::cerr << "cascade status: " << server << ": " << st.error_message() << "\n";
+    std::cerr << "cascade status: " << server << ": "
+              << (st.error_message().empty() ? "the call failed" : st.error_message()) << " ("
+              << absl::StatusCodeToString(FromGrpc(st).code()) << ")";
+    if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      std::cerr << "; this answers no ClusterStatus: give the coordinator's control address "
+                   "(--control-listen, port 50053 by default), not its public API";
+    }
+    std::cerr << "\n";
     return 1;
   }
   std::printf("model    %s\nserving  %s\nstate    %s\n", s.model().c_str(),
