@@ -85,7 +85,7 @@ TEST(MpiDataPlane, FramesInOrderResultsBackAndRefusals) {
       StepResult r;
       r.plan_id = 7;
       r.batch_id = b;
-      r.tokens = {{11, static_cast<int32_t>(b), 0.0f, static_cast<int32_t>(b) + 1}};
+      r.tokens = {{11, static_cast<int32_t>(b), 0.0f, static_cast<int32_t>(b) + 1, {}}};
       ASSERT_TRUE((*results)->Send(std::move(r)).ok());
     }
     MPI_Barrier(MPI_COMM_WORLD);  // rank 0 has its results

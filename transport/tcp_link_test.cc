@@ -333,7 +333,7 @@ TEST(TcpFrameServer, ANewConnectionMustStartAFrameInTime) {
 }
 
 TEST(TcpActivationSender, UnreachableNextStageIsNamedInTheError) {
-  auto sender = MakeTcpActivationSender({"127.0.0.1", 1}, {.connect_timeout = milliseconds(300)});
+  auto sender = MakeTcpActivationSender({"127.0.0.1", 1}, {.connect_timeout = milliseconds(300), .link_key = ""});
   absl::Status st = sender->Send(Frame(1, 1));
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(st.message()), HasSubstr("next stage at tcp://127.0.0.1:1"));
@@ -341,7 +341,7 @@ TEST(TcpActivationSender, UnreachableNextStageIsNamedInTheError) {
 
 TEST(TcpActivationSender, CloseAndStopReconnectingEndAWaitForConnection) {
   for (bool close : {true, false}) {
-    auto owned = MakeTcpActivationSender({"127.0.0.1", 1}, {.connect_timeout = std::chrono::seconds(60)});
+    auto owned = MakeTcpActivationSender({"127.0.0.1", 1}, {.connect_timeout = std::chrono::seconds(60), .link_key = ""});
     ActivationSender& sender = *owned;
     auto send = std::async(std::launch::async, [&] { return sender.Send(Frame(1, 1)); });
     std::this_thread::sleep_for(milliseconds(200));
@@ -406,7 +406,7 @@ TEST(TcpResultSender, ResultsReachTheHandler) {
   StepResult r;
   r.plan_id = 3;
   r.batch_id = 9;
-  r.tokens.push_back({.seq = 4, .token = 17, .logprob = -0.5f, .position = 12});
+  r.tokens.push_back({.seq = 4, .token = 17, .logprob = -0.5f, .position = 12, .top = {}});
   ASSERT_TRUE(sender->Send(r).ok());
   auto fut = got.get_future();
   ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
