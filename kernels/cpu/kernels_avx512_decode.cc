@@ -135,52 +135,43 @@ CASCADE_HOT const uint8_t* Opaque(const uint8_t* p) {
 // ---------------------------------------------------------------------------------------
 // Float weights (F16 / BF16 / F32) x float activations, one token
 
-// Loads 8 consecutive weights of a row as 8 floats (count < 8: the first count, zeros
-// after them), as the AVX2 kernel's LoadF16 / LoadBF16 / LoadF32 do.
+// 16 bytes at a (lower half) and 16 bytes at b (upper half) as one register.
+CASCADE_HOT __m256i Halves16(const uint8_t* a, const uint8_t* b) {
+  return _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+
+// A row's weights as floats, as the AVX2 kernel's LoadF16 / LoadBF16 / LoadF32 give them:
+// Load8x2(a, b): 8 weights of row a (lower half) and 8 of row b (upper half);
+// LoadFirst(p, count): the first count < 8 weights at p, zeros after them.
 struct F16Row {
   static constexpr int kBytes = 2;
-  static CASCADE_HOT __m256 Load8(const uint8_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
   static CASCADE_HOT __m256 LoadFirst(const uint8_t* p, int count) {
     return _mm256_cvtph_ps(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << count) - 1), p));
   }
-  // Rows a and b, 8 weights each, as one register: a in the lower half.
   static CASCADE_HOT __m512 Load8x2(const uint8_t* a, const uint8_t* b) {
-    const __m256i h = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
-    return _mm512_cvtph_ps(h);
+    return _mm512_cvtph_ps(Halves16(a, b));
   }
 };
 struct BF16Row {
   static constexpr int kBytes = 2;
-  static CASCADE_HOT __m256 Widen(__m128i h) {
+  static CASCADE_HOT __m256 LoadFirst(const uint8_t* p, int count) {
+    const __m128i h = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << count) - 1), p);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
-  static CASCADE_HOT __m256 Load8(const uint8_t* p) {
-    return Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  static CASCADE_HOT __m256 LoadFirst(const uint8_t* p, int count) {
-    return Widen(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << count) - 1), p));
-  }
   static CASCADE_HOT __m512 Load8x2(const uint8_t* a, const uint8_t* b) {
-    const __m256i h = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(Halves16(a, b)), 16));
   }
 };
 struct F32Row {
   static constexpr int kBytes = 4;
-  static CASCADE_HOT __m256 Load8(const uint8_t* p) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-  }
   static CASCADE_HOT __m256 LoadFirst(const uint8_t* p, int count) {
     return _mm256_maskz_loadu_ps(static_cast<__mmask8>((1u << count) - 1), p);
   }
   static CASCADE_HOT __m512 Load8x2(const uint8_t* a, const uint8_t* b) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(Load8(a)), Load8(b), 1);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a))),
+                              _mm256_loadu_ps(reinterpret_cast<const float*>(b)), 1);
   }
 };
 
