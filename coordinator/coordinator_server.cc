@@ -15,6 +15,7 @@
 #include "transport/data_plane_server.h"
 #include "transport/factory.h"
 #include "transport/grpc_util.h"
+#include "util/status_macros.h"
 #include "transport/security.h"
 #include "util/logging.h"
 #include "util/secret.h"
@@ -90,38 +91,19 @@ class CoordinatorServer::Impl {
     // Reflection describes services from the linked descriptor pool; gRPC's built-in
     // health service brings none, so link ours (proto/grpc/health/v1) by using it.
     (void)grpc::health::v1::HealthCheckRequest::descriptor();
-    {
-      grpc::ServerBuilder builder;
-      ConfigureServer(&builder);
-      int port = 0;
-      builder.AddListeningPort(config_.server.listen, ServerCredentials(ServerRole::kPublic), &port);
-      builder.RegisterService(inference_.get());
-      server_ = builder.BuildAndStart();
-      if (!server_ || port == 0) {
-        return absl::UnavailableError(absl::StrCat("coordinator: cannot listen on ",
-                                                   config_.server.listen,
-                                                   " (is another server using the port?)"));
-      }
-      address_ = AdvertisedHostPort(config_.server.listen, port);
-    }
+    CASCADE_ASSIGN_OR_RETURN(StartedServer pub,
+                             StartServer("coordinator", config_.server.listen,
+                                         ServerCredentials(ServerRole::kPublic), {inference_.get()}));
+    server_ = std::move(pub.server);
+    address_ = AdvertisedHostPort(config_.server.listen, pub.port);
     SetHealth(false);
     // The control plane, on a port of its own: only cluster members (join token or a
     // client certificate from the CA) get past it.
-    {
-      grpc::ServerBuilder builder;
-      ConfigureServer(&builder);
-      int port = 0;
-      builder.AddListeningPort(config_.server.control_listen,
-                               ServerCredentials(ServerRole::kCluster), &port);
-      builder.RegisterService(control_.get());
-      control_server_ = builder.BuildAndStart();
-      if (!control_server_ || port == 0) {
-        return absl::UnavailableError(absl::StrCat("coordinator: cannot listen on ",
-                                                   config_.server.control_listen,
-                                                   " (is another server using the port?)"));
-      }
-      control_address_ = AdvertisedHostPort(config_.server.control_listen, port);
-    }
+    CASCADE_ASSIGN_OR_RETURN(StartedServer control,
+                             StartServer("coordinator", config_.server.control_listen,
+                                         ServerCredentials(ServerRole::kCluster), {control_.get()}));
+    control_server_ = std::move(control.server);
+    control_address_ = AdvertisedHostPort(config_.server.control_listen, control.port);
     const std::string advertise =
         config_.server.advertise.empty() ? control_address_ : config_.server.advertise;
     controller_->OnStateChange([this](ClusterState s) { SetHealth(s == ClusterState::kServing); });

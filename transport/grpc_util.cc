@@ -1,5 +1,7 @@
 #include "transport/grpc_util.h"
 
+#include "absl/strings/str_cat.h"
+
 #include "transport/security.h"
 
 namespace cascade {
@@ -30,6 +32,22 @@ void ConfigureServer(grpc::ServerBuilder* builder) {
   // A port another server holds is an error, never shared (gRPC sets SO_REUSEPORT
   // otherwise, and two servers on one port would split the connections between them).
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+}
+
+absl::StatusOr<StartedServer> StartServer(const std::string& who, const std::string& listen,
+                                          std::shared_ptr<grpc::ServerCredentials> credentials,
+                                          std::initializer_list<grpc::Service*> services) {
+  grpc::ServerBuilder builder;
+  ConfigureServer(&builder);
+  StartedServer started;
+  builder.AddListeningPort(listen, std::move(credentials), &started.port);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  started.server = builder.BuildAndStart();
+  if (!started.server || started.port == 0) {
+    return absl::UnavailableError(absl::StrCat(who, ": cannot listen on ", listen,
+                                               " (is another server using the port?)"));
+  }
+  return started;
 }
 
 grpc::Status ToGrpc(const absl::Status& s) {

@@ -3,10 +3,12 @@
 #ifndef CASCADE_TRANSPORT_GRPC_UTIL_H_
 #define CASCADE_TRANSPORT_GRPC_UTIL_H_
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cascade {
@@ -26,6 +28,17 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Applies the same limits to a server.
 void ConfigureServer(grpc::ServerBuilder* builder);
+
+// A server with those limits on `listen`, serving `services` (which must outlive it).
+// Unavailable, naming `who` and the address, when it cannot listen there (e.g. the port is
+// taken: ports are never shared). `port` is the port it listens on (the one chosen for :0).
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+absl::StatusOr<StartedServer> StartServer(const std::string& who, const std::string& listen,
+                                          std::shared_ptr<grpc::ServerCredentials> credentials,
+                                          std::initializer_list<grpc::Service*> services);
 
 grpc::Status ToGrpc(const absl::Status& s);
 absl::Status FromGrpc(const grpc::Status& s);

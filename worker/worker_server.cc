@@ -12,6 +12,7 @@
 #include "transport/address.h"
 #include "transport/frame.h"
 #include "transport/grpc_util.h"
+#include "util/status_macros.h"
 #include "transport/security.h"
 #include "util/logging.h"
 #include "util/secret.h"
@@ -108,19 +109,14 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
                        .tp = options.tp},
       &w->router_);
   w->pipe_service_ = std::make_unique<StagePipeService>(&w->router_);
-  grpc::ServerBuilder builder;
-  ConfigureServer(&builder);
-  int port = 0;
-  builder.AddListeningPort(options.listen, ServerCredentials(ServerRole::kCluster), &port);
   w->worker_service_ =
       std::make_unique<WorkerService>(w->host_.get(), &w->options_.worker_id, w.get());
-  builder.RegisterService(w->worker_service_.get());
-  builder.RegisterService(w->pipe_service_.get());
-  w->server_ = builder.BuildAndStart();
-  if (!w->server_ || port == 0) {
-    return absl::UnavailableError(absl::StrCat("worker: cannot listen on ", options.listen,
-                                               " (is another server using the port?)"));
-  }
+  CASCADE_ASSIGN_OR_RETURN(
+      StartedServer started,
+      StartServer("worker", options.listen, ServerCredentials(ServerRole::kCluster),
+                  {w->worker_service_.get(), w->pipe_service_.get()}));
+  w->server_ = std::move(started.server);
+  const int port = started.port;
   w->advertise_ = w->options_.advertise.empty() ? AdvertisedHostPort(options.listen, port)
                                                 : w->options_.advertise;
   if (w->options_.worker_id.empty()) w->options_.worker_id = w->advertise_;
