@@ -89,28 +89,13 @@ std::optional<RankWatchdog::Lost> RankWatchdog::FindLost() {
 }
 
 void RankWatchdog::Send(int to, const v1::RankNotice& notice) {
-  auto bytes = std::make_unique<std::string>(notice.SerializeAsString());
+  auto bytes = std::make_shared<const std::string>(notice.SerializeAsString());
   MPI_Request req;
   if (MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, to, kNoticeTag, comm_,
                 &req) != MPI_SUCCESS) {
     return;
   }
-  absl::MutexLock lock(&send_mu_);
-  sends_.push_back({req, std::move(bytes), to});
-}
-
-void RankWatchdog::ReapSends() {
-  absl::MutexLock lock(&send_mu_);
-  for (size_t i = 0; i < sends_.size();) {
-    int done = 0;
-    MPI_Test(&sends_[i].request, &done, MPI_STATUS_IGNORE);
-    if (done) {
-      sends_[i] = std::move(sends_.back());
-      sends_.pop_back();
-    } else {
-      ++i;
-    }
-  }
+  sends_.Add(req, std::move(bytes));
 }
 
 void RankWatchdog::ExitLost(const Lost& lost, bool tell) {
@@ -137,7 +122,7 @@ void RankWatchdog::ExitLost(const Lost& lost, bool tell) {
   // the lost rank themselves before this one is gone too.
   const auto deadline = start + std::chrono::milliseconds(600);
   while (std::chrono::steady_clock::now() < deadline) {
-    ReapSends();
+    sends_.Reap();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::_Exit(kExitRankLost);
@@ -163,8 +148,7 @@ void RankWatchdog::Receive() {
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
     if (count < 0 || count > (1 << 16)) {  // a notice is small: never sized from a big claim
-      char none = 0;
-      MPI_Mrecv(&none, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      MpiDiscard(&msg, count);
       continue;
     }
     std::string body(static_cast<size_t>(count), '\0');
@@ -212,7 +196,7 @@ void RankWatchdog::Loop() {
   const int size = static_cast<int>(ranks_.size());
   while (!stop_.load()) {
     Receive();
-    ReapSends();
+    sends_.Reap();
     const auto now = Clock::now();
     if (now >= next_beat) {
       next_beat = now + options_.interval;

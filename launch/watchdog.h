@@ -38,6 +38,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "parallel/mpi_util.h"
 #include "cascade/v1/mpi.pb.h"
 
 namespace cascade {
@@ -76,7 +77,6 @@ class RankWatchdog {
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   void Send(int to, const v1::RankNotice& notice);
   void Receive() ABSL_LOCKS_EXCLUDED(mu_);
-  void ReapSends();
   std::string Describe(int rank) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -91,14 +91,7 @@ class RankWatchdog {
   std::vector<std::chrono::steady_clock::time_point> last_seen_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> left_ ABSL_GUARDED_BY(mu_);  // in order, or because of a loss
   std::optional<Lost> told_lost_ ABSL_GUARDED_BY(mu_);  // a loss another rank found
-  // Sends in flight (heartbeats and notices): the buffers live until MPI is done.
-  struct Outgoing {
-    MPI_Request request;
-    std::unique_ptr<std::string> bytes;
-    int to;
-  };
-  absl::Mutex send_mu_;
-  std::vector<Outgoing> sends_ ABSL_GUARDED_BY(send_mu_);
+  MpiSendQueue sends_;  // heartbeats and notices in flight
 };
 
 }  // namespace cascade

@@ -52,4 +52,34 @@ absl::Status MpiWait(MPI_Request* request, const std::string& what, const std::a
   }
 }
 
+void MpiDiscard(MPI_Message* msg, int count) {
+  static const MPI_Datatype sink = [] {
+    MPI_Datatype t;
+    MPI_Type_create_resized(MPI_BYTE, 0, 0, &t);
+    MPI_Type_commit(&t);
+    return t;
+  }();
+  char none = 0;
+  MPI_Mrecv(&none, count < 0 ? 0 : count, sink, msg, MPI_STATUS_IGNORE);
+}
+
+void MpiSendQueue::Add(MPI_Request request, std::shared_ptr<const std::string> bytes) {
+  absl::MutexLock lock(&mu_);
+  sends_.push_back({request, std::move(bytes)});
+}
+
+void MpiSendQueue::Reap() {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < sends_.size();) {
+    int done = 0;
+    MPI_Test(&sends_[i].request, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      sends_[i] = std::move(sends_.back());
+      sends_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
 }  // namespace cascade

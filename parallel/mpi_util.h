@@ -17,9 +17,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cascade {
 
@@ -43,6 +47,29 @@ struct MpiPollSchedule {
 
 // Sleeps for the back-off step of a wait that began `waited` ago (see MpiWait).
 void MpiBackoff(std::chrono::steady_clock::duration waited, const MpiPollSchedule& s = {});
+
+// Receives the probed message `msg` of `count` bytes (negative: more than 2^31) into
+// nothing and drops it: for a message whose claimed size must not size a buffer. (Through
+// a datatype of extent 0: Open MPI crashes on a truncated receive of a large message.)
+void MpiDiscard(MPI_Message* msg, int count);
+
+// Non-blocking sends nobody waits for (notices, acks, sends given up): each buffer lives
+// until MPI is done with it. Thread-safe.
+class MpiSendQueue {
+ public:
+  void Add(MPI_Request request, std::shared_ptr<const std::string> bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets the sends MPI has finished.
+  void Reap() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Send {
+    MPI_Request request;
+    std::shared_ptr<const std::string> bytes;
+  };
+  absl::Mutex mu_;
+  std::vector<Send> sends_ ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace cascade
 

@@ -114,8 +114,6 @@ absl::StatusOr<std::unique_ptr<MpiDataPlane>> MpiDataPlane::Start(MPI_Comm world
   MPI_Comm_set_errhandler(p->comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(p->comm_, &p->rank_);
   MPI_Comm_size(p->comm_, &p->size_);
-  MPI_Type_create_resized(MPI_BYTE, 0, 0, &p->sink_type_);
-  MPI_Type_commit(&p->sink_type_);
   auto doorbell = MpiDoorbell::Create(world);
   if (!doorbell.ok()) return doorbell.status();
   p->doorbell_ = std::move(*doorbell);
@@ -226,8 +224,7 @@ absl::Status MpiDataPlane::SendBytes(int rank, MpiTag tag, std::shared_ptr<const
     const auto waited = std::chrono::steady_clock::now() - start;
     const bool given_up = (stop != nullptr && stop->load()) || stop_.load();
     if (given_up || waited > kSendTimeout) {
-      absl::MutexLock lock(&pending_mu_);
-      pending_.push_back({req, std::move(bytes)});  // MPI may still read it
+      pending_.Add(req, std::move(bytes));  // MPI may still read it
       return absl::UnavailableError(
           given_up ? absl::StrCat("link to ", peer, " is closing")
                    : absl::StrCat(peer, " has not taken a message for ",
@@ -239,20 +236,6 @@ absl::Status MpiDataPlane::SendBytes(int rank, MpiTag tag, std::shared_ptr<const
   }
 }
 
-void MpiDataPlane::ReapPending() {
-  absl::MutexLock lock(&pending_mu_);
-  for (size_t i = 0; i < pending_.size();) {
-    int done = 0;
-    MPI_Test(&pending_[i].request, &done, MPI_STATUS_IGNORE);
-    if (done) {
-      pending_[i] = std::move(pending_.back());
-      pending_.pop_back();
-    } else {
-      ++i;
-    }
-  }
-}
-
 void MpiDataPlane::ReceiveLoop() {
   // Test MPI in short steps for a moment after a message or a ring (more may follow, or
   // the rung message may still be on its way), then sleep until the doorbell rings (or,
@@ -260,7 +243,7 @@ void MpiDataPlane::ReceiveLoop() {
   auto active = std::chrono::steady_clock::now();
   uint64_t passes = 0;
   while (!stop_.load()) {
-    if (++passes % 1024 == 0) ReapPending();
+    if (++passes % 1024 == 0) pending_.Reap();
     // With the frame queue full, take only results and acks: a full inbox holds back the
     // frames into this stage, never the results the coordinator waits for.
     const bool frames_room = queued_frames_.load() < 4;
@@ -294,11 +277,8 @@ void MpiDataPlane::ReceiveLoop() {
     MPI_Get_count(&status, MPI_BYTE, &count);
     const int source = status.MPI_SOURCE, tag = status.MPI_TAG;
     if (count < 0 || count > max_bytes_) {
-      // Never sized from: received byte by byte into one byte (a datatype of extent 0;
-      // Open MPI crashes on a truncated receive of a large message) and dropped.
       oversized_.fetch_add(1);
-      char sink = 0;
-      MPI_Mrecv(&sink, count < 0 ? 0 : count, sink_type_, &msg, MPI_STATUS_IGNORE);
+      MpiDiscard(&msg, count);
       spdlog::warn("MPI data plane: dropped a message of {} bytes from {} (tag {}): over the "
                    "limit of {} bytes",
                    count < 0 ? std::string("more than 2^31") : std::to_string(count),
@@ -423,8 +403,7 @@ void MpiDataPlane::SendAck(int rank, const v1::FrameAck& ack) {
     return;
   }
   doorbell_->Ring(rank);
-  absl::MutexLock lock(&pending_mu_);
-  pending_.push_back({req, std::move(bytes)});  // reaped once sent
+  pending_.Add(req, std::move(bytes));  // reaped once sent
 }
 
 void MpiDataPlane::Shutdown() {

@@ -118,14 +118,12 @@ class MpiDataPlane {
   // Hands one received message on by its tag.
   void Dispatch(int source, int tag, std::string body) ABSL_LOCKS_EXCLUDED(mu_);
   void SendAck(int rank, const v1::FrameAck& ack);
-  void ReapPending() ABSL_LOCKS_EXCLUDED(pending_mu_);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   int max_bytes_ = kMaxMessageBytes;
   std::unique_ptr<MpiDoorbell> doorbell_;  // wakes the receiving thread of a peer
-  MPI_Datatype sink_type_ = MPI_DATATYPE_NULL;  // bytes of extent 0: drops a message
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> oversized_{0};
   std::thread receiver_, deliverer_;
@@ -145,13 +143,7 @@ class MpiDataPlane {
   std::map<int, std::shared_ptr<std::atomic<uint64_t>>> rejections_ ABSL_GUARDED_BY(mu_);
   std::map<int, TagHandler> tag_handlers_ ABSL_GUARDED_BY(mu_);
 
-  // Sends that were given up (their buffers live until MPI is done with them).
-  struct Pending {
-    MPI_Request request;
-    std::shared_ptr<const std::string> bytes;
-  };
-  absl::Mutex pending_mu_;
-  std::vector<Pending> pending_ ABSL_GUARDED_BY(pending_mu_);
+  MpiSendQueue pending_;  // acks, and sends that were given up
 };
 
 }  // namespace cascade
