@@ -53,7 +53,7 @@ class NcclActivationSender : public ActivationSender {
       : plane_(plane), to_(to), key_(std::move(key)) {}
   absl::Status Send(StageFrame frame) override {
     if (closed_) return absl::UnavailableError(absl::StrCat("link to nccl://", to_, " is closed"));
-    return plane_->SendFrame(to_, frame, key_);
+    return plane_->SendFrame(to_, std::move(frame), key_);
   }
   void Close() override { closed_ = true; }
 
@@ -125,21 +125,22 @@ void NcclDataPlane::RegisterWithFactory() {
   RegisterTransport(Scheme::kNccl, std::move(f));
 }
 
-absl::Status NcclDataPlane::SendFrame(int to, const StageFrame& frame, const std::string& key) {
+absl::Status NcclDataPlane::SendFrame(int to, StageFrame frame, const std::string& key) {
   Impl& m = *impl_;
   absl::MutexLock lock(&m.mu);
   CASCADE_RETURN_IF_ERROR(m.broken);
+  // The header goes over MPI, the activations over NCCL: encode the frame without them.
+  const std::vector<float> hidden = std::move(frame.hidden);
+  frame.hidden.clear();
   v1::ActivationFrame wire;
-  StageFrame header = frame;
-  header.hidden.clear();
-  EncodeFrame(header, &wire);
+  EncodeFrame(frame, &wire);
   wire.set_link_key(key);
-  const size_t bytes = frame.hidden.size() * sizeof(float);
-  if (!frame.hidden.empty()) {
+  const size_t bytes = hidden.size() * sizeof(float);
+  if (!hidden.empty()) {
     // The shape the receiver checks the payload against.
     wire.clear_shape();
     wire.add_shape(static_cast<int64_t>(frame.slots.size()));
-    wire.add_shape(static_cast<int64_t>(frame.hidden.size() / std::max<size_t>(1, frame.slots.size())));
+    wire.add_shape(static_cast<int64_t>(hidden.size() / std::max<size_t>(1, frame.slots.size())));
   }
   CASCADE_RETURN_IF_ERROR(m.mpi->SendBytes(
       to, MpiTag::kNcclHeader, std::make_shared<const std::string>(wire.SerializeAsString()),
@@ -147,9 +148,9 @@ absl::Status NcclDataPlane::SendFrame(int to, const StageFrame& frame, const std
   if (bytes == 0) return absl::OkStatus();
   CASCADE_RETURN_IF_ERROR(m.Staging(bytes));
   CASCADE_RETURN_IF_ERROR(m.Check(
-      cudaMemcpyAsync(m.staging, frame.hidden.data(), bytes, cudaMemcpyHostToDevice, m.stream),
+      cudaMemcpyAsync(m.staging, hidden.data(), bytes, cudaMemcpyHostToDevice, m.stream),
       "copy to the GPU"));
-  CASCADE_RETURN_IF_ERROR(m.Check(ncclSend(m.staging, frame.hidden.size(), ncclFloat,
+  CASCADE_RETURN_IF_ERROR(m.Check(ncclSend(m.staging, hidden.size(), ncclFloat,
                                            m.nccl_rank.at(to), m.comm, m.stream),
                                   "ncclSend"));
   return m.Check(cudaStreamSynchronize(m.stream), "send");

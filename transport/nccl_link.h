@@ -42,7 +42,7 @@ class NcclDataPlane {
   void RegisterWithFactory();
 
   // Sends `frame` to world rank `to` (on this node).
-  absl::Status SendFrame(int to, const StageFrame& frame, const std::string& link_key);
+  absl::Status SendFrame(int to, StageFrame frame, const std::string& link_key);
 
  private:
   struct Impl;
