@@ -1,6 +1,7 @@
 #include "generation/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <unordered_map>
@@ -89,13 +90,21 @@ SampleResult Sample(std::span<const float> logits, const SamplingParams& p,
     SampleResult r{tok, with_logprob ? static_cast<float>(logits[tok] - raw_lse) : 0.0f, {}};
     const int32_t n = with_logprob ? std::clamp(top_n, 0, std::min(vocab, kMaxTopLogprobs)) : 0;
     if (n > 0) {
-      std::vector<int32_t> ids(vocab);
-      std::iota(ids.begin(), ids.end(), 0);
-      std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+      // The n likeliest in one pass, kept in order (higher logit first, then lower id):
+      // no vocabulary-sized buffer per token.
+      auto before = [&](int32_t a, int32_t b) {
         return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-      });
+      };
+      std::array<int32_t, kMaxTopLogprobs> best;
+      int32_t have = 0;
+      for (int32_t id = 0; id < vocab; ++id) {
+        if (have == n && !before(id, best[n - 1])) continue;
+        int32_t i = have < n ? have++ : n - 1;
+        for (; i > 0 && before(id, best[i - 1]); --i) best[i] = best[i - 1];
+        best[i] = id;
+      }
       for (int32_t i = 0; i < n; ++i) {
-        r.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - raw_lse)});
+        r.top.push_back({best[i], static_cast<float>(logits[best[i]] - raw_lse)});
       }
     }
     return r;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,17 @@ TEST(Sampler, TopLogprobsAreTheLikeliestTokensOfTheRawDistribution) {
   // More than the vocabulary: all of it. Without logprobs: none.
   EXPECT_EQ(Sample(l, p, {}, 4, true, 20).top.size(), 5u);
   EXPECT_TRUE(Sample(l, p, {}, 4, false, 3).top.empty());
+}
+
+TEST(Sampler, TopLogprobsMatchAFullSortWithTiesToTheLowerId) {
+  std::vector<float> l(1000);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<float>((i * 7919) % 37) * 0.25f;
+  std::vector<int32_t> want(l.size());
+  std::iota(want.begin(), want.end(), 0);
+  std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  const SampleResult r = Sample(l, SamplingParams::Greedy(), {}, 0, true, kMaxTopLogprobs);
+  ASSERT_EQ(r.top.size(), static_cast<size_t>(kMaxTopLogprobs));
+  for (int i = 0; i < kMaxTopLogprobs; ++i) EXPECT_EQ(r.top[i].token, want[i]) << i;
 }
 
 TEST(Sampler, LogitBiasBansAndForcesTokens) {
