@@ -179,8 +179,7 @@ class ControllerTest : public ::testing::Test {
   // Destroyed before the controller: its thread calls into it.
   FakePipeline pipeline_{[this](StepResult r) {
     v1::StepResult wire;
-    EncodeResult(r, &wire);
-    wire.set_link_key(workers_.ResultsKey(r.plan_id));
+    EncodeResult(r, workers_.ResultsKey(r.plan_id), &wire);
     controller_->OnResult(wire, "fake last stage").IgnoreError();
   }};
   std::string first_stage_address_;

@@ -47,9 +47,10 @@ SamplingParams DecodeSampling(const v1::SamplingParams& p) {
   return s;
 }
 
-void EncodeFrame(const StageFrame& f, v1::ActivationFrame* out) {
+void EncodeFrame(const StageFrame& f, std::string_view link_key, v1::ActivationFrame* out) {
   out->Clear();
   out->set_version(kFrameVersion);
+  out->set_link_key(link_key.data(), link_key.size());
   out->set_plan_id(f.plan_id);
   out->set_batch_id(f.batch_id);
   out->set_stage(f.stage);
@@ -215,8 +216,9 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
   return f;
 }
 
-void EncodeResult(const StepResult& r, v1::StepResult* out) {
+void EncodeResult(const StepResult& r, std::string_view link_key, v1::StepResult* out) {
   out->Clear();
+  out->set_link_key(link_key.data(), link_key.size());
   out->set_plan_id(r.plan_id);
   out->set_batch_id(r.batch_id);
   for (const SampledToken& t : r.tokens) {

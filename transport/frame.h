@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -87,10 +88,12 @@ struct FrameExpectations {
 constexpr int64_t kMaxReleasePerFrame = 1 << 16;
 constexpr int64_t kMaxRecentTokens = 1 << 12;
 
-void EncodeFrame(const StageFrame& frame, v1::ActivationFrame* out);
+// Encoders write the whole message, the link's key (LoadStageRequest's outbound key; ""
+// where none is used) included: the decoders refuse a frame or result without it.
+void EncodeFrame(const StageFrame& frame, std::string_view link_key, v1::ActivationFrame* out);
 absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const FrameExpectations& e);
 
-void EncodeResult(const StepResult& result, v1::StepResult* out);
+void EncodeResult(const StepResult& result, std::string_view link_key, v1::StepResult* out);
 // Checks the result's link key (PermissionDenied), then the plan and the vocabulary.
 absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, const std::string& link_key,
                                         uint64_t plan_id, int64_t vocab_size);

@@ -48,7 +48,7 @@ StageFrame Sample() {
 
 TEST(Frame, RoundTrip) {
   v1::ActivationFrame wire;
-  EncodeFrame(Sample(), &wire);
+  EncodeFrame(Sample(), "", &wire);
   // Through bytes, as on the network.
   std::string bytes = wire.SerializeAsString();
   v1::ActivationFrame parsed;
@@ -75,7 +75,7 @@ TEST(Frame, RoundTrip) {
 void ExpectRejected(const std::function<void(v1::ActivationFrame*)>& mutate,
                     const std::string& problem) {
   v1::ActivationFrame wire;
-  EncodeFrame(Sample(), &wire);
+  EncodeFrame(Sample(), "", &wire);
   mutate(&wire);
   auto f = DecodeFrame(wire, Middle());
   ASSERT_FALSE(f.ok()) << problem;
@@ -123,8 +123,7 @@ TEST(Frame, ResultsCarryTheTopTokensAndAreChecked) {
   r.batch_id = 2;
   r.tokens.push_back({11, 5, -0.5f, 3, {{5, -0.5f}, {9, -1.5f}}});
   v1::StepResult wire;
-  EncodeResult(r, &wire);
-  wire.set_link_key("k");
+  EncodeResult(r, "k", &wire);
   auto back = DecodeResult(wire, "k", 7, 100);
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_EQ(back->tokens.size(), 1u);
@@ -145,13 +144,13 @@ TEST(Frame, FirstStageTakesTokensOnly) {
   f.stage = 0;
   f.hidden.clear();
   v1::ActivationFrame wire;
-  EncodeFrame(f, &wire);
+  EncodeFrame(f, "", &wire);
   EXPECT_TRUE(DecodeFrame(wire, first).ok());
   wire.set_tokens(1, 100);
   EXPECT_THAT(std::string(DecodeFrame(wire, first).status().message()),
               HasSubstr("tokens[1]: 100 is outside the vocabulary"));
   f.hidden.resize(12);
-  EncodeFrame(f, &wire);
+  EncodeFrame(f, "", &wire);
   EXPECT_THAT(std::string(DecodeFrame(wire, first).status().message()),
               HasSubstr("takes token ids"));
 }
@@ -162,13 +161,13 @@ TEST(Frame, ReleaseOnlyAndErrorFramesPassThrough) {
   f.stage = 1;
   f.release = {1, 2, 3};
   v1::ActivationFrame wire;
-  EncodeFrame(f, &wire);
+  EncodeFrame(f, "", &wire);
   auto d = DecodeFrame(wire, Middle());
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->slots.empty());
   EXPECT_EQ(d->release.size(), 3u);
   f.error = "stage 0: KV cache full";
-  EncodeFrame(f, &wire);
+  EncodeFrame(f, "", &wire);
   d = DecodeFrame(wire, Middle());
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->error, "stage 0: KV cache full");

@@ -97,10 +97,9 @@ class InProcActivationSender : public ActivationSender {
     std::shared_ptr<EndpointState> e = Endpoints::Get().Find(name_);
     if (!e || e->handlers.frames == nullptr) return Gone(name_);
     v1::ActivationFrame wire;
-    EncodeFrame(frame, &wire);
+    EncodeFrame(frame, key_, &wire);
     absl::ReaderMutexLock lock(&e->mu);
     if (!e->alive) return Gone(name_);
-    wire.set_link_key(key_);
     auto delivered = e->handlers.frames->Deliver(wire, "this process");
     if (!delivered.ok()) return absl::UnavailableError(delivered.status().message());
     if (*delivered) rejected_.fetch_add(1);
@@ -125,8 +124,7 @@ class InProcResultSender : public ResultSender {
     std::shared_ptr<EndpointState> e = Endpoints::Get().Find(name_);
     if (!e || !e->handlers.results) return Gone(name_);
     v1::StepResult wire;
-    EncodeResult(result, &wire);
-    wire.set_link_key(key_);
+    EncodeResult(result, key_, &wire);
     absl::ReaderMutexLock lock(&e->mu);
     if (!e->alive) return Gone(name_);
     if (absl::Status st = e->handlers.results(wire, "this process"); !st.ok()) {

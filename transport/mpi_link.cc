@@ -29,8 +29,7 @@ class MpiActivationSender : public ActivationSender {
     if (closed_.load()) {
       return absl::UnavailableError(absl::StrCat("link to ", RankName(rank_), " is closed"));
     }
-    EncodeFrame(frame, &wire_);
-    wire_.set_link_key(key_);
+    EncodeFrame(frame, key_, &wire_);
     if (rank_ == plane_->rank()) {  // this rank itself: no MPI, no polling
       plane_->DeliverFrame(rank_, wire_);
       return absl::OkStatus();
@@ -65,8 +64,7 @@ class MpiResultSender : public ResultSender {
     if (closed_.load()) {
       return absl::UnavailableError(absl::StrCat("link to ", RankName(rank_), " is closed"));
     }
-    EncodeResult(result, &wire_);
-    wire_.set_link_key(key_);
+    EncodeResult(result, key_, &wire_);
     if (rank_ == plane_->rank()) {  // this rank itself: no MPI, no polling
       plane_->DeliverResult(rank_, wire_);
       return absl::OkStatus();

@@ -133,8 +133,7 @@ absl::Status NcclDataPlane::SendFrame(int to, StageFrame frame, const std::strin
   const std::vector<float> hidden = std::move(frame.hidden);
   frame.hidden.clear();
   v1::ActivationFrame wire;
-  EncodeFrame(frame, &wire);
-  wire.set_link_key(key);
+  EncodeFrame(frame, key, &wire);
   const size_t bytes = hidden.size() * sizeof(float);
   if (!hidden.empty()) {
     // The shape the receiver checks the payload against.

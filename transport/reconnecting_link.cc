@@ -86,8 +86,7 @@ NetworkActivationSender::NetworkActivationSender(
 
 absl::Status NetworkActivationSender::Send(StageFrame frame) {
   absl::MutexLock lock(&mu_);
-  EncodeFrame(frame, &wire_);
-  wire_.set_link_key(link_key_);
+  EncodeFrame(frame, link_key_, &wire_);
   return link_->Send(wire_);
 }
 
@@ -98,8 +97,7 @@ NetworkResultSender::NetworkResultSender(std::string peer, std::unique_ptr<Diale
 
 absl::Status NetworkResultSender::Send(StepResult result) {
   absl::MutexLock lock(&mu_);
-  EncodeResult(result, &wire_);
-  wire_.set_link_key(link_key_);
+  EncodeResult(result, link_key_, &wire_);
   return link_.Send(wire_);
 }
 

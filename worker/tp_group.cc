@@ -45,8 +45,7 @@ absl::Status TpLeader::FinishLoad(const absl::Status& mine) {
 absl::Status TpLeader::Mirror(const StageFrame& frame) {
   absl::MutexLock lock(&mu_);
   v1::TpCommand cmd;
-  EncodeFrame(frame, cmd.mutable_frame());
-  cmd.mutable_frame()->set_link_key(link_key_);
+  EncodeFrame(frame, link_key_, cmd.mutable_frame());
   return Send(cmd);
 }
 

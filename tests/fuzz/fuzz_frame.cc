@@ -44,8 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   cascade::v1::ActivationFrame again;
-  cascade::EncodeFrame(*f, &again);
-  again.set_link_key(wire.link_key());
+  cascade::EncodeFrame(*f, wire.link_key(), &again);
   auto g = cascade::DecodeFrame(again, e);
   // Bytes, not floats: activations may be NaN, which is never equal to itself.
   if (!g.ok() || g->slots.size() != f->slots.size() || g->hidden.size() != f->hidden.size() ||
