@@ -1,7 +1,5 @@
 #include "coordinator/served_model.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "nlohmann/json.hpp"
 #include "util/logging.h"
@@ -53,16 +51,14 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Open(const std::string
   if (!chat_template.empty()) {
     auto format = ChatFormatFromName(chat_template);
     if (!format.ok()) {
-      std::ifstream in(chat_template, std::ios::binary);
-      if (!in) {
+      absl::StatusOr<std::string> text = ReadFileToString(chat_template, 1 << 20);
+      if (!text.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--chat-template '", chat_template,
             "' is neither a chat format (llama3, chatml, llama2, mistral, zephyr, gemma) nor a "
-            "readable file"));
+            "readable file of at most 1 MiB: ", text.status().message()));
       }
-      std::stringstream text;
-      text << in.rdbuf();
-      m->chat_template_ = text.str();
+      m->chat_template_ = *std::move(text);
       format = DetectChatFormat(m->chat_template_);
       if (*format == ChatFormat::kUnknown) {
         return absl::InvalidArgumentError(absl::StrCat(

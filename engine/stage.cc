@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
     return absl::InvalidArgumentError("stage options: block size and batch size must be > 0");
   }
   const ModelConfig& cfg = s->config_;
-  s->local_ = {cfg.n_heads, cfg.n_kv_heads, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim, cfg.vocab_size};
+  s->local_ = {cfg.n_heads, cfg.n_kv_heads, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim};
   if (options.tp != nullptr) {
     // Cut where every rank's slices fall on the blocks of the weights' types.
     TpAlignment align;
@@ -39,15 +39,17 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
       align.ffn = std::max<int64_t>(align.ffn, Traits(l.w_down->type).block_elems);
     }
     const int size = options.tp->size();
+    std::vector<TpShard> shards;
     for (int r = 0; r < size; ++r) {
       CASCADE_ASSIGN_OR_RETURN(TpShard shard, MakeTpShard(cfg, r, size, align));
       s->vocab_slices_.push_back({shard.vocab_begin, shard.vocab_end});
       s->vocab_stride_ = std::max(s->vocab_stride_, shard.vocab());
+      shards.push_back(shard);
     }
-    CASCADE_ASSIGN_OR_RETURN(TpShard mine, MakeTpShard(cfg, options.tp->rank(), size, align));
+    const TpShard& mine = shards[options.tp->rank()];
     CASCADE_ASSIGN_OR_RETURN(s->weights_, ModelWeights::Bind(source, range, &mine));
-    s->local_ = {mine.n_heads(), mine.n_kv_heads(),           mine.n_heads() * cfg.head_dim,
-                 mine.n_kv_heads() * cfg.head_dim, mine.ffn(), mine.vocab()};
+    s->local_ = {mine.n_heads(), mine.n_kv_heads(), mine.n_heads() * cfg.head_dim,
+                 mine.n_kv_heads() * cfg.head_dim, mine.ffn()};
     s->tp_ = options.tp;
   }
   if (backend == nullptr) {

@@ -95,7 +95,7 @@ class Stage {
 
   // The sizes this rank computes: the model's, or its shard's.
   struct LocalDims {
-    int64_t n_heads = 0, n_kv_heads = 0, q_dim = 0, kv_dim = 0, ffn = 0, vocab = 0;
+    int64_t n_heads = 0, n_kv_heads = 0, q_dim = 0, kv_dim = 0, ffn = 0;
   };
 
   // A layer's weights as the backend uses them (device-resident for a GPU).

@@ -59,7 +59,6 @@ class TpLeader : public FrameMirror {
   Collective* const compute_;
   absl::Mutex mu_;
   std::string link_key_ ABSL_GUARDED_BY(mu_);  // of the loaded stage's inbound link
-  v1::ActivationFrame wire_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
