@@ -105,9 +105,9 @@ std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
   w.Family("cascade_requests_waiting", "gauge", "Requests queued for admission.");
   w.Sample("cascade_requests_waiting", {}, static_cast<double>(q.waiting()));
   w.Family("cascade_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
-  w.Sample("cascade_prompt_tokens_total", {}, static_cast<double>(m.prompt_tokens));
+  w.Sample("cascade_prompt_tokens_total", {}, static_cast<double>(q.prompt_tokens()));
   w.Family("cascade_generation_tokens_total", "counter", "Tokens generated.");
-  w.Sample("cascade_generation_tokens_total", {}, static_cast<double>(m.generation_tokens));
+  w.Sample("cascade_generation_tokens_total", {}, static_cast<double>(q.generated_tokens()));
   struct H {
     const char* name;
     const char* help;

@@ -163,8 +163,7 @@ void Scheduler::Admit() {
     s.stream = std::move(p.stream);
     s.submitted = p.submitted;
     s.admitted = Clock::now();
-    metrics_.RecordAdmitted(std::chrono::duration<double>(s.admitted - s.submitted).count(),
-                            static_cast<uint64_t>(prompt));
+    metrics_.RecordAdmitted(std::chrono::duration<double>(s.admitted - s.submitted).count());
     waiting_.pop_front();
     blocks_reserved_ += s.blocks;
     stats_.prompt_tokens += static_cast<uint64_t>(prompt);
@@ -371,7 +370,7 @@ void Scheduler::HandleResult(const StepResult& r) {
   flights_.erase(fit);
   std::map<SeqId, const SampledToken*> sampled;
   for (const SampledToken& t : r.tokens) sampled[t.seq] = &t;
-  uint64_t generated = 0;
+  ServingMetrics::Step times;
   for (const auto& [id, processed] : flight.seqs) {
     auto sit = running_.find(id);
     if (sit == running_.end() || sit->second.stream == nullptr) continue;
@@ -388,9 +387,9 @@ void Scheduler::HandleResult(const StepResult& r) {
     if (!s.got_first) {
       s.got_first = true;
       s.first_token = now;
-      metrics_.RecordFirstToken(std::chrono::duration<double>(now - s.submitted).count());
+      times.first_token_s.push_back(std::chrono::duration<double>(now - s.submitted).count());
     } else {
-      metrics_.RecordToken(std::chrono::duration<double>(now - s.last_token).count());
+      times.inter_token_s.push_back(std::chrono::duration<double>(now - s.last_token).count());
     }
     s.last_token = now;
     const Sequence::Step step = s.seq->Accept(t->second->token);
@@ -403,13 +402,13 @@ void Scheduler::HandleResult(const StepResult& r) {
         if (s.seq->request().top_logprobs > 0) e.top_logprobs.push_back(t->second->top);
       }
       s.stream->Push(std::move(e));
-      ++generated;
+      ++times.generated;
     }
     if (step.finished) Finish(s, step.reason, absl::OkStatus());
   }
-  metrics_.RecordGenerated(generated);
+  metrics_.RecordStep(times);
   absl::MutexLock lock(&mu_);
-  stats_.generated_tokens += generated;
+  stats_.generated_tokens += times.generated;
 }
 
 void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& status) {

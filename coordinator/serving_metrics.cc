@@ -34,27 +34,17 @@ void ServingMetrics::Advance(Clock::time_point now) const {
   current_second_ = std::max(current_second_, sec);
 }
 
-void ServingMetrics::RecordAdmitted(double queue_s, uint64_t prompt_tokens) {
+void ServingMetrics::RecordAdmitted(double queue_s) {
   absl::MutexLock lock(&mu_);
   s_.queue.Observe(queue_s);
-  s_.prompt_tokens += prompt_tokens;
 }
 
-void ServingMetrics::RecordFirstToken(double ttft_s) {
+void ServingMetrics::RecordStep(const Step& step) {
   absl::MutexLock lock(&mu_);
-  s_.time_to_first_token.Observe(ttft_s);
-}
-
-void ServingMetrics::RecordToken(double since_previous_s) {
-  absl::MutexLock lock(&mu_);
-  s_.inter_token.Observe(since_previous_s);
-}
-
-void ServingMetrics::RecordGenerated(uint64_t tokens) {
-  absl::MutexLock lock(&mu_);
-  s_.generation_tokens += tokens;
+  for (double s : step.first_token_s) s_.time_to_first_token.Observe(s);
+  for (double s : step.inter_token_s) s_.inter_token.Observe(s);
   Advance(Clock::now());
-  per_second_[current_second_ % kWindowSeconds] += tokens;
+  per_second_[current_second_ % kWindowSeconds] += step.generated;
 }
 
 void ServingMetrics::RecordEnded(RequestOutcome outcome, double e2e_s) {

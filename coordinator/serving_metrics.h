@@ -9,6 +9,7 @@
 
 #include <array>
 #include <chrono>
+#include <vector>
 #include <cstdint>
 
 #include "absl/base/thread_annotations.h"
@@ -28,8 +29,6 @@ class ServingMetrics {
 
   struct Snapshot {
     std::array<uint64_t, kRequestOutcomes> requests{};  // by RequestOutcome
-    uint64_t prompt_tokens = 0;
-    uint64_t generation_tokens = 0;
     Histogram time_to_first_token, inter_token, end_to_end, queue;
     Histogram result_hop;  // last stage -> coordinator, by the sender's clock
     double recent_tokens_per_s = 0;  // generated, over the last minute (or since start)
@@ -37,10 +36,15 @@ class ServingMetrics {
 
   ServingMetrics();
 
-  void RecordAdmitted(double queue_s, uint64_t prompt_tokens) ABSL_LOCKS_EXCLUDED(mu_);
-  void RecordFirstToken(double ttft_s) ABSL_LOCKS_EXCLUDED(mu_);
-  void RecordToken(double since_previous_s) ABSL_LOCKS_EXCLUDED(mu_);  // later tokens
-  void RecordGenerated(uint64_t tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordAdmitted(double queue_s) ABSL_LOCKS_EXCLUDED(mu_);
+  // One result's tokens, under one lock: the times to first token and between tokens of
+  // the sequences that got one, and how many tokens were generated. (Token counts
+  // themselves are the scheduler's SchedulerStats.)
+  struct Step {
+    std::vector<double> first_token_s, inter_token_s;
+    uint64_t generated = 0;
+  };
+  void RecordStep(const Step& step) ABSL_LOCKS_EXCLUDED(mu_);
   // A request ended; e2e_s < 0 when it never ran (rejected, or ended while waiting).
   void RecordEnded(RequestOutcome outcome, double e2e_s) ABSL_LOCKS_EXCLUDED(mu_);
   void RecordResultHop(double seconds) ABSL_LOCKS_EXCLUDED(mu_);
