@@ -55,6 +55,7 @@
 #include "kernels/cpu/avx512_decode.h"
 #include "kernels/cpu/isa_target.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/with_width.h"
 #include "tensor/quant.h"
 #include "tensor/tensor_type.h"
 
@@ -73,18 +74,6 @@ constexpr int64_t kGroupsAhead = 2;
 // there spills every live vector register (all are call-clobbered) and clears the upper
 // halves (vzeroupper).
 #define CASCADE_HOT inline __attribute__((always_inline))
-
-// Calls f.template operator()<T>() with T = width, for 1 <= width <= kMax.
-template <int kMax, class F>
-inline void WithWidth(int64_t width, F&& f) {
-  if constexpr (kMax >= 1) {
-    if (width == kMax) {
-      f.template operator()<kMax>();
-    } else {
-      WithWidth<kMax - 1>(width, f);
-    }
-  }
-}
 
 // Prefetches `bytes` at p into L2: a later group of rows, during this one. (Into L1 it
 // would evict the current one: two groups of 16 K-quant rows are 36 KiB.)

@@ -43,6 +43,7 @@
 
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/with_width.h"
 #include "tensor/quant.h"
 #include "tensor/tensor_type.h"
 #include "util/fp16.h"
@@ -52,19 +53,6 @@ namespace cascade::cpu::dot16 {
 inline constexpr int kRows = 16;                     // panel rows, one per int32 lane
 inline constexpr int64_t kBlockBytes = kRows * kQK;  // one block of a panel
 inline constexpr int kTile = 8;                      // tokens per tile
-
-// Calls f.template operator()<T>() with T = width, for 1 <= width <= kMax (the tile for the
-// tokens left at the end of a block).
-template <int kMax, class F>
-void WithTileWidth(int64_t width, F&& f) {
-  if constexpr (kMax >= 1) {
-    if (width == kMax) {
-      f.template operator()<kMax>();
-    } else {
-      WithTileWidth<kMax - 1>(width, f);
-    }
-  }
-}
 
 // The 8 weight rows of half `half` of the 16-row panel at row r with `rows` valid rows
 // (rows past them repeat the last one).
@@ -167,7 +155,7 @@ void QuantBlockedOf(const MatmulTask& t, TensorType type) {
           tbase[j] = xbase + (i - i0 + j) * nb;
         }
         float* y = t.y + i * t.ldy + r;
-        WithTileWidth<kTile>(count, [&]<int T>() {
+        WithWidth<kTile>(count, [&]<int T>() {
           Tile<P, kQ8, T>(codes, wscale, wsum, nb, tq, ts, tbase, y, t.ldy, rows);
         });
       }
@@ -256,7 +244,7 @@ void KQuantBlockedOf(const MatmulTask& t, TensorType type) {
         const int64_t count = i1 - i < kKTile ? i1 - i : kKTile;
         for (int c = 0; c < count; ++c) x[c] = xrow(i + c);
         float* y = t.y + i * t.ldy + r;
-        WithTileWidth<kKTile>(count, [&]<int T>() {
+        WithWidth<kKTile>(count, [&]<int T>() {
           KTile<P, kHasMin, T>(codes, scales, mins, wd, wdmin, nb, x, y, t.ldy, rows);
         });
       }
