@@ -111,33 +111,23 @@ class CoordinatorServer::Impl {
     // Results from the last stage: on the TCP or MPI data plane, or on the control
     // service's Results stream (gRPC data plane).
     std::string results_address = advertise;
-    if (config_.data_plane.kind == DataPlane::kMpi) {
+    if (config_.data_plane.kind != DataPlane::kGrpc) {
+      const bool mpi = config_.data_plane.kind == DataPlane::kMpi;
       DataPlaneServerOptions dp;
       dp.name = "coordinator data plane";
-      dp.registered = Scheme::kMpi;
+      if (mpi) {
+        dp.registered = Scheme::kMpi;
+      } else {
+        CASCADE_ASSIGN_OR_RETURN(HostPort adv, ParseHostPort(advertise));
+        dp.tcp_listen = DataListenBeside(config_.data_plane.listen, config_.server.control_listen);
+        dp.advertise_host = adv.host;
+      }
       DataPlaneHandlers h;
       h.results = [c = controller_.get()](const v1::StepResult& r, const std::string& peer) {
         return c->OnResult(r, peer);
       };
-      auto data = DataPlaneServer::Start(dp, std::move(h));
-      if (!data.ok()) return data.status();
-      data_ = std::move(*data);
-      results_address = data_->registered_address();
-    } else if (config_.data_plane.kind == DataPlane::kTcp) {
-      auto adv = ParseHostPort(advertise);
-      if (!adv.ok()) return adv.status();
-      DataPlaneServerOptions dp;
-      dp.name = "coordinator data plane";
-      dp.tcp_listen = DataListenBeside(config_.data_plane.listen, config_.server.control_listen);
-      dp.advertise_host = adv->host;
-      DataPlaneHandlers h;
-      h.results = [c = controller_.get()](const v1::StepResult& r, const std::string& peer) {
-        return c->OnResult(r, peer);
-      };
-      auto data = DataPlaneServer::Start(dp, std::move(h));
-      if (!data.ok()) return data.status();
-      data_ = std::move(*data);
-      results_address = data_->tcp_address();
+      CASCADE_ASSIGN_OR_RETURN(data_, DataPlaneServer::Start(dp, std::move(h)));
+      results_address = mpi ? data_->registered_address() : data_->tcp_address();
     }
     spdlog::info("coordinator: API on {}, control plane on {} (workers send results to {}){}",
                  address_, advertise, results_address, TlsEnabled() ? "; mTLS" : "");
