@@ -20,56 +20,42 @@ constexpr auto kHotFor = std::chrono::microseconds(300);
 constexpr auto kSpinFor = std::chrono::microseconds(100);  // first, without sleeping
 constexpr auto kHotStep = std::chrono::microseconds(20);
 
-class MpiActivationSender : public ActivationSender {
- public:
-  MpiActivationSender(MpiDataPlane* plane, int rank, const SenderOptions& o)
-      : plane_(plane), rank_(rank), key_(o.link_key), rejected_(plane->RejectionCounter(rank)) {}
-  absl::Status Send(StageFrame frame) override {
-    absl::MutexLock lock(&mu_);
-    if (closed_.load()) {
-      return absl::UnavailableError(absl::StrCat("link to ", RankName(rank_), " is closed"));
-    }
-    EncodeFrame(frame, key_, &wire_);
-    if (rank_ == plane_->rank()) {  // this rank itself: no MPI, no polling
-      plane_->DeliverFrame(rank_, wire_);
-      return absl::OkStatus();
-    }
-    return plane_->SendBytes(rank_, MpiTag::kActivation,
-                             std::make_shared<const std::string>(wire_.SerializeAsString()),
-                             &stop_);
+// What differs between the two kinds of link: the message, its encoder, its tag and how
+// this rank delivers one to itself.
+struct FrameLink {
+  using Item = StageFrame;
+  using Wire = v1::ActivationFrame;
+  static constexpr MpiTag kTag = MpiTag::kActivation;
+  static void Encode(const StageFrame& f, std::string_view key, Wire* w) { EncodeFrame(f, key, w); }
+  static void DeliverHere(MpiDataPlane* p, int rank, const Wire& w) { p->DeliverFrame(rank, w); }
+};
+struct ResultLink {
+  using Item = StepResult;
+  using Wire = v1::StepResult;
+  static constexpr MpiTag kTag = MpiTag::kResult;
+  static void Encode(const StepResult& r, std::string_view key, Wire* w) {
+    EncodeResult(r, key, w);
   }
-  void Close() override { closed_.store(true); }
-  void Abort() override {
-    stop_.store(true);
-    closed_.store(true);
-  }
-  uint64_t rejected() const override { return rejected_->load(); }
-
- private:
-  MpiDataPlane* const plane_;
-  const int rank_;
-  const std::string key_;
-  std::shared_ptr<std::atomic<uint64_t>> rejected_;
-  std::atomic<bool> closed_{false}, stop_{false};
-  absl::Mutex mu_;  // one Send at a time: frames stay in order
-  v1::ActivationFrame wire_ ABSL_GUARDED_BY(mu_);
+  static void DeliverHere(MpiDataPlane* p, int rank, const Wire& w) { p->DeliverResult(rank, w); }
 };
 
-class MpiResultSender : public ResultSender {
+// A link to `rank`: one Send at a time, so the messages stay in order.
+template <class Base, class Link>
+class MpiSender : public Base {
  public:
-  MpiResultSender(MpiDataPlane* plane, int rank, const SenderOptions& o)
+  MpiSender(MpiDataPlane* plane, int rank, const SenderOptions& o)
       : plane_(plane), rank_(rank), key_(o.link_key) {}
-  absl::Status Send(StepResult result) override {
+  absl::Status Send(typename Link::Item item) override {
     absl::MutexLock lock(&mu_);
     if (closed_.load()) {
       return absl::UnavailableError(absl::StrCat("link to ", RankName(rank_), " is closed"));
     }
-    EncodeResult(result, key_, &wire_);
+    Link::Encode(item, key_, &wire_);
     if (rank_ == plane_->rank()) {  // this rank itself: no MPI, no polling
-      plane_->DeliverResult(rank_, wire_);
+      Link::DeliverHere(plane_, rank_, wire_);
       return absl::OkStatus();
     }
-    return plane_->SendBytes(rank_, MpiTag::kResult,
+    return plane_->SendBytes(rank_, Link::kTag,
                              std::make_shared<const std::string>(wire_.SerializeAsString()),
                              &stop_);
   }
@@ -85,8 +71,20 @@ class MpiResultSender : public ResultSender {
   const std::string key_;
   std::atomic<bool> closed_{false}, stop_{false};
   absl::Mutex mu_;
-  v1::StepResult wire_ ABSL_GUARDED_BY(mu_);
+  typename Link::Wire wire_ ABSL_GUARDED_BY(mu_);
 };
+
+class MpiActivationSender : public MpiSender<ActivationSender, FrameLink> {
+ public:
+  MpiActivationSender(MpiDataPlane* plane, int rank, const SenderOptions& o)
+      : MpiSender(plane, rank, o), rejected_(plane->RejectionCounter(rank)) {}
+  uint64_t rejected() const override { return rejected_->load(); }
+
+ private:
+  std::shared_ptr<std::atomic<uint64_t>> rejected_;
+};
+
+using MpiResultSender = MpiSender<ResultSender, ResultLink>;
 
 class MpiListener : public DataPlaneListener {
  public:
