@@ -162,7 +162,7 @@ std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
     for (const v1::StageStatus& s : c.stages()) w.Sample(sm.name, stage_labels(s), sm.value(s.stats()));
   }
   const int n = c.stages_size();
-  auto hop_into = [n](int stage) {
+  auto hop_into = [](int stage) {
     return stage == 0 ? std::string("coordinator->0") : absl::StrCat(stage - 1, "->", stage);
   };
   w.Family("cascade_hop_latency_seconds", "histogram",
