@@ -9,18 +9,13 @@
 
 #include "engine/tp_test_util.h"
 #include "gtest/gtest.h"
+#include "kernels/gpu_test_util.h"
 #include "kernels/gpu.h"
 #include "model/test_util.h"
 #include "parallel/inproc_collective.h"
 
 namespace cascade {
 namespace {
-
-#define REQUIRE_GPU()                                              \
-  do {                                                             \
-    std::string why;                                               \
-    if (ListGpus(&why).empty()) GTEST_SKIP() << "no GPU: " << why; \
-  } while (0)
 
 TEST(NcclCollective, OneRankGathersBroadcastsAndSums) {
   REQUIRE_GPU();

@@ -7,17 +7,12 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/gpu_test_util.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tensor/quant.h"
 
 namespace cascade {
 namespace {
-
-#define REQUIRE_GPU()                                              \
-  do {                                                             \
-    std::string why;                                               \
-    if (ListGpus(&why).empty()) GTEST_SKIP() << "no GPU: " << why; \
-  } while (0)
 
 std::vector<float> Random(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -8,6 +8,7 @@
 #include "engine/stage.h"
 #include "engine/stage_test_util.h"
 #include "gtest/gtest.h"
+#include "kernels/gpu_test_util.h"
 #include "kernels/gpu.h"
 #include "model/test_util.h"
 #include "model/tokenizer.h"
@@ -15,12 +16,6 @@
 
 namespace cascade {
 namespace {
-
-#define REQUIRE_GPU()                                              \
-  do {                                                             \
-    std::string why;                                               \
-    if (ListGpus(&why).empty()) GTEST_SKIP() << "no GPU: " << why; \
-  } while (0)
 
 struct ModelCase {
   std::string model, prompt;
