@@ -6,12 +6,16 @@
 //
 //   kernel_bench [--benchmark_filter=Q4_K] [--benchmark_min_time=0.2]
 //
+// The weights go through CpuBackend::UploadWeight as a model's do (Q8_0 / Q4_0 regrouped
+// where the CPU has the kernel for it; CASCADE_GROUP_ROWS=0 keeps the file's layout).
+//
 // bytes_per_second counts weight bytes (what decode streams); the "GFLOPS" counter counts
 // 2 * rows * cols * n per matmul. CASCADE_CPU_ISA=scalar measures the portable path.
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -67,13 +71,21 @@ void RunMatMul(benchmark::State& state, const Weight& w, int64_t n, int threads,
   CpuBackendOptions opt;
   opt.threads = threads;
   opt.quantized_activations = quantized_act;
+  // CASCADE_GROUP_ROWS=0: the weights as the file lays them out, never regrouped.
+  const char* group = std::getenv("CASCADE_GROUP_ROWS");
+  opt.group_rows = group == nullptr || std::string(group) != "0";
   CpuBackend be(opt);
+  const absl::StatusOr<TensorView> view = be.UploadWeight(w.view);
+  if (!view.ok()) {
+    state.SkipWithError(std::string(view.status().message()).c_str());
+    return;
+  }
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(n * cols), y(n * rows);
   for (auto& v : x) v = dist(rng);
   for (auto _ : state) {
-    be.MatMul(w.view, x.data(), n, y.data());
+    be.MatMul(*view, x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -82,7 +94,7 @@ void RunMatMul(benchmark::State& state, const Weight& w, int64_t n, int threads,
   state.counters["GFLOPS"] =
       benchmark::Counter(2.0 * rows * cols * n * static_cast<double>(state.iterations()) / 1e9,
                          benchmark::Counter::kIsRate);
-  state.SetLabel(be.name());
+  state.SetLabel(be.name() + (view->layout == WeightLayout::kRowGroups16 ? ", grouped" : ""));
 }
 
 void BM_MatMul(benchmark::State& state, TensorType type, bool quantized_act) {

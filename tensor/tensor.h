@@ -16,6 +16,16 @@
 
 namespace cascade {
 
+// How a weight's rows are laid out in memory. Views of files are always kRows; a backend
+// may return another layout from UploadWeight for its own kernels (the CPU backend groups
+// Q8_0 / Q4_0 rows 16 at a time where it has a kernel for that; kernels/cpu/row_groups.h).
+// Only that backend reads such a view; rows(), cols(), nbytes and row_bytes() keep their
+// meaning (the same bytes, in another order).
+enum class WeightLayout {
+  kRows,          // row after row, each row_bytes() long
+  kRowGroups16,   // kernels/cpu/row_groups.h
+};
+
 struct TensorView {
   std::string name;  // canonical name
   TensorType type = TensorType::kF32;
@@ -23,6 +33,7 @@ struct TensorView {
   int64_t ne[4] = {1, 1, 1, 1};  // ne[0] = row length (contiguous)
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;
+  WeightLayout layout = WeightLayout::kRows;
 
   int64_t cols() const { return ne[0]; }
   int64_t rows() const { return ne[1] * ne[2] * ne[3]; }

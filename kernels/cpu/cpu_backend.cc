@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/row_groups.h"
 #include "tensor/quant.h"
+#include "util/status_macros.h"
 
 namespace cascade {
 namespace {
@@ -66,7 +68,84 @@ void CpuBackend::GatherRows(const float* src, const int64_t* rows, int64_t n, in
   }
 }
 
+absl::StatusOr<TensorView> CpuBackend::UploadWeight(const TensorView& host) {
+  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
+  if (!options_.group_rows || !options_.quantized_activations || kt.grouped_matmul == nullptr ||
+      host.layout != WeightLayout::kRows || host.n_dims > 2 ||
+      !cpu::RowGroupable(host.type, host.rows(), host.cols())) {
+    return host;
+  }
+  CASCADE_ASSIGN_OR_RETURN(DeviceBuffer buf, Allocate(host.nbytes));
+  auto* dst = buf.as<uint8_t>();
+  pool_.ParallelFor(host.rows() / cpu::kRowGroup, 1, [&](int64_t g0, int64_t g1) {
+    cpu::GroupRows(host.type, host.data, host.cols(), g0, g1, dst);
+  });
+  TensorView grouped = host;
+  grouped.data = dst;
+  grouped.layout = WeightLayout::kRowGroups16;
+  grouped_weights_.push_back(std::move(buf));
+  return grouped;
+}
+
+void CpuBackend::SplitRows(int64_t rows, int64_t work, int64_t n, int64_t unit,
+                           absl::FunctionRef<void()> before_split,
+                           absl::FunctionRef<void(int64_t, int64_t, int)> run) {
+  const int threads = pool_.num_threads();
+  if (work < kMinParallelWork || threads == 1) {
+    run(0, rows, 0);
+    return;
+  }
+  if (n < kDynamicMaxTokens) {
+    // Decode: short, memory-bound calls. One chunk of rows per thread (multiples of the
+    // kernels' tile), claimed dynamically, so a worker that wakes late leaves its chunk to
+    // the caller. Not smaller chunks: each chunk starts with its first rows not yet
+    // prefetched (the kernels prefetch ahead within a range), and with 8 chunks per thread
+    // that stall cost 2-thread decode 5-20% (TinyLlama Q4_0 42-47 -> 46-58 tokens/s).
+    const int64_t per = (rows + threads - 1) / threads;
+    pool_.ParallelForDynamic(rows, std::max(unit, (per + unit - 1) / unit * unit), run);
+    return;
+  }
+  // Prefill: chunks of 16-row panels (about 8 per thread, at most 128 rows) claimed
+  // dynamically, so a vCPU slowed by its neighbours takes fewer chunks instead of holding
+  // up the others.
+  before_split();
+  const int64_t grain = std::clamp<int64_t>((rows / (8 * threads) + 15) / 16 * 16, 16, 128);
+  pool_.ParallelForDynamic(rows, grain, run);
+}
+
+void CpuBackend::MatMulGrouped(const TensorView& w, const float* x, int64_t n, float* y) {
+  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
+  const int64_t k = w.cols(), rows = w.rows();
+  // The activations prepared once, for every thread.
+  const size_t bytes = kt.grouped_tokens_bytes(n, k);
+  if (act_scratch_.size() < bytes) act_scratch_.resize(bytes);
+  uint8_t* xp = act_scratch_.data();
+  auto prep = [&](int64_t b, int64_t e) { kt.prepare_grouped(w.type, x, k, n, b, e, xp); };
+  if (n > 1 && n * k >= kMinParallelWork) {
+    pool_.ParallelFor(n, 1, prep);
+  } else {
+    prep(0, n);
+  }
+  SplitRows(rows, rows * k * n, n, cpu::kRowGroup, [] {}, [&](int64_t r0, int64_t r1, int) {
+    cpu::MatmulTask t;
+    t.w = w.data;
+    t.w_stride = w.row_bytes();
+    t.k = k;
+    t.x = xp;
+    t.n = n;
+    t.y = y;
+    t.ldy = rows;
+    t.r0 = r0;
+    t.r1 = r1;
+    kt.grouped_matmul(t, w.type);
+  });
+}
+
 void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y) {
+  if (w.layout == WeightLayout::kRowGroups16) {
+    MatMulGrouped(w, x, n, y);
+    return;
+  }
   const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
   const int64_t k = w.cols(), rows = w.rows();
   const cpu::ActFormat fmt = cpu::ActFormatFor(w.type, options_.quantized_activations);
@@ -91,7 +170,25 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
   // Per-thread scratch: weight panels converted or dequantized, packed activations.
   EnsureThreadScratch(cpu::ScratchFloats(k));
   const float* packed_x = nullptr;
-  auto run = [&](int64_t r0, int64_t r1, int thread) {
+  // Float prefill split over threads: the activations are first packed once, by all
+  // threads together.
+  auto pack = [&] {
+    const size_t packed = fmt == cpu::ActFormat::kF32 && kt.packed_f32_floats != nullptr
+                              ? kt.packed_f32_floats(n, k)
+                              : 0;
+    if (packed == 0) return;
+    GrowScratch(&packed_act_, packed);
+    cpu::MatmulTask t;
+    t.x = xp;
+    t.x_stride = x_stride;
+    t.n = n;
+    t.k = k;
+    pool_.Run([&](int thread, int nthreads) {
+      kt.pack_f32(t, thread, nthreads, packed_act_.data.get());
+    });
+    packed_x = packed_act_.data.get();
+  };
+  SplitRows(rows, rows * k * n, n, 8, pack, [&](int64_t r0, int64_t r1, int thread) {
     cpu::MatmulTask t;
     t.w = w.data;
     t.w_stride = w.row_bytes();
@@ -106,47 +203,20 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     t.scratch = thread_scratch_[thread].data.get();
     t.packed_x = packed_x;
     fn(t);
-  };
-  if (rows * k * n < kMinParallelWork || pool_.num_threads() == 1) {
-    run(0, rows, 0);
-    return;
-  }
-  if (n < kDynamicMaxTokens) {
-    // Decode: short, memory-bound calls. One chunk of rows per thread (multiples of 8 keep
-    // the SIMD tiles full), claimed dynamically, so a worker that wakes late leaves its
-    // chunk to the caller. Not smaller chunks: each chunk starts with its first rows not
-    // yet prefetched (the kernels prefetch ahead within a range), and with 8 chunks per
-    // thread that stall cost 2-thread decode 5-20% (TinyLlama Q4_0 42-47 -> 46-58 tokens/s).
-    const int64_t per = (rows + pool_.num_threads() - 1) / pool_.num_threads();
-    pool_.ParallelForDynamic(rows, std::max<int64_t>(8, (per + 7) / 8 * 8), run);
-    return;
-  }
-  // Prefill: chunks of 16-row panels (about 8 per thread, at most 128 rows) claimed
-  // dynamically, so a vCPU slowed by its neighbours takes fewer chunks instead of holding
-  // up the others. Float activations are first packed once, by all threads together.
-  const size_t packed = fmt == cpu::ActFormat::kF32 && kt.packed_f32_floats != nullptr
-                            ? kt.packed_f32_floats(n, k)
-                            : 0;
-  if (packed > 0) {
-    GrowScratch(&packed_act_, packed);
-    cpu::MatmulTask t;
-    t.x = xp;
-    t.x_stride = x_stride;
-    t.n = n;
-    t.k = k;
-    pool_.Run([&](int thread, int nthreads) {
-      kt.pack_f32(t, thread, nthreads, packed_act_.data.get());
-    });
-    packed_x = packed_act_.data.get();
-  }
-  const int64_t grain =
-      std::clamp<int64_t>((rows / (8 * pool_.num_threads()) + 15) / 16 * 16, 16, 128);
-  pool_.ParallelForDynamic(rows, grain, run);
+  });
 }
 
 void CpuBackend::GetRows(const TensorView& w, const int32_t* ids, int64_t n, float* out) {
   const int64_t k = w.cols();
   const uint64_t rb = w.row_bytes();
+  if (w.layout == WeightLayout::kRowGroups16) {
+    std::vector<uint8_t> row(rb);
+    for (int64_t i = 0; i < n; ++i) {
+      cpu::UngroupRow(w.type, w.data, k, ids[i], row.data());
+      DequantizeRow(w.type, row.data(), k, out + i * k);
+    }
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) DequantizeRow(w.type, w.data + ids[i] * rb, k, out + i * k);
 }
 

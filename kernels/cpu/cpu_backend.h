@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "util/thread_pool.h"
@@ -27,6 +28,11 @@ struct CpuBackendOptions {
   bool quantized_activations = true;
   // Cap on the SIMD level; the CPU's best level is used when it is lower.
   CpuIsa max_isa = CpuIsa::kAvx512;
+  // With quantized activations, UploadWeight regroups Q8_0 / Q4_0 weights 16 rows at a time
+  // (kernels/cpu/row_groups.h) where the ISA has a kernel for that layout (AVX-512 VNNI):
+  // a copy of the weight in memory the backend owns, read faster than the file's rows.
+  // Same results bit for bit; off: the weights are used in place.
+  bool group_rows = true;
 };
 
 class CpuBackend final : public Backend {
@@ -41,7 +47,9 @@ class CpuBackend final : public Backend {
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
-  absl::StatusOr<TensorView> UploadWeight(const TensorView& host) override { return host; }
+  // Returns the view unchanged (zero copy), or a grouped copy (CpuBackendOptions::group_rows)
+  // owned by this backend until it is destroyed.
+  absl::StatusOr<TensorView> UploadWeight(const TensorView& host) override;
   void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n, int64_t kv_dim,
                float* k_pool, float* v_pool) override;
   void GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,
@@ -75,7 +83,15 @@ class CpuBackend final : public Backend {
   std::vector<Scratch> thread_scratch_;  // per thread, grow-only
   Scratch packed_act_;                   // float prefill activations, packed; grow-only
   // Grows *s to at least `floats` floats (contents not kept).
+  std::vector<DeviceBuffer> grouped_weights_;  // what UploadWeight regrouped
   static void GrowScratch(Scratch* s, size_t floats);
+  // Runs run(r0, r1, thread) over rows [0, rows) of a matmul of n tokens doing `work`
+  // multiply-adds, in ranges whose bounds are multiples of `unit` (or `rows`); calls
+  // before_split() first when the rows are split for a prefill.
+  void SplitRows(int64_t rows, int64_t work, int64_t n, int64_t unit,
+                 absl::FunctionRef<void()> before_split,
+                 absl::FunctionRef<void(int64_t, int64_t, int)> run);
+  void MatMulGrouped(const TensorView& w, const float* x, int64_t n, float* y);
   // Grows every thread's scratch to at least `floats` floats.
   void EnsureThreadScratch(size_t floats);
 };

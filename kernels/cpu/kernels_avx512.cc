@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "kernels/cpu/avx512_decode.h"
+#include "kernels/cpu/avx512_grouped.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/isa_target.h"
@@ -180,6 +181,11 @@ const KernelTable& Avx512Kernels() {
     KernelTable t = Avx2Kernels();
     t.isa = CpuIsa::kAvx512;
     t.matmul = DetectCpuFeatures().avx512vnni ? &Avx512VnniMatmul : &Avx512Matmul;
+    if (DetectCpuFeatures().avx512vnni) {
+      t.grouped_tokens_bytes = &avx512::GroupedTokensBytes;
+      t.prepare_grouped = &avx512::PrepareGroupedTokens;
+      t.grouped_matmul = &avx512::GroupedMatmul;
+    }
     return t;
   }();
   return table;

@@ -1,0 +1,189 @@
+// The 16-row group layout of Q8_0 / Q4_0 weights (row_groups.h) and the backend's use of
+// it: the layout holds every byte of the file's rows (round trip), and a grouped weight
+// gives bit for bit the results of the same weight used in place, for every token count,
+// thread count and row range, in MatMul and GetRows.
+#include "kernels/cpu/row_groups.h"
+
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/avx512_grouped.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kernels_test_util.h"
+#include "tensor/quant.h"
+
+namespace cascade {
+namespace {
+
+using testing::MakeWeight;
+using testing::Random;
+using testing::TestWeight;
+
+std::vector<uint8_t> Grouped(const TestWeight& w) {
+  std::vector<uint8_t> out(w.bytes.size());
+  cpu::GroupRows(w.view.type, w.bytes.data(), w.view.cols(), 0, w.view.rows() / cpu::kRowGroup,
+                 out.data());
+  return out;
+}
+
+TEST(RowGroups, WhatCanBeGrouped) {
+  EXPECT_TRUE(cpu::RowGroupable(TensorType::kQ4_0, 32, 64));
+  EXPECT_TRUE(cpu::RowGroupable(TensorType::kQ8_0, 16, 32));
+  EXPECT_FALSE(cpu::RowGroupable(TensorType::kQ4_0, 40, 64));  // rows not a multiple of 16
+  EXPECT_FALSE(cpu::RowGroupable(TensorType::kQ4_0, 0, 64));
+  EXPECT_FALSE(cpu::RowGroupable(TensorType::kQ4_K, 32, 256));
+  EXPECT_FALSE(cpu::RowGroupable(TensorType::kF16, 32, 64));
+}
+
+TEST(RowGroups, EveryRowComesBackAsTheFileHadIt) {
+  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0}) {
+    const TestWeight w = MakeWeight(type, 48, 96, 11);
+    const std::vector<uint8_t> g = Grouped(w);
+    EXPECT_NE(g, w.bytes) << "the layout moved nothing";
+    const uint64_t rb = w.view.row_bytes();
+    std::vector<uint8_t> row(rb);
+    for (int64_t r = 0; r < 48; ++r) {
+      cpu::UngroupRow(type, g.data(), 96, r, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), w.bytes.data() + r * rb, rb), 0)
+          << TensorTypeName(type) << " row " << r;
+    }
+    // Groups written in pieces give the same bytes as all at once.
+    std::vector<uint8_t> pieces(w.bytes.size());
+    cpu::GroupRows(type, w.bytes.data(), 96, 2, 3, pieces.data());
+    cpu::GroupRows(type, w.bytes.data(), 96, 0, 2, pieces.data());
+    EXPECT_EQ(pieces, g);
+  }
+}
+
+bool HasGroupedKernel() {
+  return cpu::KernelTableFor(SelectedIsa()).grouped_matmul != nullptr;
+}
+
+// The backend with the weight grouped against the same backend using it in place (the
+// AVX2 / AVX-512 file-layout kernels), bit for bit.
+TEST(RowGroups, GroupedMatmulIsBitForBitTheFileLayoutKernels) {
+  if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
+  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 32}, {48, 96}, {4096, 256}}) {
+      const TestWeight w = MakeWeight(type, rows, cols, 5);
+      for (int threads : {1, 2}) {
+        CpuBackendOptions on, off;
+        on.threads = off.threads = threads;
+        off.group_rows = false;
+        CpuBackend grouped(on), plain(off);
+        const TensorView gv = grouped.UploadWeight(w.view).value();
+        const TensorView pv = plain.UploadWeight(w.view).value();
+        ASSERT_EQ(gv.layout, WeightLayout::kRowGroups16);
+        ASSERT_EQ(pv.layout, WeightLayout::kRows);
+        ASSERT_EQ(pv.data, w.view.data) << "ungrouped: used in place";
+        for (int64_t n : {1, 2, 3, 5, 7, 8, 9, 12, 16, 17, 24, 40}) {
+          const auto x = Random(n * cols, static_cast<uint32_t>(n));
+          std::vector<float> yg(n * rows), yp(n * rows);
+          grouped.MatMul(gv, x.data(), n, yg.data());
+          plain.MatMul(pv, x.data(), n, yp.data());
+          ASSERT_EQ(std::memcmp(yg.data(), yp.data(), yg.size() * sizeof(float)), 0)
+              << TensorTypeName(type) << " rows " << rows << " cols " << cols << " n " << n
+              << " threads " << threads;
+          // Batch invariance: each token alone gives its row of the batch.
+          std::vector<float> one(rows);
+          for (int64_t i = 0; i < n; i += 5) {
+            grouped.MatMul(gv, x.data() + i * cols, 1, one.data());
+            ASSERT_EQ(std::memcmp(one.data(), yg.data() + i * rows, rows * sizeof(float)), 0)
+                << "token " << i << " of " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The kernel over row ranges (as threads split a matmul) writes those rows only, with the
+// bits of the whole.
+TEST(RowGroups, RowRangesGiveTheBitsOfTheWhole) {
+  if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
+  const cpu::KernelTable& kt = cpu::KernelTableFor(SelectedIsa());
+  const int64_t rows = 96, cols = 128;
+  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0}) {
+    const TestWeight w = MakeWeight(type, rows, cols, 8);
+    const std::vector<uint8_t> g = Grouped(w);
+    for (int64_t n : {1, 11, 20}) {
+      const auto x = Random(n * cols, 3);
+      std::vector<uint8_t> prepared(kt.grouped_tokens_bytes(n, cols));
+      kt.prepare_grouped(type, x.data(), cols, n, 0, n / 2, prepared.data());
+      kt.prepare_grouped(type, x.data(), cols, n, n / 2, n, prepared.data());
+      cpu::MatmulTask t;
+      t.w = g.data();
+      t.w_stride = w.view.row_bytes();
+      t.k = cols;
+      t.x = prepared.data();
+      t.n = n;
+      t.ldy = rows;
+      std::vector<float> whole(n * rows), parts(n * rows, -1.0f);
+      t.y = whole.data();
+      t.r0 = 0;
+      t.r1 = rows;
+      kt.grouped_matmul(t, type);
+      t.y = parts.data();
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{32, 80}, {0, 16}, {80, 96}}) {
+        t.r0 = r0;
+        t.r1 = r1;
+        kt.grouped_matmul(t, type);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float got = parts[i * rows + r];
+          if (r >= 16 && r < 32) {
+            ASSERT_EQ(got, -1.0f) << "row " << r << " outside every range was written";
+          } else {
+            ASSERT_EQ(got, whole[i * rows + r]) << "token " << i << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RowGroups, GetRowsOfAGroupedWeightAreTheFilesRows) {
+  if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
+  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0}) {
+    const TestWeight w = MakeWeight(type, 64, 64, 2);
+    CpuBackend be({});
+    const TensorView gv = be.UploadWeight(w.view).value();
+    ASSERT_EQ(gv.layout, WeightLayout::kRowGroups16);
+    const std::vector<int32_t> ids = {0, 17, 63, 17, 31};
+    std::vector<float> got(ids.size() * 64), want(ids.size() * 64);
+    be.GetRows(gv, ids.data(), static_cast<int64_t>(ids.size()), got.data());
+    be.GetRows(w.view, ids.data(), static_cast<int64_t>(ids.size()), want.data());
+    EXPECT_EQ(got, want);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(got[i * 64 + 5], w.dequant[ids[i] * 64 + 5]);
+    }
+  }
+}
+
+TEST(RowGroups, WeightsThatCannotBeGroupedAreUsedInPlace) {
+  CpuBackend be({});
+  for (auto [type, rows, cols] :
+       {std::tuple<TensorType, int64_t, int64_t>{TensorType::kQ4_0, 40, 64},
+        {TensorType::kQ4_K, 32, 256},
+        {TensorType::kF16, 32, 64}}) {
+    const TestWeight w = MakeWeight(type, rows, cols, 1);
+    const TensorView v = be.UploadWeight(w.view).value();
+    EXPECT_EQ(v.layout, WeightLayout::kRows) << TensorTypeName(type);
+    EXPECT_EQ(v.data, w.view.data) << TensorTypeName(type);
+  }
+  // Nor with float activations (the grouped kernel multiplies quantized ones).
+  CpuBackendOptions f32;
+  f32.quantized_activations = false;
+  CpuBackend exact(f32);
+  const TestWeight w = MakeWeight(TensorType::kQ4_0, 32, 64, 1);
+  EXPECT_EQ(exact.UploadWeight(w.view).value().layout, WeightLayout::kRows);
+}
+
+}  // namespace
+}  // namespace cascade
