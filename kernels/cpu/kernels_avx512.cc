@@ -11,6 +11,9 @@
 //   per register, the next tiles prefetched). On Zen 4 the AVX2 decode tiles were bound by
 //   instructions, not memory (Q4_0 ~17 GB/s of weights in L2, below a core's ~25-28 GB/s
 //   from DRAM), and their 4-8 interleaved row streams defeat the hardware prefetcher.
+// - with VNNI, Q8_0 / Q4_0 weights regrouped 16 rows at a time at load (row_groups.h,
+//   avx512_grouped.h): every token count, one vpdpbusd per 4 elements of 16 rows;
+// - attention (avx512_attention.h): two heads' scores per register, 16-float outputs.
 // Micro-batches of 2-15 float tokens stay on the AVX2 tiles.
 //
 // Only the kernels' own code is compiled for AVX-512, in two regions after every other
@@ -24,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/avx512_attention.h"
 #include "kernels/cpu/avx512_decode.h"
 #include "kernels/cpu/avx512_grouped.h"
 #include "kernels/cpu/cpu_features.h"
@@ -181,6 +185,7 @@ const KernelTable& Avx512Kernels() {
     KernelTable t = Avx2Kernels();
     t.isa = CpuIsa::kAvx512;
     t.matmul = DetectCpuFeatures().avx512vnni ? &Avx512VnniMatmul : &Avx512Matmul;
+    t.attention_group = &avx512::AttentionGroup;
     if (DetectCpuFeatures().avx512vnni) {
       t.grouped_tokens_bytes = &avx512::GroupedTokensBytes;
       t.prepare_grouped = &avx512::PrepareGroupedTokens;

@@ -458,5 +458,45 @@ TEST(Avx512Decode, BatchInvariantAcrossTokensAndRowSplits) {
   }
 }
 
+// The AVX-512 attention against the AVX2 one, bit for bit: GQA groups of 1 to 8 heads
+// (odd ones leave a last head alone), head sizes of 8 to 128, contexts that end inside a
+// KV block and past the last full 8 positions of one, scattered blocks.
+TEST(Avx512Attention, MatchesTheAvx2KernelBitForBit) {
+  if (DetectCpuFeatures().best() < CpuIsa::kAvx512) {
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ; this one: "
+                 << DetectCpuFeatures().Describe();
+  }
+  struct Shape {
+    int n_heads, n_kv, hd, block_size, n_ctx;
+  };
+  for (const Shape sh : {Shape{8, 1, 64, 16, 37}, Shape{32, 4, 64, 16, 200}, Shape{6, 2, 8, 8, 5},
+                         Shape{7, 1, 128, 32, 70}, Shape{4, 4, 72, 16, 33}, Shape{10, 2, 16, 16, 1},
+                         Shape{16, 2, 64, 16, 16}}) {
+    const int kv = sh.n_kv * sh.hd;
+    const int n_blocks = (sh.n_ctx + sh.block_size - 1) / sh.block_size;
+    std::vector<int32_t> blocks(n_blocks);
+    for (int b = 0; b < n_blocks; ++b) blocks[b] = (b * 7 + 3) % (n_blocks + 2);  // scattered
+    const int pool_blocks = n_blocks + 2;
+    const auto k_pool = Random(pool_blocks * sh.block_size * kv, 1);
+    const auto v_pool = Random(pool_blocks * sh.block_size * kv, 2);
+    const auto q = Random(sh.n_heads * sh.hd, 3, 2.0f);
+    const int group = sh.n_heads / sh.n_kv;
+    std::vector<float> want(sh.n_heads * sh.hd), got(sh.n_heads * sh.hd, 9.0f);
+    std::vector<float> scratch(group * sh.block_size);
+    AttentionQuery query_want{q.data(), want.data(), blocks.data(), sh.n_ctx};
+    AttentionQuery query_got{q.data(), got.data(), blocks.data(), sh.n_ctx};
+    AttentionParams p{sh.n_heads, sh.n_kv, sh.hd, 0.125f, sh.block_size, k_pool.data(),
+                      v_pool.data(), &query_want, 1};
+    for (int kvh = 0; kvh < sh.n_kv; ++kvh) {
+      cpu::Avx2Kernels().attention_group(p, query_want, kvh, scratch.data());
+      cpu::Avx512Kernels().attention_group(p, query_got, kvh, scratch.data());
+    }
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << "heads " << sh.n_heads << "/" << sh.n_kv << " head_dim " << sh.hd << " ctx "
+        << sh.n_ctx;
+    EXPECT_NE(cpu::Avx512Kernels().attention_group, cpu::Avx2Kernels().attention_group);
+  }
+}
+
 }  // namespace
 }  // namespace cascade

@@ -1,0 +1,192 @@
+// AVX-512 attention over the paged KV cache: kernels_avx2_attention.cc's algorithm and
+// order in 16-float registers, bit for bit its results (the AVX-512 table's contract):
+// - scores of two heads of the group at once, head g in the low and g + 1 in the high
+//   256-bit half of each register, sharing every K load (AVX2: one head, 8 FMAs per
+//   position and step); each half is reduced exactly as the AVX2 Scores8 reduces its
+//   register, then times the scale;
+// - exp of 16 scores per instruction, lane by lane the AVX2 Exp8 (same constants and
+//   operations);
+// - the value rows accumulated into a head's output 16 floats per FMA, position after
+//   position as AVX2 does (each output element's FMA chain in position order).
+// The softmax bookkeeping (running max, std::exp correction, sums in position order) is
+// AVX2's, line for line.
+//
+// Compiled for AVX-512 F/BW/VL/DQ in one region after every include (isa_target.h).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/avx512_attention.h"
+#include "kernels/cpu/isa_target.h"
+#include "kernels/cpu/kernel_table.h"
+
+CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
+
+namespace cascade::cpu::avx512 {
+namespace {
+
+#define CASCADE_HOT inline __attribute__((always_inline))
+
+// AVX2's Exp8, 16 lanes at a time (the same operations on every lane).
+CASCADE_HOT __m512 Exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)),
+                    _mm512_set1_ps(88.3762626647949f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 y =
+      _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+// exp(s[j] - m) in place for j < count.
+void ExpShifted(float* s, int count, float m) {
+  const __m512 mv = _mm512_set1_ps(m);
+  for (int j = 0; j < count; j += 16) {
+    const __mmask16 keep =
+        count - j >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (count - j)) - 1);
+    _mm512_mask_storeu_ps(s + j, keep, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(keep, s + j), mv)));
+  }
+}
+
+// Scores of 8 K rows (k + r * stride) against two heads' queries (qa, qb), times scale,
+// into sa[0..8) and sb[0..8): per head and row, AVX2's Scores8 bit for bit (8 FMA lanes in
+// element order over the n = 8m elements, then the same transposed reduction).
+void Scores8x2(const float* qa, const float* qb, const float* k, int64_t stride, int64_t n,
+               float scale, float* sa, float* sb) {
+  __m512 acc[8];
+  for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < n; e += 8) {
+    const __m512 qv =
+        _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + e)), _mm256_loadu_ps(qb + e), 1);
+    for (int r = 0; r < 8; ++r) {
+      acc[r] = _mm512_fmadd_ps(qv, _mm512_broadcast_f32x8(_mm256_loadu_ps(k + r * stride + e)),
+                               acc[r]);
+    }
+  }
+  // Per 256-bit half, AVX2's permute2f128 pairs: rows r and r + 4 side by side, lanes
+  // (l0+l4, l1+l5, l2+l6, l3+l7) of each.
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  __m512 p[4];
+  for (int r = 0; r < 4; ++r) {
+    p[r] = _mm512_add_ps(_mm512_permutex2var_ps(acc[r], lo, acc[r + 4]),
+                         _mm512_permutex2var_ps(acc[r], hi, acc[r + 4]));
+  }
+  // The shuffles work within 128-bit lanes, hence within each half as AVX2's do.
+  const __m512 q01 = _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(p[0], p[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 q23 = _mm512_add_ps(_mm512_shuffle_ps(p[2], p[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(p[2], p[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 sum = _mm512_mul_ps(_mm512_add_ps(_mm512_shuffle_ps(q01, q23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                                 _mm512_shuffle_ps(q01, q23, _MM_SHUFFLE(3, 1, 3, 1))),
+                                   _mm512_set1_ps(scale));
+  _mm256_storeu_ps(sa, _mm512_castps512_ps256(sum));
+  _mm256_storeu_ps(sb, _mm512_extractf32x8_ps(sum, 1));
+}
+
+// out (n floats) += sum over j < count of w[j] * v_j (v_j = v + j * stride), each output
+// element's FMAs in position order.
+void AccumulateRows(const float* w, const float* v, int64_t stride, int count, float* out,
+                    int64_t n) {
+  for (int64_t e = 0; e < n; e += 64) {
+    const int64_t left = n - e;
+    __mmask16 keep[4];
+    __m512 o[4];
+    for (int c = 0; c < 4; ++c) {
+      const int64_t m = std::clamp<int64_t>(left - 16 * c, 0, 16);
+      keep[c] = static_cast<__mmask16>((1u << m) - 1);
+      o[c] = _mm512_maskz_loadu_ps(keep[c], out + e + 16 * c);
+    }
+    for (int j = 0; j < count; ++j) {
+      const float* vj = v + j * stride + e;
+      const __m512 wj = _mm512_set1_ps(w[j]);
+      for (int c = 0; c < 4; ++c) {
+        o[c] = _mm512_fmadd_ps(wj, _mm512_maskz_loadu_ps(keep[c], vj + 16 * c), o[c]);
+      }
+    }
+    for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(out + e + 16 * c, keep[c], o[c]);
+  }
+}
+
+}  // namespace
+
+void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scratch) {
+  const KernelTable& avx2 = Avx2Kernels();
+  const int group = p.n_heads / p.n_kv_heads;
+  const int64_t hd = p.head_dim;
+  constexpr int kMaxGroup = 64;
+  if (group > kMaxGroup || hd % 8 != 0) {  // as AVX2 does it (no model we run has these)
+    avx2.attention_group(p, q, kvh, scratch);
+    return;
+  }
+  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * hd;  // per token
+  const int h0 = kvh * group;
+  float m[kMaxGroup], l[kMaxGroup];
+  for (int g = 0; g < group; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+    std::fill(q.out + (h0 + g) * hd, q.out + (h0 + g + 1) * hd, 0.0f);
+  }
+  for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
+    const int32_t block = q.blocks[start / p.block_size];
+    const int count = std::min(p.block_size, q.n_ctx - start);
+    const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride + kvh * hd;
+    const float* k = p.k_pool + base;
+    const float* v = p.v_pool + base;
+    // Scores: two heads at a time, 8 positions at a time; a last odd head, and positions
+    // past the last 8, as AVX2 computes them (the table's dot is AVX2's Dot).
+    for (int g = 0; g < group; g += 2) {
+      const float* qa = q.q + (h0 + g) * hd;
+      float* sa = scratch + g * p.block_size;
+      int j = 0;
+      if (g + 1 < group) {
+        const float* qb = qa + hd;
+        float* sb = sa + p.block_size;
+        for (; j + 8 <= count; j += 8) {
+          Scores8x2(qa, qb, k + j * kv_stride, kv_stride, hd, p.scale, sa + j, sb + j);
+        }
+        for (int i = j; i < count; ++i) sb[i] = avx2.dot(qb, k + i * kv_stride, hd) * p.scale;
+      }
+      for (; j < count; ++j) sa[j] = avx2.dot(qa, k + j * kv_stride, hd) * p.scale;
+    }
+    for (int g = 0; g < group; ++g) {
+      float* s = scratch + g * p.block_size;
+      float bmax = -INFINITY;
+      for (int j = 0; j < count; ++j) bmax = std::max(bmax, s[j]);
+      const float m_new = std::max(m[g], bmax);
+      const float correction = std::exp(m[g] - m_new);
+      float* out = q.out + (h0 + g) * hd;
+      if (l[g] > 0) avx2.scale(correction, out, hd);
+      float lg = l[g] * correction;
+      ExpShifted(s, count, m_new);
+      for (int j = 0; j < count; ++j) lg += s[j];
+      l[g] = lg;
+      m[g] = m_new;
+      AccumulateRows(s, v, kv_stride, count, out, hd);
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    if (l[g] > 0) avx2.scale(1.0f / l[g], q.out + (h0 + g) * hd, hd);
+  }
+}
+
+}  // namespace cascade::cpu::avx512
+
+CASCADE_TARGET_END()
