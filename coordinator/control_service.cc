@@ -3,20 +3,10 @@
 #include "transport/grpc_util.h"
 
 namespace cascade {
-namespace {
-
-// Metadata a caller presents, or "".
-std::string Presented(const grpc::ServerContext* ctx, const char* key) {
-  const auto& md = ctx->client_metadata();
-  auto it = md.find(key);
-  return it == md.end() ? "" : std::string(it->second.data(), it->second.size());
-}
-
-}  // namespace
 
 grpc::Status ControlService::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                       v1::RegisterResponse* resp) {
-  auto r = controller_->Register(*req, Presented(ctx, kJoinTokenMetadata));
+  auto r = controller_->Register(*req, std::string(PresentedMetadata(*ctx, kJoinTokenMetadata)));
   if (!r.ok()) return ToGrpc(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;
@@ -43,7 +33,7 @@ grpc::Status ControlService::Results(grpc::ServerContext* ctx,
 grpc::Status ControlService::ClusterStatus(grpc::ServerContext* ctx,
                                            const v1::ClusterStatusRequest*,
                                            v1::ClusterStatusResponse* resp) {
-  if (!controller_->MayQuery(Presented(ctx, kJoinTokenMetadata))) {
+  if (!controller_->MayQuery(std::string(PresentedMetadata(*ctx, kJoinTokenMetadata)))) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         "the cluster's status needs its join token");
   }

@@ -55,18 +55,18 @@ class CoordinatorServer::Impl {
         !st.ok()) {
       return st;
     }
-    std::string join_token, api_key;
+    std::string api_key;
     if (!config_.security.join_token_file.empty()) {
       auto t = ReadSecretFile(config_.security.join_token_file);
       if (!t.ok()) return t.status();
-      join_token = std::move(*t);
+      join_token_ = std::move(*t);
     }
     if (!config_.security.api_key_file.empty()) {
       auto k = ReadSecretFile(config_.security.api_key_file);
       if (!k.ok()) return k.status();
       api_key = std::move(*k);
     }
-    if (join_token.empty() && !TlsEnabled()) {
+    if (join_token_.empty() && !TlsEnabled()) {
       spdlog::warn(
           "the control plane takes any worker that registers (no --join-token-file, no "
           "--tls-*): run it only on loopback or a network you trust");
@@ -79,7 +79,7 @@ class CoordinatorServer::Impl {
         [](const std::string& address, const SenderOptions& options) {
           return MakeActivationSender(address, options);
         },
-        join_token);
+        join_token_);
     worker_client_.SetCoordinatorSecret(controller_->coordinator_secret());
     frontend_ = std::make_unique<Frontend>(*model_, *controller_);
     control_ = std::make_unique<ControlService>(controller_.get(), model_->id());
@@ -150,6 +150,7 @@ class CoordinatorServer::Impl {
 
   const std::string& address() const { return address_; }
   const std::string& control_address() const { return control_address_; }
+  const std::string& join_token() const { return join_token_; }
   int http_port() const { return http_ ? http_->port() : 0; }
 
   absl::Status WaitUntilServing(std::chrono::milliseconds timeout) {
@@ -201,6 +202,7 @@ class CoordinatorServer::Impl {
   std::unique_ptr<DataPlaneServer> data_;
   std::unique_ptr<HttpApi> http_;
   std::string address_, control_address_;
+  std::string join_token_;  // "" when any worker may register
   std::atomic<bool> shut_down_{false};
 };
 
@@ -218,6 +220,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 const std::string& CoordinatorServer::address() const { return impl_->address(); }
 const std::string& CoordinatorServer::control_address() const { return impl_->control_address(); }
 int CoordinatorServer::http_port() const { return impl_->http_port(); }
+const std::string& CoordinatorServer::join_token() const { return impl_->join_token(); }
 absl::Status CoordinatorServer::WaitUntilServing(std::chrono::milliseconds t) {
   return impl_->WaitUntilServing(t);
 }

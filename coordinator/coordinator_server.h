@@ -32,6 +32,9 @@ class CoordinatorServer {
   // The control plane's address, where workers register (host:port).
   const std::string& control_address() const;
   int http_port() const;  // 0 without the HTTP API
+  // The token workers present to register ("" when any may): what workers started in the
+  // same process present.
+  const std::string& join_token() const;
   // OK once serving; the reason if bring-up failed; DeadlineExceeded on timeout.
   absl::Status WaitUntilServing(std::chrono::milliseconds timeout);
   // Stops admitting (health NOT_SERVING at once), lets running requests finish for up to

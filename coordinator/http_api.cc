@@ -401,7 +401,7 @@ class HttpApi::Handler {
       return Reply(std::move(h));
     }
     if (path != "/health" && path != "/metrics" && !options_.api_key.empty() &&
-        !SecretsEqual(req.Header("authorization"), "Bearer " + options_.api_key)) {
+        !BearerMatches(req.Header("authorization"), options_.api_key)) {
       return Reply(JsonHead(401, ErrorJson("this API needs its key: 'Authorization: Bearer <key>'",
                                            "invalid_request_error", "", "invalid_api_key")));
     }

@@ -231,6 +231,12 @@ class HttpServer::Impl {
     return Queue(c, head, r);
   }
 
+  // 413 naming the limit (a declared length over it, or a body that grew past it).
+  static MHD_Result QueueTooLarge(MHD_Connection* c, uint64_t max_body_bytes) {
+    return QueueWhole(c, Plain(413, absl::StrCat("the body is larger than ", max_body_bytes,
+                                                 " bytes")));
+  }
+
   static HttpHead Plain(int status, std::string message) {
     HttpHead h;
     h.status = status;
@@ -262,8 +268,7 @@ class HttpServer::Impl {
       if (const std::string& cl = ex->request.Header("content-length");
           !cl.empty() && absl::SimpleAtoi(cl, &length) && length > self->options_.max_body_bytes) {
         ex->finished = true;
-        return QueueWhole(c, Plain(413, absl::StrCat("the body is larger than ",
-                                                     self->options_.max_body_bytes, " bytes")));
+        return QueueTooLarge(c, self->options_.max_body_bytes);
       }
       return MHD_YES;
     }
@@ -279,8 +284,7 @@ class HttpServer::Impl {
     if (ex->finished) return MHD_YES;
     if (ex->too_large) {
       ex->finished = true;
-      return QueueWhole(c, Plain(413, absl::StrCat("the body is larger than ",
-                                                   self->options_.max_body_bytes, " bytes")));
+      return QueueTooLarge(c, self->options_.max_body_bytes);
     }
     if (ex->reply == nullptr) {
       if (self->stopping()) {

@@ -172,11 +172,7 @@ absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req
 
 grpc::Status InferenceServiceImpl::Authorize(const grpc::ServerContext* ctx) const {
   if (api_key_.empty()) return grpc::Status::OK;
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  const std::string presented =
-      it == md.end() ? "" : std::string(it->second.data(), it->second.size());
-  if (!SecretsEqual(presented, "Bearer " + api_key_)) {
+  if (!BearerMatches(PresentedMetadata(*ctx, "authorization"), api_key_)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "this API needs its key: metadata 'authorization: Bearer <key>'");
   }

@@ -33,16 +33,6 @@ struct ServeFlags {
 
 int RunServe(ServeFlags f) {
   BlockTerminationSignals();
-  // The workers of this process join with the coordinator's own token.
-  std::string join_token;
-  if (!f.config.security.join_token_file.empty()) {
-    auto t = ReadSecretFile(f.config.security.join_token_file);
-    if (!t.ok()) {
-      std::cerr << "cascade serve: " << t.status().message() << "\n";
-      return 1;
-    }
-    join_token = *t;
-  }
   const int n = f.config.bring_up.workers;
   if (f.config.plan.min_stages == 1 && n > 1) f.config.plan.min_stages = n;
   auto coordinator = CoordinatorServer::Start(f.config);
@@ -57,7 +47,7 @@ int RunServe(ServeFlags f) {
     WorkerOptions w;
     w.listen = "127.0.0.1:0";
     w.coordinator = (*coordinator)->control_address();
-    w.join_token = join_token;
+    w.join_token = (*coordinator)->join_token();  // the coordinator's own
     w.worker_id = absl::StrCat("local-", i);
     w.threads = f.threads > 0 ? f.threads : std::max(1, cores / n);
     w.memory_bytes = AvailableMemoryBytes() / static_cast<uint64_t>(n);

@@ -50,6 +50,12 @@ absl::StatusOr<StartedServer> StartServer(const std::string& who, const std::str
   return started;
 }
 
+absl::string_view PresentedMetadata(const grpc::ServerContext& ctx, absl::string_view key) {
+  const auto& md = ctx.client_metadata();
+  const auto it = md.find(grpc::string_ref(key.data(), key.size()));
+  return it == md.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
+}
+
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));

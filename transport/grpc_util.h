@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cascade {
@@ -39,6 +40,10 @@ struct StartedServer {
 absl::StatusOr<StartedServer> StartServer(const std::string& who, const std::string& listen,
                                           std::shared_ptr<grpc::ServerCredentials> credentials,
                                           std::initializer_list<grpc::Service*> services);
+
+// The value of metadata `key` that the caller of ctx presented ("" when it presented none);
+// valid while ctx is.
+absl::string_view PresentedMetadata(const grpc::ServerContext& ctx, absl::string_view key);
 
 grpc::Status ToGrpc(const absl::Status& s);
 absl::Status FromGrpc(const grpc::Status& s);

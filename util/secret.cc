@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "util/mapped_file.h"
 
@@ -39,6 +40,12 @@ bool SecretsEqual(absl::string_view a, absl::string_view b) {
     diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
   }
   return diff == 0;
+}
+
+bool BearerMatches(absl::string_view authorization, absl::string_view key) {
+  constexpr absl::string_view kScheme = "Bearer ";  // the scheme's case does not matter
+  if (!absl::StartsWithIgnoreCase(authorization, kScheme)) return false;
+  return SecretsEqual(authorization.substr(kScheme.size()), key);
 }
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {

@@ -19,6 +19,9 @@ namespace cascade {
 // anywhere text goes: gRPC metadata, files, logs never see it).
 std::string RandomSecret(size_t bytes = 16);
 bool SecretsEqual(absl::string_view a, absl::string_view b);
+// Whether an HTTP or gRPC "authorization" value is "Bearer <key>" (the scheme in any
+// case, RFC 7235; the key compared as SecretsEqual does; nothing is allocated).
+bool BearerMatches(absl::string_view authorization, absl::string_view key);
 // The file's contents without surrounding whitespace (a trailing newline is common).
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path);
 

@@ -77,10 +77,7 @@ class WorkerServer::WorkerService final : public v1::Worker::Service {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "this worker has not registered with a coordinator");
     }
-    const auto& md = ctx->client_metadata();
-    auto it = md.find(kCoordinatorMetadata);
-    if (it == md.end() ||
-        !SecretsEqual(absl::string_view(it->second.data(), it->second.size()), secret)) {
+    if (!SecretsEqual(PresentedMetadata(*ctx, kCoordinatorMetadata), secret)) {
       spdlog::warn("refused a control call from {}: not from this worker's coordinator",
                    ctx->peer());
       return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
