@@ -57,8 +57,10 @@ absl::Status FromWire(const google::protobuf::Message& wire, google::protobuf::M
     const google::protobuf::FieldDescriptor* f = d->field(i);
     if (f->type() != google::protobuf::FieldDescriptor::TYPE_BYTES) continue;
     const int n = f->is_repeated() ? r->FieldSize(wire, f) : 1;
+    std::string scratch;  // (unused: generated messages hand out their own strings)
     for (int k = 0; k < n; ++k) {
-      const std::string v = f->is_repeated() ? r->GetRepeatedString(wire, f, k) : r->GetString(wire, f);
+      const std::string& v = f->is_repeated() ? r->GetRepeatedStringReference(wire, f, k, &scratch)
+                                              : r->GetStringReference(wire, f, &scratch);
       if (!IsValidUtf8(v)) {
         return absl::InvalidArgumentError(
             absl::StrCat("'", f->name(), f->is_repeated() ? absl::StrCat("[", k, "]") : "",

@@ -16,6 +16,8 @@ absl::StatusOr<std::unique_ptr<MpiCollective>> MpiCollective::Create(MPI_Comm co
   MPI_Comm_rank(c->comm_, &c->rank_);
   MPI_Comm_size(c->comm_, &c->size_);
   c->name_ = std::move(name);
+  c->all_gather_what_ = c->name_ + ": all-gather";
+  c->broadcast_what_ = c->name_ + ": broadcast";
   return c;
 }
 
@@ -45,8 +47,8 @@ absl::Status MpiCollective::AllGather(const void* send, size_t bytes, void* recv
   MPI_Request req;
   const int n = static_cast<int>(bytes);
   absl::Status st = MpiError(
-      MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, &req), name_ + ": all-gather");
-  if (st.ok()) st = MpiWait(&req, name_ + ": all-gather", &aborted_);
+      MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, &req), all_gather_what_);
+  if (st.ok()) st = MpiWait(&req, all_gather_what_, &aborted_);
   if (!st.ok()) broken_ = st;
   return st;
 }
@@ -59,8 +61,8 @@ absl::Status MpiCollective::Broadcast(void* data, size_t bytes, int root) {
   }
   MPI_Request req;
   absl::Status st = MpiError(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &req),
-                             name_ + ": broadcast");
-  if (st.ok()) st = MpiWait(&req, name_ + ": broadcast", &aborted_);
+                             broadcast_what_);
+  if (st.ok()) st = MpiWait(&req, broadcast_what_, &aborted_);
   if (!st.ok()) broken_ = st;
   return st;
 }

@@ -49,6 +49,7 @@ class MpiCollective : public Collective {
   int rank_ = 0;
   int size_ = 1;
   std::string name_;
+  std::string all_gather_what_, broadcast_what_;  // what errors of each call name (made once)
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;  // written before aborted_ is set
   absl::Status broken_;

@@ -3,10 +3,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <cstring>
-
-#include "absl/strings/str_cat.h"
 #include "parallel/nccl_sum.h"
+#include "parallel/nccl_util.h"
 #include "util/status_macros.h"
 
 namespace cascade {
@@ -19,17 +17,16 @@ struct NcclCollective::Impl {
   size_t scratch_bytes = 0;
   absl::Status broken;
 
-  absl::Status Cuda(cudaError_t e, const std::string& what) {
-    if (e == cudaSuccess) return absl::OkStatus();
-    broken = absl::InternalError(absl::StrCat(what, ": CUDA error: ", cudaGetErrorString(e)));
-    return broken;
+  std::string name;
+
+  // The first error breaks the group for good.
+  absl::Status Keep(absl::Status st) {
+    if (!st.ok()) broken = st;
+    return st;
   }
-  absl::Status Nccl(ncclResult_t r, const std::string& what) {
-    if (r == ncclSuccess) return absl::OkStatus();
-    broken = absl::UnavailableError(absl::StrCat(what, ": NCCL error: ", ncclGetErrorString(r)));
-    return broken;
-  }
-  absl::Status Finish(const std::string& what) { return Cuda(cudaStreamSynchronize(stream), what); }
+  absl::Status Cuda(cudaError_t e, absl::string_view what) { return Keep(CudaStatus(e, name, what)); }
+  absl::Status Nccl(ncclResult_t r, absl::string_view what) { return Keep(NcclStatus(r, name, what)); }
+  absl::Status Finish(absl::string_view what) { return Cuda(cudaStreamSynchronize(stream), what); }
 };
 
 absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(Collective& control,
@@ -42,22 +39,11 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(Collectiv
   c->name_ = std::move(name);
   Impl& m = *c->impl_;
   m.device = device;
-  CASCADE_RETURN_IF_ERROR(m.Cuda(cudaSetDevice(device), c->name_ + ": cudaSetDevice"));
-  // The unique id: drawn by rank 0, sent over the host-memory group.
-  ncclUniqueId id;
-  std::memset(&id, 0, sizeof(id));
-  if (c->rank_ == 0) CASCADE_RETURN_IF_ERROR(m.Nccl(ncclGetUniqueId(&id), c->name_));
-  std::string bytes(reinterpret_cast<const char*>(&id), sizeof(id));
-  CASCADE_RETURN_IF_ERROR(BroadcastString(control, &bytes, 0));
-  if (bytes.size() != sizeof(id)) {
-    return absl::DataLossError(absl::StrCat(c->name_, ": the NCCL id arrived with ", bytes.size(),
-                                            " bytes, not ", sizeof(id)));
-  }
-  std::memcpy(&id, bytes.data(), sizeof(id));
-  CASCADE_RETURN_IF_ERROR(m.Nccl(ncclCommInitRank(&m.comm, c->size_, id, c->rank_),
-                                 c->name_ + ": ncclCommInitRank"));
-  CASCADE_RETURN_IF_ERROR(m.Cuda(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking),
-                                 c->name_ + ": cudaStreamCreate"));
+  m.name = c->name_;
+  CASCADE_RETURN_IF_ERROR(m.Cuda(cudaSetDevice(device), "cudaSetDevice"));
+  CASCADE_ASSIGN_OR_RETURN(m.comm, InitNcclComm(control, c->name_));
+  CASCADE_RETURN_IF_ERROR(
+      m.Cuda(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
   return c;
 }
 
@@ -74,16 +60,16 @@ absl::Status NcclCollective::AllGather(const void* send, size_t bytes, void* rec
   Impl& m = *impl_;
   CASCADE_RETURN_IF_ERROR(m.broken);
   CASCADE_RETURN_IF_ERROR(
-      m.Nccl(ncclAllGather(send, recv, bytes, ncclChar, m.comm, m.stream), name_ + ": all-gather"));
-  return m.Finish(name_ + ": all-gather");
+      m.Nccl(ncclAllGather(send, recv, bytes, ncclChar, m.comm, m.stream), "all-gather"));
+  return m.Finish("all-gather");
 }
 
 absl::Status NcclCollective::Broadcast(void* data, size_t bytes, int root) {
   Impl& m = *impl_;
   CASCADE_RETURN_IF_ERROR(m.broken);
   CASCADE_RETURN_IF_ERROR(m.Nccl(ncclBroadcast(data, data, bytes, ncclChar, root, m.comm, m.stream),
-                                 name_ + ": broadcast"));
-  return m.Finish(name_ + ": broadcast");
+                                 "broadcast"));
+  return m.Finish("broadcast");
 }
 
 absl::Status NcclCollective::AllReduceSum(float* data, int64_t count) {
@@ -95,15 +81,15 @@ absl::Status NcclCollective::AllReduceSum(float* data, int64_t count) {
     if (m.scratch != nullptr) cudaFree(m.scratch);
     m.scratch = nullptr;
     m.scratch_bytes = 0;
-    CASCADE_RETURN_IF_ERROR(m.Cuda(cudaMalloc(&m.scratch, need), name_ + ": scratch"));
+    CASCADE_RETURN_IF_ERROR(m.Cuda(cudaMalloc(&m.scratch, need), "scratch"));
     m.scratch_bytes = need;
   }
   CASCADE_RETURN_IF_ERROR(m.Nccl(ncclAllGather(data, m.scratch, static_cast<size_t>(count),
                                                ncclFloat, m.comm, m.stream),
-                                 name_ + ": all-reduce (all-gather)"));
+                                 "all-reduce (all-gather)"));
   CASCADE_RETURN_IF_ERROR(m.Cuda(nccl::SumPartsInRankOrder(m.scratch, size_, count, data, m.stream),
-                                 name_ + ": all-reduce (sum)"));
-  return m.Finish(name_ + ": all-reduce");
+                                 "all-reduce (sum)"));
+  return m.Finish("all-reduce");
 }
 
 }  // namespace cascade

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "parallel/nccl_util.h"
 #include "util/logging.h"
 #include "util/status_macros.h"
 
@@ -24,16 +25,14 @@ struct NcclDataPlane::Impl {
   size_t staging_bytes = 0;
   absl::Status broken;
 
-  absl::Status Check(cudaError_t e, const char* what) {
-    if (e == cudaSuccess) return absl::OkStatus();
-    broken = absl::InternalError(absl::StrCat("NCCL data plane: ", what, ": ", cudaGetErrorString(e)));
-    return broken;
+  // The first error breaks the data plane for good.
+  absl::Status Keep(absl::Status st) {
+    if (!st.ok()) broken = st;
+    return st;
   }
-  absl::Status Check(ncclResult_t r, const char* what) {
-    if (r == ncclSuccess) return absl::OkStatus();
-    broken = absl::UnavailableError(absl::StrCat("NCCL data plane: ", what, ": ", ncclGetErrorString(r)));
-    return broken;
-  }
+  absl::Status Check(cudaError_t e, const char* what) { return Keep(CudaStatus(e, kWho, what)); }
+  absl::Status Check(ncclResult_t r, const char* what) { return Keep(NcclStatus(r, kWho, what)); }
+  static constexpr char kWho[] = "NCCL data plane";
   absl::Status Staging(size_t bytes) {
     if (staging_bytes >= bytes) return absl::OkStatus();
     if (staging != nullptr) cudaFree(staging);
@@ -76,15 +75,7 @@ absl::StatusOr<std::unique_ptr<NcclDataPlane>> NcclDataPlane::Start(
   for (size_t i = 0; i < m.node_ranks.size(); ++i) m.nccl_rank[m.node_ranks[i]] = static_cast<int>(i);
   m.device = device;
   CASCADE_RETURN_IF_ERROR(m.Check(cudaSetDevice(device), "cudaSetDevice"));
-  ncclUniqueId id;
-  std::memset(&id, 0, sizeof(id));
-  if (node.rank() == 0) CASCADE_RETURN_IF_ERROR(m.Check(ncclGetUniqueId(&id), "ncclGetUniqueId"));
-  std::string bytes(reinterpret_cast<const char*>(&id), sizeof(id));
-  CASCADE_RETURN_IF_ERROR(BroadcastString(node, &bytes, 0));
-  if (bytes.size() != sizeof(id)) return absl::DataLossError("NCCL data plane: a bad unique id");
-  std::memcpy(&id, bytes.data(), sizeof(id));
-  CASCADE_RETURN_IF_ERROR(
-      m.Check(ncclCommInitRank(&m.comm, node.size(), id, node.rank()), "ncclCommInitRank"));
+  CASCADE_ASSIGN_OR_RETURN(m.comm, InitNcclComm(node, Impl::kWho));
   CASCADE_RETURN_IF_ERROR(
       m.Check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
   mpi->SetTagHandler(MpiTag::kNcclHeader, [q = p.get()](int source, std::string body) {
