@@ -96,13 +96,16 @@ void StageExecutor::Fail(const StageFrame& in, const std::string& error) {
 }
 
 void StageExecutor::Process(StageFrame frame) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const double cpu0 = ThreadCpuSeconds();
-  if (std::optional<double> hop = SecondsSince(frame.sent_unix_ns); hop || !frame.hidden.empty()) {
-    absl::MutexLock lock(&stats_mu_);
-    if (hop) stats_.hop_in_seconds.Observe(*hop);
-    stats_.activation_bytes_in += frame.hidden.size() * sizeof(float);
-  }
+  FrameStats fs;
+  fs.t0 = std::chrono::steady_clock::now();
+  fs.cpu0 = ThreadCpuSeconds();
+  fs.hop = SecondsSince(frame.sent_unix_ns);
+  fs.bytes_in = frame.hidden.size() * sizeof(float);
+  Handle(std::move(frame), &fs);
+  Account(fs);
+}
+
+void StageExecutor::Handle(StageFrame frame, FrameStats* fs) {
   if (mirror_ != nullptr) {
     if (absl::Status st = mirror_->Mirror(frame); !st.ok()) {
       Fail(frame, absl::StrCat("stage ", stage_index_, ": ", st.message()));
@@ -111,9 +114,7 @@ void StageExecutor::Process(StageFrame frame) {
   }
   if (!frame.release.empty()) {
     for (SeqId seq : frame.release) stage_->FreeSequence(seq);
-    absl::MutexLock lock(&stats_mu_);
-    stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
-    stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
+    fs->kv_released = true;
   }
   if (!frame.error.empty()) {
     Fail(frame, frame.error);
@@ -142,16 +143,13 @@ void StageExecutor::Process(StageFrame frame) {
     next.hidden.swap(buffer_);
     next.sampling = std::move(frame.sampling);
     next.release = std::move(frame.release);
-    const size_t tokens = next.slots.size();
-    {
-      absl::MutexLock lock(&stats_mu_);
-      stats_.activation_bytes_out += next.hidden.size() * sizeof(float);
-    }
+    fs->tokens = next.slots.size();
+    fs->bytes_out = next.hidden.size() * sizeof(float);
     next.sent_unix_ns = UnixNanos();
     if (absl::Status s = out_->Send(std::move(next)); !s.ok()) {
       spdlog::warn("stage {}: cannot reach the next stage: {}", stage_index_, s.message());
     }
-    RecordFrame(tokens, t0, cpu0);
+    fs->computed = true;
     return;
   }
   // Last stage: sample each sequence that wants a token, in slot order.
@@ -186,20 +184,32 @@ void StageExecutor::Process(StageFrame frame) {
   if (absl::Status s = results_->Send(std::move(result)); !s.ok()) {
     spdlog::warn("stage {}: cannot report to the coordinator: {}", stage_index_, s.message());
   }
-  RecordFrame(frame.slots.size(), t0, cpu0);
+  fs->tokens = frame.slots.size();
+  fs->computed = true;
 }
 
-void StageExecutor::RecordFrame(size_t tokens, std::chrono::steady_clock::time_point t0,
-                                double cpu0) {
-  const double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double cpu = ThreadCpuSeconds() - cpu0;
+void StageExecutor::Account(const FrameStats& fs) {
+  double busy = 0, cpu = 0;
+  if (fs.computed) {
+    busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - fs.t0).count();
+    cpu = ThreadCpuSeconds() - fs.cpu0;
+  }
+  const int64_t kv_total = stage_->kv_cache().num_blocks();
+  const int64_t kv_used = kv_total - stage_->kv_cache().free_blocks();
   absl::MutexLock lock(&stats_mu_);
-  ++stats_.frames;
-  stats_.tokens += tokens;
-  stats_.busy_seconds += busy;
-  stats_.cpu_seconds += cpu;
-  stats_.kv_blocks_used = stage_->kv_cache().num_blocks() - stage_->kv_cache().free_blocks();
-  stats_.kv_blocks_total = stage_->kv_cache().num_blocks();
+  if (fs.hop) stats_.hop_in_seconds.Observe(*fs.hop);
+  stats_.activation_bytes_in += fs.bytes_in;
+  stats_.activation_bytes_out += fs.bytes_out;
+  if (fs.kv_released || fs.computed) {  // the cache's use changed
+    stats_.kv_blocks_used = kv_used;
+    stats_.kv_blocks_total = kv_total;
+  }
+  if (fs.computed) {
+    ++stats_.frames;
+    stats_.tokens += fs.tokens;
+    stats_.busy_seconds += busy;
+    stats_.cpu_seconds += cpu;
+  }
 }
 
 }  // namespace cascade

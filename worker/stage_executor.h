@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -73,11 +74,21 @@ class StageExecutor {
   void Process(StageFrame frame);
 
  private:
+  // What one frame adds to the stats, gathered while it is handled and added under one
+  // lock at its end (failures are counted at once, before they are reported).
+  struct FrameStats {
+    std::chrono::steady_clock::time_point t0;  // wall and thread CPU time at its arrival
+    double cpu0 = 0;
+    std::optional<double> hop;  // its hop from the previous stage, when timed
+    uint64_t bytes_in = 0, bytes_out = 0;
+    bool kv_released = false;  // sequences were freed
+    bool computed = false;     // a forward pass ran over `tokens` tokens
+    size_t tokens = 0;
+  };
   void Loop();
+  void Handle(StageFrame frame, FrameStats* fs);
+  void Account(const FrameStats& fs) ABSL_LOCKS_EXCLUDED(stats_mu_);
   void Fail(const StageFrame& in, const std::string& error);
-  // Accounts one processed frame of `tokens` tokens that started at wall time t0 and
-  // thread CPU time cpu0 (ThreadCpuSeconds()).
-  void RecordFrame(size_t tokens, std::chrono::steady_clock::time_point t0, double cpu0);
 
   std::unique_ptr<Stage> stage_;
   const uint32_t stage_index_;
