@@ -25,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <utility>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -61,22 +62,38 @@ struct LaunchFlags {
   std::string log_level = "info";
 };
 
-// Why the job ends (in order), as the main thread learns it.
+// How a rank's job ends: what decides how it stops (drain, wait for rank 0) and its exit
+// status.
+enum class EndKind {
+  kNone,           // not yet
+  kEndedByRank0,   // rank 0 ended the job (after its drain)
+  kSignal,         // SIGTERM / SIGINT: mpirun or Slurm ending the job, or an operator
+  kDrainSignal,    // SIGUSR1: drain, then end
+  kGroupBroke,     // the stage's tensor-parallel group failed: exit 1
+  kBringUpFailed,  // the cluster did not come up: exit 1
+};
+
+// Why the job ends (the first reason given), as the main thread learns it.
 class StopReason {
  public:
-  void Set(std::string why) ABSL_LOCKS_EXCLUDED(mu_) {
+  void Set(EndKind kind, std::string why) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    if (why_.empty()) why_ = std::move(why);
+    if (kind_ != EndKind::kNone) return;
+    kind_ = kind;
+    why_ = std::move(why);
   }
-  std::string Wait(absl::Duration timeout = absl::InfiniteDuration()) ABSL_LOCKS_EXCLUDED(mu_) {
+  // Waits for a reason (up to `timeout`): its kind (kNone on timeout) and its words.
+  std::pair<EndKind, std::string> Wait(absl::Duration timeout = absl::InfiniteDuration())
+      ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    auto set = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !why_.empty(); };
+    auto set = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return kind_ != EndKind::kNone; };
     mu_.AwaitWithTimeout(absl::Condition(&set), timeout);
-    return why_;
+    return {kind_, why_};
   }
 
  private:
   absl::Mutex mu_;
+  EndKind kind_ ABSL_GUARDED_BY(mu_) = EndKind::kNone;
   std::string why_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -209,8 +226,8 @@ int Run(int argc, char** argv, int rank, int size) {
   StopReason stop, ended;
   WatchdogOptions wo;
   wo.on_stop = [&stop, &ended] {
-    stop.Set("rank 0 ended the job");
-    ended.Set("rank 0 ended the job");
+    stop.Set(EndKind::kEndedByRank0, "rank 0 ended the job");
+    ended.Set(EndKind::kEndedByRank0, "rank 0 ended the job");
   };
   auto watchdog = RankWatchdog::Start(MPI_COMM_WORLD, ranks, wo);
   if (!watchdog.ok()) FailAll(rank, std::string(watchdog.status().message()), 1);
@@ -344,7 +361,7 @@ int Run(int argc, char** argv, int rank, int size) {
       absl::Status st = f.Run();
       if (!st.ok()) {
         spdlog::error("the stage group broke: {}", st.message());
-        stop.Set(absl::StrCat("the stage group broke: ", st.message()));
+        stop.Set(EndKind::kGroupBroke, absl::StrCat("the stage group broke: ", st.message()));
       }
     });
   }
@@ -355,7 +372,7 @@ int Run(int argc, char** argv, int rank, int size) {
         std::chrono::seconds(std::max(1, config.bring_up.worker_wait_s)));
     if (!st.ok()) {
       std::cerr << "cascade-mpi: the cluster did not come up: " << st.message() << "\n";
-      stop.Set("bring-up failed");
+      stop.Set(EndKind::kBringUpFailed, "bring-up failed");
     } else {
       const std::string api = Reachable(coordinator->address(), one_machine);
       std::fprintf(stderr, "cascade-mpi: serving %s on %s%s (%d ranks: %s)\n",
@@ -377,7 +394,7 @@ int Run(int argc, char** argv, int rank, int size) {
   // Until a signal, rank 0's stop, or a broken group.
   std::thread signals([&stop] {
     const int sig = WaitForTerminationSignal();
-    stop.Set(absl::StrCat("signal ", sig));
+    stop.Set(EndKind::kSignal, absl::StrCat("signal ", sig));
   });
   signals.detach();
   // mpirun forwards SIGUSR1 to every rank (and kills ranks ~1 s after a SIGTERM): the way to
@@ -388,11 +405,11 @@ int Run(int argc, char** argv, int rank, int size) {
     sigaddset(&usr1, SIGUSR1);
     int sig = 0;
     sigwait(&usr1, &sig);
-    stop.Set(absl::StrCat("signal ", sig, " (drain)"));
+    stop.Set(EndKind::kDrainSignal, absl::StrCat("signal ", sig, " (drain)"));
   });
   drain_signal.detach();
-  const std::string why = stop.Wait();
-  const bool signalled = why.rfind("signal", 0) == 0;
+  const auto [end, why] = stop.Wait();
+  const bool signalled = end == EndKind::kSignal || end == EndKind::kDrainSignal;
   if (signalled) {
     // mpirun ends every rank with SIGTERM when one dies, and kills it a moment later: name
     // the lost rank and fail at once, rather than drain.
@@ -410,7 +427,7 @@ int Run(int argc, char** argv, int rank, int size) {
     std::fprintf(stderr, "cascade-mpi rank %d: the orderly end took too long; exiting\n", rank);
     std::_Exit(4);
   }).detach();
-  const bool failed = why == "bring-up failed" || why.rfind("the stage group broke", 0) == 0;
+  const bool failed = end == EndKind::kBringUpFailed || end == EndKind::kGroupBroke;
   if (rank == 0) {
     coordinator->Drain(std::chrono::milliseconds(static_cast<int64_t>(1000 * drain_s)));
     (*watchdog)->BroadcastStop();
