@@ -30,17 +30,28 @@ void Fd::reset() {
   fd_ = -1;
 }
 
+absl::Status WaitReady(int fd, short events, const ByteStream::Clock::time_point* deadline) {
+  for (;;) {
+    int timeout = -1;
+    if (deadline) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - ByteStream::Clock::now()).count();
+      if (left <= 0) return absl::DeadlineExceededError("peer stalled in the middle of a frame");
+      timeout = static_cast<int>(left);
+    }
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, timeout);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return absl::UnavailableError(absl::StrCat("poll: ", std::strerror(errno)));
+    if (r > 0) return absl::OkStatus();
+    // r == 0: the timeout ran out; the loop re-checks the deadline.
+  }
+}
+
 absl::StatusOr<size_t> SocketStream::Read(char* buf, size_t n, const Clock::time_point* deadline) {
   for (;;) {
     if (deadline) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count();
-      if (left <= 0) return absl::DeadlineExceededError("peer stalled in the middle of a frame");
-      pollfd p{fd_.get(), POLLIN, 0};
-      const int r = ::poll(&p, 1, static_cast<int>(left));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return absl::UnavailableError(absl::StrCat("poll: ", std::strerror(errno)));
-      if (r == 0) continue;  // re-checks the deadline
+      if (absl::Status st = WaitReady(fd_.get(), POLLIN, deadline); !st.ok()) return st;
     }
     const ssize_t got = ::recv(fd_.get(), buf, n, 0);
     if (got >= 0) return static_cast<size_t>(got);

@@ -49,6 +49,11 @@ class ByteStream {
   virtual int fd() const = 0;
 };
 
+// Waits until fd is ready for `events` (POLLIN / POLLOUT; a hang-up counts as ready: the
+// next call on it says what happened), up to *deadline when given: DeadlineExceeded past
+// it, Unavailable when poll fails. Restarts after signals.
+absl::Status WaitReady(int fd, short events, const ByteStream::Clock::time_point* deadline);
+
 // A plain TCP (or any stream) socket.
 class SocketStream : public ByteStream {
  public:

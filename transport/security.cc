@@ -83,66 +83,34 @@ class TlsStream : public ByteStream {
 
   // Runs the handshake to its end or the deadline.
   absl::Status Handshake(bool server, Clock::time_point deadline) {
-    for (;;) {
-      int want = 0;
-      {
-        absl::MutexLock lock(&mu_);
-        const int r = server ? SSL_accept(ssl_) : SSL_connect(ssl_);
-        if (r == 1) return absl::OkStatus();
-        want = SSL_get_error(ssl_, r);
-      }
-      if (want != SSL_ERROR_WANT_READ && want != SSL_ERROR_WANT_WRITE) {
-        return absl::UnavailableError(absl::StrCat("TLS handshake failed: ", OpenSslError()));
-      }
-      if (absl::Status st = Wait(want == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, &deadline);
-          !st.ok()) {
-        return absl::DeadlineExceededError("TLS handshake timed out");
-      }
+    auto o = Drive([&] { return server ? SSL_accept(ssl_) : SSL_connect(ssl_); }, &deadline);
+    if (!o.ok()) return absl::DeadlineExceededError("TLS handshake timed out");
+    if (o->result != 1) {
+      return absl::UnavailableError(absl::StrCat("TLS handshake failed: ", OpenSslError()));
     }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<size_t> Read(char* buf, size_t n, const Clock::time_point* deadline) override {
-    for (;;) {
-      int want = 0;
-      {
-        absl::MutexLock lock(&mu_);
-        const int r = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, 1 << 30)));
-        if (r > 0) return static_cast<size_t>(r);
-        want = SSL_get_error(ssl_, r);
-        if (want == SSL_ERROR_ZERO_RETURN) return size_t{0};
-      }
-      if (want == SSL_ERROR_SYSCALL && errno == 0) return size_t{0};  // EOF without close_notify
-      if (want != SSL_ERROR_WANT_READ && want != SSL_ERROR_WANT_WRITE) {
-        return absl::UnavailableError(absl::StrCat("connection broke: ", OpenSslError()));
-      }
-      if (absl::Status st = Wait(want == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
-          !st.ok()) {
-        return st;
-      }
-    }
+    auto o = Drive([&] { return SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, 1 << 30))); },
+                   deadline);
+    if (!o.ok()) return o.status();
+    if (o->result > 0) return static_cast<size_t>(o->result);
+    if (o->error == SSL_ERROR_ZERO_RETURN) return size_t{0};
+    if (o->error == SSL_ERROR_SYSCALL && o->sys_errno == 0) return size_t{0};  // EOF, no close_notify
+    return absl::UnavailableError(absl::StrCat("connection broke: ", OpenSslError()));
   }
 
   absl::Status Write(const char* buf, size_t n) override {
     size_t done = 0;
     const Clock::time_point deadline = Clock::now() + std::chrono::seconds(30);
     while (done < n) {
-      int want = 0;
-      {
-        absl::MutexLock lock(&mu_);
-        const int r = SSL_write(ssl_, buf + done, static_cast<int>(std::min<size_t>(n - done, 1 << 30)));
-        if (r > 0) {
-          done += static_cast<size_t>(r);
-          continue;
-        }
-        want = SSL_get_error(ssl_, r);
-      }
-      if (want != SSL_ERROR_WANT_READ && want != SSL_ERROR_WANT_WRITE) {
-        return absl::UnavailableError(absl::StrCat("send: ", OpenSslError()));
-      }
-      if (absl::Status st = Wait(want == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, &deadline);
-          !st.ok()) {
-        return absl::UnavailableError("send: the peer stopped reading");
-      }
+      auto o = Drive(
+          [&] { return SSL_write(ssl_, buf + done, static_cast<int>(std::min<size_t>(n - done, 1 << 30))); },
+          &deadline);
+      if (!o.ok()) return absl::UnavailableError("send: the peer stopped reading");
+      if (o->result <= 0) return absl::UnavailableError(absl::StrCat("send: ", OpenSslError()));
+      done += static_cast<size_t>(o->result);
     }
     return absl::OkStatus();
   }
@@ -151,20 +119,34 @@ class TlsStream : public ByteStream {
   int fd() const override { return fd_.get(); }
 
  private:
-  absl::Status Wait(short events, const Clock::time_point* deadline) {
+  // An SSL call's end: result > 0 (or 1 for a handshake), or the SSL error it stopped on
+  // (not WANT_READ / WANT_WRITE) with errno as the call left it.
+  struct Outcome {
+    int result = 0;
+    int error = SSL_ERROR_NONE;
+    int sys_errno = 0;
+  };
+  // Makes `call` (an SSL call on ssl_) under the mutex until it succeeds or fails for good,
+  // waiting outside the mutex for the socket to be ready as SSL asks; the wait's error
+  // when *deadline passes.
+  template <class F>
+  absl::StatusOr<Outcome> Drive(F&& call, const Clock::time_point* deadline) {
     for (;;) {
-      int timeout = -1;
-      if (deadline) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count();
-        if (left <= 0) return absl::DeadlineExceededError("peer stalled in the middle of a frame");
-        timeout = static_cast<int>(left);
+      Outcome o;
+      {
+        absl::MutexLock lock(&mu_);
+        errno = 0;
+        o.result = call();
+        if (o.result > 0) return o;
+        o.error = SSL_get_error(ssl_, o.result);
+        o.sys_errno = errno;
       }
-      pollfd p{fd_.get(), events, 0};
-      const int r = ::poll(&p, 1, timeout);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return absl::UnavailableError(absl::StrCat("poll: ", std::strerror(errno)));
-      if (r > 0) return absl::OkStatus();  // ready (or hung up: the next call says which)
+      if (o.error != SSL_ERROR_WANT_READ && o.error != SSL_ERROR_WANT_WRITE) return o;
+      if (absl::Status st = WaitReady(fd_.get(), o.error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT,
+                                      deadline);
+          !st.ok()) {
+        return st;
+      }
     }
   }
 
