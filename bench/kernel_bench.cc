@@ -6,8 +6,9 @@
 //
 //   kernel_bench [--benchmark_filter=Q4_K] [--benchmark_min_time=0.2]
 //
-// The weights go through CpuBackend::UploadWeight as a model's do (Q8_0 / Q4_0 regrouped
-// where the CPU has the kernel for it; CASCADE_GROUP_ROWS=0 keeps the file's layout).
+// The weights go through CpuBackend::UploadWeight as a model's do (copied into huge pages,
+// Q8_0 / Q4_0 regrouped where the CPU has the kernel for it; CASCADE_COPY_WEIGHTS=0 uses
+// them in place, in the file's layout).
 //
 // bytes_per_second counts weight bytes (what decode streams); the "GFLOPS" counter counts
 // 2 * rows * cols * n per matmul. CASCADE_CPU_ISA=scalar measures the portable path.
@@ -71,9 +72,9 @@ void RunMatMul(benchmark::State& state, const Weight& w, int64_t n, int threads,
   CpuBackendOptions opt;
   opt.threads = threads;
   opt.quantized_activations = quantized_act;
-  // CASCADE_GROUP_ROWS=0: the weights as the file lays them out, never regrouped.
-  const char* group = std::getenv("CASCADE_GROUP_ROWS");
-  opt.group_rows = group == nullptr || std::string(group) != "0";
+  // CASCADE_COPY_WEIGHTS=0: the weights used in place, as the file lays them out.
+  const char* copy = std::getenv("CASCADE_COPY_WEIGHTS");
+  opt.copy_weights = copy == nullptr || std::string(copy) != "0";
   CpuBackend be(opt);
   const absl::StatusOr<TensorView> view = be.UploadWeight(w.view);
   if (!view.ok()) {

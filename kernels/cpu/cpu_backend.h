@@ -28,11 +28,13 @@ struct CpuBackendOptions {
   bool quantized_activations = true;
   // Cap on the SIMD level; the CPU's best level is used when it is lower.
   CpuIsa max_isa = CpuIsa::kAvx512;
-  // With quantized activations, UploadWeight regroups Q8_0 / Q4_0 weights 16 rows at a time
-  // (kernels/cpu/row_groups.h) where the ISA has a kernel for that layout (AVX-512 VNNI):
-  // a copy of the weight in memory the backend owns, read faster than the file's rows.
-  // Same results bit for bit; off: the weights are used in place.
-  bool group_rows = true;
+  // UploadWeight copies each weight into memory the backend owns, in 2 MiB transparent huge
+  // pages where the kernel gives them (decode streams the weights: faster than from 4 KiB
+  // pages), and releases the source's pages (so the weights are in memory once). With
+  // quantized activations, Q8_0 / Q4_0 weights are regrouped 16 rows at a time on the way
+  // (kernels/cpu/row_groups.h) where the ISA has a kernel for that layout (AVX-512 VNNI).
+  // Same results bit for bit. Off: the weights are used in place (zero copy).
+  bool copy_weights = true;
 };
 
 class CpuBackend final : public Backend {
@@ -47,8 +49,8 @@ class CpuBackend final : public Backend {
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
-  // Returns the view unchanged (zero copy), or a grouped copy (CpuBackendOptions::group_rows)
-  // owned by this backend until it is destroyed.
+  // A copy of the weight (CpuBackendOptions::copy_weights), owned by this backend until it is
+  // destroyed; or, with copy_weights off, the view unchanged (zero copy).
   absl::StatusOr<TensorView> UploadWeight(const TensorView& host) override;
   void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n, int64_t kv_dim,
                float* k_pool, float* v_pool) override;
@@ -83,7 +85,7 @@ class CpuBackend final : public Backend {
   std::vector<Scratch> thread_scratch_;  // per thread, grow-only
   Scratch packed_act_;                   // float prefill activations, packed; grow-only
   // Grows *s to at least `floats` floats (contents not kept).
-  std::vector<DeviceBuffer> grouped_weights_;  // what UploadWeight regrouped
+  std::vector<DeviceBuffer> weights_;  // what UploadWeight copied
   static void GrowScratch(Scratch* s, size_t floats);
   // Runs run(r0, r1, thread) over rows [0, rows) of a matmul of n tokens doing `work`
   // multiply-adds, in ranges whose bounds are multiples of `unit` (or `rows`); calls

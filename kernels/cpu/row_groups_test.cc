@@ -74,7 +74,7 @@ TEST(RowGroups, GroupedMatmulIsBitForBitTheFileLayoutKernels) {
       for (int threads : {1, 2}) {
         CpuBackendOptions on, off;
         on.threads = off.threads = threads;
-        off.group_rows = false;
+        off.copy_weights = false;
         CpuBackend grouped(on), plain(off);
         const TensorView gv = grouped.UploadWeight(w.view).value();
         const TensorView pv = plain.UploadWeight(w.view).value();
@@ -166,8 +166,13 @@ TEST(RowGroups, GetRowsOfAGroupedWeightAreTheFilesRows) {
   }
 }
 
-TEST(RowGroups, WeightsThatCannotBeGroupedAreUsedInPlace) {
+// Weights that cannot be grouped are copied as they are (into the backend's huge pages);
+// with copy_weights off, nothing is copied.
+TEST(RowGroups, WeightsThatCannotBeGroupedAreCopiedAsTheyAre) {
   CpuBackend be({});
+  CpuBackendOptions in_place;
+  in_place.copy_weights = false;
+  CpuBackend zero_copy(in_place);
   for (auto [type, rows, cols] :
        {std::tuple<TensorType, int64_t, int64_t>{TensorType::kQ4_0, 40, 64},
         {TensorType::kQ4_K, 32, 256},
@@ -175,9 +180,20 @@ TEST(RowGroups, WeightsThatCannotBeGroupedAreUsedInPlace) {
     const TestWeight w = MakeWeight(type, rows, cols, 1);
     const TensorView v = be.UploadWeight(w.view).value();
     EXPECT_EQ(v.layout, WeightLayout::kRows) << TensorTypeName(type);
-    EXPECT_EQ(v.data, w.view.data) << TensorTypeName(type);
+    EXPECT_NE(v.data, w.view.data) << TensorTypeName(type);
+    ASSERT_EQ(v.nbytes, w.view.nbytes);
+    EXPECT_EQ(std::memcmp(v.data, w.bytes.data(), v.nbytes), 0) << TensorTypeName(type);
+    EXPECT_EQ(zero_copy.UploadWeight(w.view).value().data, w.view.data) << TensorTypeName(type);
+    // The source's pages were released, never its contents.
+    std::vector<float> a(rows * cols), b(rows * cols);
+    std::vector<int32_t> ids(rows);
+    for (int64_t r = 0; r < rows; ++r) ids[r] = static_cast<int32_t>(r);
+    be.GetRows(v, ids.data(), rows, a.data());
+    be.GetRows(w.view, ids.data(), rows, b.data());
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a, w.dequant);
   }
-  // Nor with float activations (the grouped kernel multiplies quantized ones).
+  // Nor grouped with float activations (the grouped kernel multiplies quantized ones).
   CpuBackendOptions f32;
   f32.quantized_activations = false;
   CpuBackend exact(f32);
