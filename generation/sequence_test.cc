@@ -44,7 +44,9 @@ TEST_F(SequenceTest, MaxTokensEndsWithLengthAndEveryTokenIsShown) {
     EXPECT_TRUE(step.appended);
     text += step.text;
     EXPECT_EQ(step.finished, i == 2);
-    if (step.finished) EXPECT_EQ(step.reason, FinishReason::kLength);
+    if (step.finished) {
+      EXPECT_EQ(step.reason, FinishReason::kLength);
+    }
   }
   text += s.Flush();
   EXPECT_EQ(text, ", there was");

@@ -362,7 +362,7 @@ TEST_F(ClusterFaults, GarbageAndMisshapenFramesAreRejectedWhileServingContinues)
   {
     // A stranger's frame on TCP: its connection is dropped, nothing is answered.
     auto owned = MakeTcpActivationSender(tcp_address->host_port,
-                                         {.connect_timeout = std::chrono::seconds(5)});
+                                         {.connect_timeout = std::chrono::seconds(5), .link_key = {}});
     ActivationSender& sender = *owned;
     StageFrame f;
     f.plan_id = status.plan_id();

@@ -41,7 +41,8 @@ TEST(StageHost, StatusAndHeartbeatsAnswerWhileALoadIsUnderWay) {
   ::unlink(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   FrameRouter router;
-  StageHost host({.threads = 1, .device = {DeviceKind::kCpu, 0}}, &router);
+  StageHost host({.threads = 1, .device = {DeviceKind::kCpu, 0}, .model_dir = {}, .tp = nullptr},
+                 &router);
   auto load = std::async(std::launch::async, [&] { return host.Load(Request(fifo)); });
   // Heartbeats see LOADING while the load is blocked.
   bool saw_loading = false;
@@ -79,7 +80,8 @@ TEST(StageHost, StatusAndHeartbeatsAnswerWhileALoadIsUnderWay) {
 
 TEST(StageHost, BadRequestsAreRefusedBeforeAnythingChanges) {
   FrameRouter router;
-  StageHost host({.threads = 1, .device = {DeviceKind::kCpu, 0}}, &router);
+  StageHost host({.threads = 1, .device = {DeviceKind::kCpu, 0}, .model_dir = {}, .tp = nullptr},
+                 &router);
   ASSERT_TRUE(host.Load(Request(testing::BundledModel())).ok());
   auto bad = Request(testing::BundledModel());
   bad.set_device("tpu");
@@ -99,7 +101,8 @@ TEST(StageHost, BadRequestsAreRefusedBeforeAnythingChanges) {
 
 TEST(StageHost, UnloadOnlyItsPlanAndDrainLeaveItIdle) {
   FrameRouter router;
-  StageHost host({.threads = 1, .device = {DeviceKind::kCpu, 0}}, &router);
+  StageHost host({.threads = 1, .device = {DeviceKind::kCpu, 0}, .model_dir = {}, .tp = nullptr},
+                 &router);
   ASSERT_TRUE(host.Load(Request(testing::BundledModel())).ok());
   EXPECT_EQ(host.Unload(8).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(host.state(), v1::WORKER_STATE_SERVING);

@@ -2,8 +2,8 @@
 // time (AVX2/FMA/F16C when present, a portable path otherwise).
 //
 // Contract: see kernels/backend.h. Owns a ThreadPool of `threads` threads (the caller's
-// thread included) and grow-only scratch buffers, so one CpuBackend serves one stage
-// executor thread at a time. Work is split by output rows (matmul: chunks claimed
+// thread included), grow-only scratch buffers and the weights UploadWeight copied (freed
+// with the backend), so one CpuBackend serves one stage executor thread at a time. Work is split by output rows (matmul: chunks claimed
 // dynamically; for float prefill the threads first pack the activations once together)
 // or by rows / (query, KV head) (other ops), never inside a dot product, which keeps
 // results independent of the thread count.
