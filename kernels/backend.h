@@ -108,8 +108,10 @@ class Backend {
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
   virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
-  // Makes a weight usable by this backend: the CPU returns it unchanged (zero copy from the
-  // file mapping); a GPU copies it to device memory it owns for its lifetime.
+  // Makes a weight usable by this backend: a copy in memory the backend owns for its
+  // lifetime (the CPU: in huge pages, perhaps in another row layout, the source's pages
+  // released; a GPU: in device memory), or, for a CPU backend told not to copy, the view
+  // unchanged (zero copy from the file mapping). Only this backend reads the result.
   virtual absl::StatusOr<TensorView> UploadWeight(const TensorView& host) = 0;
   // Waits for queued device work (no-op on the CPU).
   virtual void Synchronize() {}
