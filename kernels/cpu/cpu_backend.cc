@@ -82,14 +82,18 @@ absl::StatusOr<TensorView> CpuBackend::UploadWeight(const TensorView& host) {
   // from memory, and with 2 MiB pages it neither misses the TLB every 4 KiB nor stops the
   // hardware prefetchers at each 4 KiB page end (TinyLlama Q8_0, one Zen 5 thread: 19-21
   // -> 22-26 tokens/s). Not zeroed: every byte is written next.
+  // Weights under one huge page keep 64-byte alignment and small pages (a model's norms and
+  // small matrices would otherwise take 2 MiB each).
   constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t bytes = (host.nbytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, bytes);
+  const bool huge = host.nbytes >= kHugePage;
+  const size_t align = huge ? kHugePage : 64;
+  const size_t bytes = (host.nbytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, bytes);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", host.nbytes, " bytes for weight ", host.name));
   }
-  ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP, 4 KiB pages
+  if (huge) ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP, 4 KiB pages
   DeviceBuffer buf(p, host.nbytes, MemoryKind::kHost, [](void* q) { std::free(q); });
   auto* dst = buf.as<uint8_t>();
   if (group) {
