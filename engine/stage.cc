@@ -68,26 +68,32 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
 
   // Weights as the backend will use them.
   const ModelWeights& w = *s->weights_;
+  bool all_copied = true;  // the backend made its own copy of every matrix
+  auto upload = [&](const TensorView& host) -> absl::StatusOr<TensorView> {
+    CASCADE_ASSIGN_OR_RETURN(TensorView v, be.UploadWeight(host));
+    all_copied = all_copied && v.data != host.data;
+    return v;
+  };
   if (w.token_embd) {
-    CASCADE_ASSIGN_OR_RETURN(s->token_embd_, be.UploadWeight(*w.token_embd));
+    CASCADE_ASSIGN_OR_RETURN(s->token_embd_, upload(*w.token_embd));
   }
   if (w.has_head) {
     if (w.output == w.token_embd) {
       s->output_ = s->token_embd_;
     } else {
-      CASCADE_ASSIGN_OR_RETURN(s->output_, be.UploadWeight(*w.output));
+      CASCADE_ASSIGN_OR_RETURN(s->output_, upload(*w.output));
     }
     CASCADE_ASSIGN_OR_RETURN(s->output_norm_, s->UploadVector(w.output_norm));
   }
   for (const LayerWeights& lw : w.layers) {
     ResidentLayer r;
-    CASCADE_ASSIGN_OR_RETURN(r.wq, be.UploadWeight(*lw.wq));
-    CASCADE_ASSIGN_OR_RETURN(r.wk, be.UploadWeight(*lw.wk));
-    CASCADE_ASSIGN_OR_RETURN(r.wv, be.UploadWeight(*lw.wv));
-    CASCADE_ASSIGN_OR_RETURN(r.wo, be.UploadWeight(*lw.wo));
-    CASCADE_ASSIGN_OR_RETURN(r.w_gate, be.UploadWeight(*lw.w_gate));
-    CASCADE_ASSIGN_OR_RETURN(r.w_up, be.UploadWeight(*lw.w_up));
-    CASCADE_ASSIGN_OR_RETURN(r.w_down, be.UploadWeight(*lw.w_down));
+    CASCADE_ASSIGN_OR_RETURN(r.wq, upload(*lw.wq));
+    CASCADE_ASSIGN_OR_RETURN(r.wk, upload(*lw.wk));
+    CASCADE_ASSIGN_OR_RETURN(r.wv, upload(*lw.wv));
+    CASCADE_ASSIGN_OR_RETURN(r.wo, upload(*lw.wo));
+    CASCADE_ASSIGN_OR_RETURN(r.w_gate, upload(*lw.w_gate));
+    CASCADE_ASSIGN_OR_RETURN(r.w_up, upload(*lw.w_up));
+    CASCADE_ASSIGN_OR_RETURN(r.w_down, upload(*lw.w_down));
     CASCADE_ASSIGN_OR_RETURN(r.attn_norm, s->UploadVector(lw.attn_norm));
     CASCADE_ASSIGN_OR_RETURN(r.ffn_norm, s->UploadVector(lw.ffn_norm));
     CASCADE_ASSIGN_OR_RETURN(r.bq, s->UploadVector(lw.bq));
@@ -95,6 +101,9 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
     CASCADE_ASSIGN_OR_RETURN(r.bv, s->UploadVector(lw.bv));
     s->layers_.push_back(std::move(r));
   }
+  // A tensor-parallel shard's column slices were copied here once already: with the
+  // backend's own copies, those are not needed again.
+  if (all_copied) s->weights_->ReleaseOwnedBytes();
 
   KvCacheOptions kv;
   kv.n_layers = range.size();

@@ -108,6 +108,49 @@ TEST(TensorParallelShard, EachRankHoldsItsShareOfTheWeights) {
   }
 }
 
+// Once a backend holds copies of a shard's column slices, the shard's own copies go; the
+// views keep their shapes (the memory report still counts them), and the mapping's views
+// are untouched.
+TEST(TensorParallelShard, ReleasingTheCopiesKeepsShapesAndMappingViews) {
+  const std::string path = testing::SharedPath("models/tiny-llama/tiny-llama-f16.gguf");
+  CASCADE_REQUIRE_SHARED(path);
+  auto src = ModelSource::Open(path);
+  ASSERT_TRUE(src.ok());
+  auto shard = MakeTpShard((*src)->config(), 1, 2);
+  ASSERT_TRUE(shard.ok());
+  auto part = ModelWeights::Bind(**src, {0, 4}, &*shard);
+  ASSERT_TRUE(part.ok()) << part.status();
+  ModelWeights& w = **part;
+  ASSERT_FALSE(w.owned_bytes.empty()) << "rank 1's column slices are copies";
+  const uint64_t before = w.matrix_bytes();
+  const uint8_t* wq = w.layers[0].wq->data;  // a row slice: a view of the mapping
+  const TensorView* wo = w.layers[0].wo;     // a column slice: a copy
+  ASSERT_NE(wo->data, nullptr);
+  w.ReleaseOwnedBytes();
+  EXPECT_TRUE(w.owned_bytes.empty());
+  EXPECT_EQ(wo->data, nullptr);
+  EXPECT_GT(wo->nbytes, 0u);
+  EXPECT_EQ(w.layers[0].wq->data, wq);
+  EXPECT_EQ(w.matrix_bytes(), before);
+}
+
+// A rank's stage on the CPU backend (which copies every weight) releases the shard's copies.
+TEST(TensorParallelShard, AStageOfARankReleasesTheShardCopiesItUploaded) {
+  const std::string path = testing::SharedPath("models/tiny-llama/tiny-llama-f16.gguf");
+  CASCADE_REQUIRE_SHARED(path);
+  auto src = ModelSource::Open(path);
+  ASSERT_TRUE(src.ok());
+  std::vector<bool> released(2, false);
+  OnEveryRank(2, [&](Collective& rank) {
+    StageOptions o;
+    o.tp = &rank;
+    auto stage = Stage::Create(**src, o);
+    if (stage.ok()) released[rank.rank()] = (*stage)->weights().owned_bytes.empty();
+  });
+  EXPECT_TRUE(released[0]);
+  EXPECT_TRUE(released[1]);
+}
+
 TEST(TensorParallelShard, RefusesSplitsThatDoNotFit) {
   ModelConfig c;
   c.n_heads = 8;

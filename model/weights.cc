@@ -164,6 +164,17 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Bind(const ModelSour
   return w;
 }
 
+void ModelWeights::ReleaseOwnedBytes() {
+  for (const auto& bytes : owned_bytes) {
+    const uint8_t* begin = bytes->data();
+    const uint8_t* end = begin + bytes->size();
+    for (const auto& v : owned_views) {
+      if (v->data != nullptr && v->data >= begin && v->data < end) v->data = nullptr;
+    }
+  }
+  owned_bytes.clear();
+}
+
 uint64_t ModelWeights::matrix_bytes() const {
   uint64_t total = 0;
   for (const auto& l : layers) {

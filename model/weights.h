@@ -7,7 +7,8 @@
 //   A missing tensor, a wrong shape, or a matmul weight of a type the kernels cannot use is
 //   an error naming the tensor, what was found and what was expected.
 // - Norm weights and biases are converted to F32 copies owned here (they are tiny); large
-//   matrices stay in the source's mapping. The ModelSource must outlive the ModelWeights.
+//   matrices are views of the source's mapping (a backend may copy them: see
+//   Backend::UploadWeight). The ModelSource must outlive the ModelWeights.
 // - With a TpShard (model/tensor_parallel.h) only that rank's part of each matrix and bias
 //   is bound: row slices are views of the mapping, column slices and gathered KV rows are
 //   copies owned here. Shapes are then the local ones (e.g. wq is (heads_here * head_dim,
@@ -61,6 +62,10 @@ struct ModelWeights {
                                                             const TpShard* shard = nullptr);
   // Bytes of the matrices this stage reads per token (for memory plans and benchmarks).
   uint64_t matrix_bytes() const;
+
+  // Frees the tensor-parallel parts made here, once a backend holds copies of them: their
+  // views keep name, type and shape (matrix_bytes() still counts them), with data null.
+  void ReleaseOwnedBytes();
 
   // The tensor-parallel parts made here (views of them are above).
   std::vector<std::unique_ptr<TensorView>> owned_views;

@@ -22,11 +22,13 @@ absl::Status NcclStatus(ncclResult_t r, absl::string_view who, absl::string_view
 absl::StatusOr<ncclComm_t> InitNcclComm(Collective& control, absl::string_view who) {
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
-  if (control.rank() == 0) {
-    CASCADE_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), who, "ncclGetUniqueId"));
-  }
-  std::string bytes(reinterpret_cast<const char*>(&id), sizeof(id));
+  absl::Status drawn;
+  if (control.rank() == 0) drawn = NcclStatus(ncclGetUniqueId(&id), who, "ncclGetUniqueId");
+  // Rank 0 broadcasts even when it has no id (then nothing), so no rank waits for it.
+  std::string bytes = drawn.ok() ? std::string(reinterpret_cast<const char*>(&id), sizeof(id))
+                                 : std::string();
   CASCADE_RETURN_IF_ERROR(BroadcastString(control, &bytes, 0));
+  CASCADE_RETURN_IF_ERROR(drawn);
   if (bytes.size() != sizeof(id)) {
     return absl::DataLossError(absl::StrCat(who, ": the NCCL id arrived with ", bytes.size(),
                                             " bytes, not ", sizeof(id)));

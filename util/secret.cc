@@ -44,7 +44,7 @@ bool SecretsEqual(absl::string_view a, absl::string_view b) {
 
 bool BearerMatches(absl::string_view authorization, absl::string_view key) {
   constexpr absl::string_view kScheme = "Bearer ";  // the scheme's case does not matter
-  if (!absl::StartsWithIgnoreCase(authorization, kScheme)) return false;
+  if (key.empty() || !absl::StartsWithIgnoreCase(authorization, kScheme)) return false;
   return SecretsEqual(authorization.substr(kScheme.size()), key);
 }
 

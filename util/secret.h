@@ -20,7 +20,8 @@ namespace cascade {
 std::string RandomSecret(size_t bytes = 16);
 bool SecretsEqual(absl::string_view a, absl::string_view b);
 // Whether an HTTP or gRPC "authorization" value is "Bearer <key>" (the scheme in any
-// case, RFC 7235; the key compared as SecretsEqual does; nothing is allocated).
+// case, RFC 7235; the key compared as SecretsEqual does; nothing is allocated). Never for
+// an empty key.
 bool BearerMatches(absl::string_view authorization, absl::string_view key);
 // The file's contents without surrounding whitespace (a trailing newline is common).
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path);

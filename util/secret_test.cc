@@ -39,6 +39,7 @@ TEST(Secret, BearerMatchesOnlyTheKeyUnderTheBearerScheme) {
   EXPECT_FALSE(BearerMatches("Bearer ", "k3y"));
   EXPECT_FALSE(BearerMatches("", "k3y"));
   EXPECT_FALSE(BearerMatches("Bearerk3y", "k3y"));
+  EXPECT_FALSE(BearerMatches("Bearer ", ""));  // an empty key matches nothing
 }
 
 TEST(Secret, ReadSecretFileStripsWhitespaceAndRefusesEmptyOrMissingFiles) {

@@ -20,17 +20,6 @@
 
 namespace cascade {
 
-uint64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
-
 // The Worker control-plane service: a thin adapter over the StageHost.
 class WorkerServer::WorkerService final : public v1::Worker::Service {
  public:

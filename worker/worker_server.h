@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "util/system_memory.h"  // AvailableMemoryBytes, for the callers of WorkerOptions
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -110,9 +111,6 @@ class WorkerServer {
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   std::string coordinator_secret_ ABSL_GUARDED_BY(mu_);
 };
-
-// Bytes of memory available on this machine (MemAvailable), or 0 if unknown.
-uint64_t AvailableMemoryBytes();
 
 }  // namespace cascade
 

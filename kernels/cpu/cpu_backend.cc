@@ -12,7 +12,9 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/row_groups.h"
 #include "tensor/quant.h"
+#include "util/logging.h"
 #include "util/status_macros.h"
+#include "util/system_memory.h"
 
 namespace cascade {
 namespace {
@@ -75,6 +77,20 @@ absl::StatusOr<TensorView> CpuBackend::UploadWeight(const TensorView& host) {
   if (!options_.copy_weights || host.layout != WeightLayout::kRows || host.nbytes == 0) {
     return host;
   }
+  // A model larger than the memory left runs from the file mapping (pages the kernel can
+  // drop and read again) rather than not at all: weights are copied while the copy leaves
+  // 1 GiB or 5% of the memory available (the source's pages are released after each).
+  const uint64_t available = AvailableMemoryBytes();
+  const uint64_t reserve = std::max<uint64_t>(uint64_t{1} << 30, available / 20);
+  if (available != 0 && host.nbytes + reserve > available) {
+    if (!warned_in_place_) {
+      spdlog::warn("{}: not enough memory to copy the weights ({} MiB available); this one and "
+                   "those that do not fit are used in place from the file mapping",
+                   host.name, available >> 20);
+      warned_in_place_ = true;
+    }
+    return host;
+  }
   const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
   const bool group = options_.quantized_activations && kt.grouped_matmul != nullptr &&
                      host.n_dims <= 2 && cpu::RowGroupable(host.type, host.rows(), host.cols());
@@ -116,7 +132,12 @@ absl::StatusOr<TensorView> CpuBackend::UploadWeight(const TensorView& host) {
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(host.data) + page - 1) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(host.data) + host.nbytes) / page * page;
+#ifdef MADV_PAGEOUT  // Linux 5.4: older kernels refuse it (EINVAL) and keep both copies
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+#else
+  (void)begin;
+  (void)end;
+#endif
   TensorView copy = host;
   copy.data = dst;
   if (group) copy.layout = WeightLayout::kRowGroups16;
@@ -179,6 +200,7 @@ void CpuBackend::MatMulGrouped(const TensorView& w, const float* x, int64_t n, f
 }
 
 void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y) {
+  if (n <= 0) return;
   if (w.layout == WeightLayout::kRowGroups16) {
     MatMulGrouped(w, x, n, y);
     return;

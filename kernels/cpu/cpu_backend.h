@@ -33,7 +33,8 @@ struct CpuBackendOptions {
   // pages), and releases the source's pages (so the weights are in memory once). With
   // quantized activations, Q8_0 / Q4_0 weights are regrouped 16 rows at a time on the way
   // (kernels/cpu/row_groups.h) where the ISA has a kernel for that layout (AVX-512 VNNI).
-  // Same results bit for bit. Off: the weights are used in place (zero copy).
+  // Same results bit for bit. Off, or for the weights that no longer fit in the memory
+  // available (less 1 GiB or 5%): used in place (zero copy).
   bool copy_weights = true;
 };
 
@@ -86,6 +87,7 @@ class CpuBackend final : public Backend {
   Scratch packed_act_;                   // float prefill activations, packed; grow-only
   // Grows *s to at least `floats` floats (contents not kept).
   std::vector<DeviceBuffer> weights_;  // what UploadWeight copied
+  bool warned_in_place_ = false;       // UploadWeight said it ran out of room to copy
   static void GrowScratch(Scratch* s, size_t floats);
   // Runs run(r0, r1, thread) over rows [0, rows) of a matmul of n tokens doing `work`
   // multiply-adds, in ranges whose bounds are multiples of `unit` (or `rows`); calls

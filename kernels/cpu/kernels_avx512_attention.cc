@@ -150,21 +150,24 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride + kvh * hd;
     const float* k = p.k_pool + base;
     const float* v = p.v_pool + base;
-    // Scores: two heads at a time, 8 positions at a time; a last odd head, and positions
-    // past the last 8, as AVX2 computes them (the table's dot is AVX2's Dot).
+    // Scores: two heads at a time (a last odd head, or a group of one, with itself in the
+    // other half), 8 positions at a time; positions past the last 8 as AVX2 computes them
+    // (the table's dot is AVX2's Dot).
     for (int g = 0; g < group; g += 2) {
+      const bool pair = g + 1 < group;
       const float* qa = q.q + (h0 + g) * hd;
+      const float* qb = pair ? qa + hd : qa;
       float* sa = scratch + g * p.block_size;
+      float unused[8];
       int j = 0;
-      if (g + 1 < group) {
-        const float* qb = qa + hd;
-        float* sb = sa + p.block_size;
-        for (; j + 8 <= count; j += 8) {
-          Scores8x2(qa, qb, k + j * kv_stride, kv_stride, hd, p.scale, sa + j, sb + j);
-        }
-        for (int i = j; i < count; ++i) sb[i] = avx2.dot(qb, k + i * kv_stride, hd) * p.scale;
+      for (; j + 8 <= count; j += 8) {
+        Scores8x2(qa, qb, k + j * kv_stride, kv_stride, hd, p.scale, sa + j,
+                  pair ? sa + p.block_size + j : unused);
       }
-      for (; j < count; ++j) sa[j] = avx2.dot(qa, k + j * kv_stride, hd) * p.scale;
+      for (; j < count; ++j) {
+        sa[j] = avx2.dot(qa, k + j * kv_stride, hd) * p.scale;
+        if (pair) sa[p.block_size + j] = avx2.dot(qb, k + j * kv_stride, hd) * p.scale;
+      }
     }
     for (int g = 0; g < group; ++g) {
       float* s = scratch + g * p.block_size;
