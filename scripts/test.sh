@@ -23,7 +23,8 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DCASCADE_SANITIZE=address,undefined -DCASCADE_FUZZ=ON -DCASCADE_CUDA=OFF \
   -DCASCADE_BUILD_BENCH=OFF ${CMAKE_ARGS:-}
 SANITIZED_TESTS=(cascade_model_tests cascade_corrupt_tests cascade_generation_tests
-                 cascade_transport_tests cascade_coordinator_tests)
+                 cascade_transport_tests cascade_coordinator_tests cascade_worker_tests
+                 cascade_kernels_tests cascade_engine_tests cascade_util_tests)
 cmake --build build-fuzz -j"$JOBS" --target cascade cascade-coordinator cascade-worker cascade-mpi \
   "${SANITIZED_TESTS[@]}" fuzz_gguf fuzz_safetensors fuzz_hf_config fuzz_tokenizer_json \
   fuzz_frame fuzz_tcp_reader fuzz_openai_request

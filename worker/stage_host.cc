@@ -213,6 +213,7 @@ std::unique_ptr<Stage> StageHost::StopStage(bool graceful, bool keep) {
   if (executor) {
     executor->Stop(graceful);
     if (keep) stage = executor->ReleaseStage();
+    executor.reset();  // its receiver reads the inbox: gone before the inbox is
   }
   inbox_.reset();
   loaded_.reset();
