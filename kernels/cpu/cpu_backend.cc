@@ -178,25 +178,36 @@ void CpuBackend::MatMulGrouped(const TensorView& w, const float* x, int64_t n, f
   const size_t bytes = kt.grouped_tokens_bytes(n, k);
   if (act_scratch_.size() < bytes) act_scratch_.resize(bytes);
   uint8_t* xp = act_scratch_.data();
-  auto prep = [&](int64_t b, int64_t e) { kt.prepare_grouped(w.type, x, k, n, b, e, xp); };
+  ForTokens(n, k, [&](int64_t b, int64_t e) { kt.prepare_grouped(w.type, x, k, n, b, e, xp); });
+  const cpu::MatmulTask whole = TaskOf(w, xp, 0, n, y);
+  SplitRows(rows, rows * k * n, n, cpu::kRowGroup, [] {}, [&](int64_t r0, int64_t r1, int) {
+    cpu::MatmulTask t = whole;
+    t.r0 = r0;
+    t.r1 = r1;
+    kt.grouped_matmul(t, w.type);
+  });
+}
+
+cpu::MatmulTask CpuBackend::TaskOf(const TensorView& w, const uint8_t* x, size_t x_stride,
+                                   int64_t n, float* y) {
+  cpu::MatmulTask t;
+  t.w = w.data;
+  t.w_stride = w.row_bytes();
+  t.k = w.cols();
+  t.x = x;
+  t.x_stride = x_stride;
+  t.n = n;
+  t.y = y;
+  t.ldy = w.rows();
+  return t;
+}
+
+void CpuBackend::ForTokens(int64_t n, int64_t k, absl::FunctionRef<void(int64_t, int64_t)> prep) {
   if (n > 1 && n * k >= kMinParallelWork) {
     pool_.ParallelFor(n, 1, prep);
   } else {
     prep(0, n);
   }
-  SplitRows(rows, rows * k * n, n, cpu::kRowGroup, [] {}, [&](int64_t r0, int64_t r1, int) {
-    cpu::MatmulTask t;
-    t.w = w.data;
-    t.w_stride = w.row_bytes();
-    t.k = k;
-    t.x = xp;
-    t.n = n;
-    t.y = y;
-    t.ldy = rows;
-    t.r0 = r0;
-    t.r1 = r1;
-    kt.grouped_matmul(t, w.type);
-  });
 }
 
 void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y) {
@@ -216,14 +227,9 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     x_stride = cpu::ActRowBytes(fmt, k);
     if (act_scratch_.size() < x_stride * n) act_scratch_.resize(x_stride * n);
     auto quant = fmt == cpu::ActFormat::kQ8_0 ? kt.quantize_q8_0 : kt.quantize_q8k;
-    auto prep = [&](int64_t b, int64_t e) {
+    ForTokens(n, k, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) quant(x + i * k, k, act_scratch_.data() + i * x_stride);
-    };
-    if (n * k >= kMinParallelWork) {
-      pool_.ParallelFor(n, 1, prep);
-    } else {
-      prep(0, n);
-    }
+    });
     xp = act_scratch_.data();
   }
   // Per-thread scratch: weight panels converted or dequantized, packed activations.
@@ -247,16 +253,9 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     });
     packed_x = packed_act_.data.get();
   };
+  const cpu::MatmulTask whole = TaskOf(w, xp, x_stride, n, y);
   SplitRows(rows, rows * k * n, n, 8, pack, [&](int64_t r0, int64_t r1, int thread) {
-    cpu::MatmulTask t;
-    t.w = w.data;
-    t.w_stride = w.row_bytes();
-    t.k = k;
-    t.x = xp;
-    t.x_stride = x_stride;
-    t.n = n;
-    t.y = y;
-    t.ldy = rows;
+    cpu::MatmulTask t = whole;
     t.r0 = r0;
     t.r1 = r1;
     t.scratch = thread_scratch_[thread].data.get();

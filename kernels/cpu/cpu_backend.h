@@ -17,6 +17,7 @@
 #include "absl/functional/function_ref.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_table.h"
 #include "util/thread_pool.h"
 
 namespace cascade {
@@ -96,6 +97,13 @@ class CpuBackend final : public Backend {
                  absl::FunctionRef<void()> before_split,
                  absl::FunctionRef<void(int64_t, int64_t, int)> run);
   void MatMulGrouped(const TensorView& w, const float* x, int64_t n, float* y);
+  // The matmul of w by n prepared activation rows (x, x_stride bytes apart) into y, all
+  // rows (the caller sets its row range and scratch).
+  static cpu::MatmulTask TaskOf(const TensorView& w, const uint8_t* x, size_t x_stride,
+                                int64_t n, float* y);
+  // Runs prep over token ranges of [0, n): split over the threads when n tokens of k
+  // elements are worth it.
+  void ForTokens(int64_t n, int64_t k, absl::FunctionRef<void(int64_t, int64_t)> prep);
   // Grows every thread's scratch to at least `floats` floats.
   void EnsureThreadScratch(size_t floats);
 };
