@@ -13,6 +13,20 @@
 #ifndef CASCADE_KERNELS_CPU_ISA_TARGET_H_
 #define CASCADE_KERNELS_CPU_ISA_TARGET_H_
 
+// The inner loops' helpers are inlined whatever the compiler's size heuristics say: a call
+// there spills every live vector register (all are call-clobbered) and clears the upper
+// halves (vzeroupper).
+#define CASCADE_HOT inline __attribute__((always_inline))
+
+// gcc 12 reports its own AVX-512 intrinsics (unpack, shifts, inserts, gathers: those whose
+// header passes an undefined vector as the unused merge source) as reading uninitialized
+// values wherever they are inlined (GCC bug 105593, fixed in gcc 13). Silenced in the
+// kernel files that include this header.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #define CASCADE_PRAGMA(x) _Pragma(#x)
 #if defined(__clang__)
 #define CASCADE_TARGET_BEGIN(isa) \

@@ -12,10 +12,6 @@
 // AVX2's, line for line.
 //
 // Compiled for AVX-512 F/BW/VL/DQ in one region after every include (isa_target.h).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 #include <immintrin.h>
 
@@ -32,8 +28,6 @@ CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
 
 namespace cascade::cpu::avx512 {
 namespace {
-
-#define CASCADE_HOT inline __attribute__((always_inline))
 
 // AVX2's Exp8, 16 lanes at a time (the same operations on every lane).
 CASCADE_HOT __m512 Exp16(__m512 x) {

@@ -38,13 +38,6 @@
 // interleaved row streams are more than the hardware prefetcher follows).
 //
 // Compiled for AVX-512 F/BW/VL/DQ + VNNI in one region after every include (isa_target.h).
-// gcc 12 reports its own AVX-512 intrinsics (unpack, shifts, inserts, gathers: those whose
-// header passes an undefined vector as the unused merge source) as reading uninitialized
-// values wherever they are inlined (GCC bug 105593, fixed in gcc 13).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 #include <immintrin.h>
 
@@ -69,11 +62,6 @@ constexpr int kGroup = 16;  // weight rows per group: one per float lane
 // thread, Q4_0 74 MB (3 rounds, GB/s): no prefetch 7.5-8.2, 1 group ahead into L1 10-11,
 // into L2 13-18, 2 ahead 15.5-20.6 (3 and 4 ahead within the noise of 2).
 constexpr int64_t kGroupsAhead = 2;
-
-// The helpers of the inner loops are inlined whatever gcc's size heuristics say: a call
-// there spills every live vector register (all are call-clobbered) and clears the upper
-// halves (vzeroupper).
-#define CASCADE_HOT inline __attribute__((always_inline))
 
 // Prefetches `bytes` at p into L2: a later group of rows, during this one. (Into L1 it
 // would evict the current one: two groups of 16 K-quant rows are 36 KiB.)
@@ -270,6 +258,8 @@ CASCADE_TARGET_END()
 // The integer kernels: the same plus VNNI (reached only where the CPU has it).
 CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
 
+#include "kernels/cpu/avx512_quant_util.h"
+
 namespace cascade::cpu::avx512 {
 namespace {
 
@@ -375,16 +365,6 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
     }
   }
   for (int j = 0; j < T; ++j) _mm512_mask_storeu_ps(y + j * ldy, keep, acc[j]);
-}
-
-// Sum of the 32 signed codes of a block (exact).
-inline int32_t CodeSum(const int8_t* qs) {
-  const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)),
-                                     _mm256_set1_epi8(static_cast<char>(0x80)));
-  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());  // 4 sums of (x + 128)
-  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  return static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) -
-         32 * 128;
 }
 
 template <bool kQ8>

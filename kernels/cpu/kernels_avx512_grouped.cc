@@ -13,12 +13,6 @@
 // assembly in general registers.
 //
 // Compiled for AVX-512 F/BW/VL/DQ + VNNI in one region after every include (isa_target.h).
-// gcc 12 reports some of its own AVX-512 intrinsics as reading uninitialized values
-// (GCC bug 105593, fixed in gcc 13; see kernels_avx512_decode.cc).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 #include <immintrin.h>
 
@@ -57,20 +51,10 @@ size_t GroupedTokensBytes(int64_t n, int64_t k) {
 
 CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
 
+#include "kernels/cpu/avx512_quant_util.h"
+
 namespace cascade::cpu::avx512 {
 namespace {
-
-#define CASCADE_HOT inline __attribute__((always_inline))
-
-// Sum of the 32 signed codes of a block (exact).
-CASCADE_HOT int32_t CodeSum(const int8_t* qs) {
-  const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)),
-                                     _mm256_set1_epi8(static_cast<char>(0x80)));
-  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());  // 4 sums of (x + 128)
-  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  return static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) -
-         32 * 128;
-}
 
 CASCADE_HOT __m512i Bcast4(const int8_t* p) {
   int32_t v;
