@@ -1,16 +1,19 @@
-// Internal: the AVX-512 VNNI matmul of Q8_0 / Q4_0 weights grouped 16 rows at a time
-// (row_groups.h) x Q8_0 activations, for any number of tokens (kernels_avx512_grouped.cc).
+// Internal: the AVX-512 VNNI matmul of Q8_0 / Q4_0 / Q4_K weights grouped 16 rows at a time
+// (row_groups.h) x Q8_0 (Q4_K: Q8_K) activations, for any number of tokens
+// (kernels_avx512_grouped.cc).
 //
 // Each output is bit for bit what the AVX2 kernels give for the same weight in the file's
 // layout: per 32-element block the exact integer sum S (here: 8 vpdpbusd, each adding 4
 // elements of one row in that row's own 32-bit lane, from -8 sum(x) or -128 sum(x)), then
-// y = fma(S, d_w * d_x, y) block after block. The tokens are taken in register passes of
-// up to kGroupedPassTokens; each token's sums are its own, so neither the passes, the row
+// y = fma(S, d_w * d_x, y) block after block (Q4_K: per super-block the exact S and min
+// term M, then y = fma(S, d_w * d_x, y), y = fma(-M, dmin_w * d_x, y)). The tokens are taken in register passes of
+// up to kGroupedPassTokens (Q4_K: kGroupedKPassTokens); each token's sums are its own, so neither the passes, the row
 // range nor the thread changes a bit (the batch-invariance contract of kernel_table.h).
 //
 // Contract: call only where the CPU has AVX-512 F/BW/VL/DQ and VNNI (with AVX2, FMA, F16C).
 // PrepareGroupedTokens writes the activation rows [i0, i1) of n (k floats each, k % 32 ==
-// 0) to `out`, which holds GroupedTokensBytes(n, k) bytes for all n rows; disjoint ranges
+// 0; Q4_K: k % 256 == 0) for weights of `type` to `out`, which holds
+// GroupedTokensBytes(type, n, k) bytes for all n rows; disjoint ranges
 // may be prepared concurrently. GroupedMatmul: t.w the grouped weight (t.w_stride its
 // row_bytes), t.x the n prepared rows, t.r0 and t.r1 multiples of 16. Thread-safe: writes
 // only rows [t.r0, t.r1) of y; never allocates; uses no scratch.
@@ -27,8 +30,9 @@ namespace cascade::cpu::avx512 {
 
 // Tokens held in registers by one pass over a group of rows.
 inline constexpr int64_t kGroupedPassTokens = 8;
+inline constexpr int64_t kGroupedKPassTokens = 4;
 
-size_t GroupedTokensBytes(int64_t n, int64_t k);
+size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k);
 void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
                           int64_t i1, uint8_t* out);
 void GroupedMatmul(const MatmulTask& t, TensorType type);

@@ -175,7 +175,7 @@ void CpuBackend::MatMulGrouped(const TensorView& w, const float* x, int64_t n, f
   const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
   const int64_t k = w.cols(), rows = w.rows();
   // The activations prepared once, for every thread.
-  const size_t bytes = kt.grouped_tokens_bytes(n, k);
+  const size_t bytes = kt.grouped_tokens_bytes(w.type, n, k);
   if (act_scratch_.size() < bytes) act_scratch_.resize(bytes);
   uint8_t* xp = act_scratch_.data();
   ForTokens(n, k, [&](int64_t b, int64_t e) { kt.prepare_grouped(w.type, x, k, n, b, e, xp); });

@@ -1,4 +1,4 @@
-// The AVX-512 VNNI matmul of 16-row-grouped Q8_0 / Q4_0 weights (avx512_grouped.h).
+// The AVX-512 VNNI matmul of 16-row-grouped Q8_0 / Q4_0 / Q4_K weights (avx512_grouped.h).
 //
 // Per group of 16 rows and block b of 32 elements, the 16 rows' bytes come as one run:
 // their 16 fp16 scales (one vcvtph2ps gives the 16 d_w), then 4 (Q4_0) or 8 (Q8_0) 64-byte
@@ -11,6 +11,13 @@
 // file's layout (avx512_decode.h) this drops the per-token shuffle tree that gathered
 // each row's sum from 4 lanes, the 16 strided loads and inserts per block, and the scale
 // assembly in general registers.
+//
+// Q4_K the same way per super-block of 256: per sub-block of 32, 8 vpdpbusd (low nibbles:
+// the even sub-block, high: the odd one) give each row's exact dot product in its lane,
+// times that row's 6-bit scale (vpmulld, the scales unpacked from the three packed words
+// of 16 rows at once) into S; the mins' term M is 4 vpdpwssd of the rows' min pairs by the
+// token's sub-block sums; then acc = fma(S, d * d_x, acc), acc = fma(-M, dmin * d_x, acc),
+// as the AVX2 kernel does.
 //
 // Compiled for AVX-512 F/BW/VL/DQ + VNNI in one region after every include (isa_target.h).
 
@@ -41,9 +48,22 @@ struct GroupedToken {
 };
 static_assert(sizeof(GroupedToken) == 40);
 
+// A token's Q8_K super-block as the Q4_K kernel reads it: the codes; the sums of its 8
+// sub-blocks of 32 codes as int16 pairs (0, 2), (1, 3), (4, 6), (5, 7), what the rows' min
+// pairs multiply; the scale.
+struct GroupedKToken {
+  int8_t qs[256];
+  int32_t sum_pairs[4];
+  float d;
+};
+static_assert(sizeof(GroupedKToken) == 276);
+
 }  // namespace
 
-size_t GroupedTokensBytes(int64_t n, int64_t k) {
+size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k) {
+  if (type == TensorType::kQ4_K) {
+    return static_cast<size_t>(n) * static_cast<size_t>(k / kQKK) * sizeof(GroupedKToken);
+  }
   return static_cast<size_t>(n) * static_cast<size_t>(k / kQK) * sizeof(GroupedToken);
 }
 
@@ -102,12 +122,116 @@ void GroupPass(const uint8_t* g, int64_t nb, const GroupedToken* x, int64_t xs, 
   for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
 }
 
+// Each row's 6-bit scale of sub-block `sub` (0..7) in its lane: byte sub % 4 of lo (sub <
+// 4) or hi.
+template <int kSub>
+CASCADE_HOT __m512i SubBlockScale(__m512i lo, __m512i hi) {
+  const __m512i w = kSub < 4 ? lo : hi;
+  return _mm512_and_si512(_mm512_srli_epi32(w, 8 * (kSub % 4)), _mm512_set1_epi32(0xFF));
+}
+
+// Q4_K: one group (g: its super-block 0) x T tokens (x: the tokens' super-block 0, xs tokens
+// apart) over nb super-blocks; y as GroupPass's.
+template <int T>
+void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs, float* y,
+                int64_t ldy) {
+  constexpr size_t kBlock = kRowGroup * sizeof(BlockQ4K);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m6 = _mm512_set1_epi8(0x3F);
+  const __m512i bytes02 = _mm512_set1_epi32(0x00FF00FF);
+  __m512 acc[T];
+  for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
+    // The packed scale and min words of the 16 rows -> bytes 0-3 (sub-blocks 0-3) and 4-7,
+    // as ScaleMinBytesK4 (avx512_decode) unpacks one row's.
+    const __m512i wa = _mm512_loadu_si512(g + 64);
+    const __m512i wb = _mm512_loadu_si512(g + 128);
+    const __m512i wc = _mm512_loadu_si512(g + 192);
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    const __m512i sc_lo = _mm512_and_si512(wa, m6);
+    const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(wc, m4),
+                                                    _mm512_srli_epi32(wa, 2), m30, 0xF8);
+    __m512i s[T];
+    for (int j = 0; j < T; ++j) s[j] = _mm512_setzero_si512();
+    const uint8_t* codes = g + 256;
+    // Sub-blocks 2p (low nibbles) and 2p + 1 (high) of each 64 elements p.
+    auto pair = [&]<int kP>() {
+      __m512i lo[T], hi[T];
+      for (int j = 0; j < T; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
+      for (int q = 0; q < 8; ++q) {
+        const __m512i v = _mm512_loadu_si512(codes + 64 * (8 * kP + q));
+        const __m512i cl = _mm512_and_si512(v, m4);
+        const __m512i ch = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int j = 0; j < T; ++j) {
+          lo[j] = _mm512_dpbusd_epi32(lo[j], cl, Bcast4(x[j].qs + 64 * kP + 4 * q));
+          hi[j] = _mm512_dpbusd_epi32(hi[j], ch, Bcast4(x[j].qs + 64 * kP + 32 + 4 * q));
+        }
+      }
+      const __m512i se = SubBlockScale<2 * kP>(sc_lo, sc_hi);
+      const __m512i so = SubBlockScale<2 * kP + 1>(sc_lo, sc_hi);
+      for (int j = 0; j < T; ++j) {
+        s[j] = _mm512_add_epi32(s[j], _mm512_add_epi32(_mm512_mullo_epi32(lo[j], se),
+                                                       _mm512_mullo_epi32(hi[j], so)));
+      }
+    };
+    pair.template operator()<0>();
+    pair.template operator()<1>();
+    pair.template operator()<2>();
+    pair.template operator()<3>();
+    // The mins as int16 pairs (0, 2), (1, 3), (4, 6), (5, 7) per lane.
+    const __m512i m_lo = _mm512_and_si512(wb, m6);
+    const __m512i m_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(wc, 4), m4),
+                                                   _mm512_srli_epi32(wb, 2), m30, 0xF8);
+    const __m512i mp[4] = {_mm512_and_si512(m_lo, bytes02),
+                           _mm512_and_si512(_mm512_srli_epi32(m_lo, 8), bytes02),
+                           _mm512_and_si512(m_hi, bytes02),
+                           _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), bytes02)};
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    const __m512 dmin =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
+    for (int j = 0; j < T; ++j) {
+      __m512i m = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i) m = _mm512_dpwssd_epi32(m, mp[i], _mm512_set1_epi32(x[j].sum_pairs[i]));
+      const __m512 dx = _mm512_set1_ps(x[j].d);
+      acc[j] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), s[j]),
+                               _mm512_mul_ps(d, dx), acc[j]);
+      acc[j] = _mm512_fnmadd_ps(_mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), m),
+                                _mm512_mul_ps(dmin, dx), acc[j]);
+    }
+  }
+  for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
+}
+
+// The weight formats: per block (of kElems elements) the group's bytes, the prepared token
+// type, how many tokens a pass holds, and the pass.
 template <bool kQ8>
+struct Q40Format {
+  using Token = GroupedToken;
+  static constexpr int64_t kElems = kQK;
+  static constexpr int kPass = kGroupedPassTokens;
+  template <int T>
+  static void Pass(const uint8_t* g, int64_t nb, const Token* x, int64_t xs, float* y,
+                   int64_t ldy) {
+    GroupPass<kQ8, T>(g, nb, x, xs, y, ldy);
+  }
+};
+struct Q4KFormat {
+  using Token = GroupedKToken;
+  static constexpr int64_t kElems = kQKK;
+  static constexpr int kPass = kGroupedKPassTokens;
+  template <int T>
+  static void Pass(const uint8_t* g, int64_t nb, const Token* x, int64_t xs, float* y,
+                   int64_t ldy) {
+    KGroupPass<T>(g, nb, x, xs, y, ldy);
+  }
+};
+
+template <class F>
 void GroupedMatmulOf(const MatmulTask& t) {
-  const int64_t nb = t.k / kQK;
+  const int64_t nb = t.k / F::kElems;
   const size_t group_bytes = kRowGroup * t.w_stride;
-  const auto* x = reinterpret_cast<const GroupedToken*>(t.x);
-  const int64_t passes = (t.n + kGroupedPassTokens - 1) / kGroupedPassTokens;
+  const auto* x = reinterpret_cast<const typename F::Token*>(t.x);
+  const int64_t passes = (t.n + F::kPass - 1) / F::kPass;
   const int64_t width = (t.n + passes - 1) / passes;
   // Rows each pass sweeps: one group when the passes are few (decode: each group comes
   // from memory once and the later passes find it in L1/L2); 8 groups (at most ~0.8 MiB of
@@ -117,10 +241,10 @@ void GroupedMatmulOf(const MatmulTask& t) {
   for (int64_t r = t.r0; r < t.r1; r += sweep) {
     const int64_t end = std::min(r + sweep, t.r1);
     for (int64_t i = 0; i < t.n; i += width) {
-      WithWidth<kGroupedPassTokens>(std::min(width, t.n - i), [&]<int T>() {
+      WithWidth<F::kPass>(std::min(width, t.n - i), [&]<int T>() {
         for (int64_t g = r; g < end; g += kRowGroup) {
-          GroupPass<kQ8, T>(t.w + (g / kRowGroup) * group_bytes, nb, x + i, t.n,
-                            t.y + i * t.ldy + g, t.ldy);
+          F::template Pass<T>(t.w + (g / kRowGroup) * group_bytes, nb, x + i, t.n,
+                              t.y + i * t.ldy + g, t.ldy);
         }
       });
     }
@@ -131,6 +255,33 @@ void GroupedMatmulOf(const MatmulTask& t) {
 
 void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
                           int64_t i1, uint8_t* out) {
+  if (type == TensorType::kQ4_K) {
+    const int64_t nb = k / kQKK;
+    const auto quantize = Avx2Kernels().quantize_q8k;
+    auto* tokens = reinterpret_cast<GroupedKToken*>(out);
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t b = 0; b < nb; ++b) {
+        BlockQ8K blk;
+        quantize(x + i * k + b * kQKK, kQKK, &blk);
+        GroupedKToken& o = tokens[b * n + i];
+        std::memcpy(o.qs, blk.qs, sizeof(o.qs));
+        // |sum of 32 codes| <= 32 * 127: an int16.
+        int16_t sums[8];
+        for (int s = 0; s < 8; ++s) {
+          sums[s] = static_cast<int16_t>(blk.bsums[2 * s] + blk.bsums[2 * s + 1]);
+        }
+        static constexpr int kPairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+        for (int p = 0; p < 4; ++p) {
+          o.sum_pairs[p] = static_cast<int32_t>(static_cast<uint16_t>(sums[kPairs[p][0]]) |
+                                                (static_cast<uint32_t>(static_cast<uint16_t>(
+                                                     sums[kPairs[p][1]]))
+                                                 << 16));
+        }
+        o.d = blk.d;
+      }
+    }
+    return;
+  }
   const int64_t nb = k / kQK;
   const int32_t offset = type == TensorType::kQ8_0 ? -128 : -8;
   const auto quantize = Avx2Kernels().quantize_q8_0;
@@ -148,10 +299,16 @@ void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n,
 }
 
 void GroupedMatmul(const MatmulTask& t, TensorType type) {
-  if (type == TensorType::kQ8_0) {
-    GroupedMatmulOf<true>(t);
-  } else {
-    GroupedMatmulOf<false>(t);
+  switch (type) {
+    case TensorType::kQ8_0:
+      GroupedMatmulOf<Q40Format<true>>(t);
+      return;
+    case TensorType::kQ4_K:
+      GroupedMatmulOf<Q4KFormat>(t);
+      return;
+    default:
+      GroupedMatmulOf<Q40Format<false>>(t);
+      return;
   }
 }
 

@@ -1,9 +1,10 @@
-// The 16-row group layout of Q8_0 / Q4_0 weights (row_groups.h) and the backend's use of
+// The 16-row group layout of Q8_0 / Q4_0 / Q4_K weights (row_groups.h) and the backend's use of
 // it: the layout holds every byte of the file's rows (round trip), and a grouped weight
 // gives bit for bit the results of the same weight used in place, for every token count,
 // thread count and row range, in MatMul and GetRows.
 #include "kernels/cpu/row_groups.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <tuple>
@@ -36,26 +37,42 @@ TEST(RowGroups, WhatCanBeGrouped) {
   EXPECT_TRUE(cpu::RowGroupable(TensorType::kQ8_0, 16, 32));
   EXPECT_FALSE(cpu::RowGroupable(TensorType::kQ4_0, 40, 64));  // rows not a multiple of 16
   EXPECT_FALSE(cpu::RowGroupable(TensorType::kQ4_0, 0, 64));
-  EXPECT_FALSE(cpu::RowGroupable(TensorType::kQ4_K, 32, 256));
+  EXPECT_TRUE(cpu::RowGroupable(TensorType::kQ4_K, 32, 256));
+  EXPECT_FALSE(cpu::RowGroupable(TensorType::kQ4_K, 32, 128));  // not whole super-blocks
+  EXPECT_FALSE(cpu::RowGroupable(TensorType::kQ6_K, 32, 256));
   EXPECT_FALSE(cpu::RowGroupable(TensorType::kF16, 32, 64));
 }
 
+// Columns of a test weight of `type`: `blocks` blocks (Q4_K: super-blocks of 256).
+int64_t Cols(TensorType type, int64_t blocks) {
+  return blocks * (type == TensorType::kQ4_K ? kQKK : kQK);
+}
+
+constexpr TensorType kGroupable[] = {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ4_K};
+
 TEST(RowGroups, EveryRowComesBackAsTheFileHadIt) {
-  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0}) {
-    const TestWeight w = MakeWeight(type, 48, 96, 11);
+  for (TensorType type : kGroupable) {
+    const int64_t cols = Cols(type, 3);
+    const TestWeight w = MakeWeight(type, 48, cols, 11);
     const std::vector<uint8_t> g = Grouped(w);
     EXPECT_NE(g, w.bytes) << "the layout moved nothing";
+    if (type != TensorType::kQ8_0) {  // (Q8_0 codes are stored plus 128)
+      std::vector<uint8_t> sorted_g = g, sorted_w = w.bytes;
+      std::sort(sorted_g.begin(), sorted_g.end());
+      std::sort(sorted_w.begin(), sorted_w.end());
+      EXPECT_EQ(sorted_g, sorted_w) << "not a reordering of the file's bytes";
+    }
     const uint64_t rb = w.view.row_bytes();
     std::vector<uint8_t> row(rb);
     for (int64_t r = 0; r < 48; ++r) {
-      cpu::UngroupRow(type, g.data(), 96, r, row.data());
+      cpu::UngroupRow(type, g.data(), cols, r, row.data());
       ASSERT_EQ(std::memcmp(row.data(), w.bytes.data() + r * rb, rb), 0)
           << TensorTypeName(type) << " row " << r;
     }
     // Groups written in pieces give the same bytes as all at once.
     std::vector<uint8_t> pieces(w.bytes.size());
-    cpu::GroupRows(type, w.bytes.data(), 96, 2, 3, pieces.data());
-    cpu::GroupRows(type, w.bytes.data(), 96, 0, 2, pieces.data());
+    cpu::GroupRows(type, w.bytes.data(), cols, 2, 3, pieces.data());
+    cpu::GroupRows(type, w.bytes.data(), cols, 0, 2, pieces.data());
     EXPECT_EQ(pieces, g);
   }
 }
@@ -68,8 +85,11 @@ bool HasGroupedKernel() {
 // AVX2 / AVX-512 file-layout kernels), bit for bit.
 TEST(RowGroups, GroupedMatmulIsBitForBitTheFileLayoutKernels) {
   if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
-  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0}) {
-    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 32}, {48, 96}, {4096, 256}}) {
+  for (TensorType type : kGroupable) {
+    const int64_t long_rows = type == TensorType::kQ4_K ? 1 : 8;  // blocks of a 4096-row weight
+    for (auto [rows, blocks] :
+         {std::pair<int64_t, int64_t>{16, 1}, {48, 3}, {4096, long_rows}}) {
+      const int64_t cols = Cols(type, blocks);
       const TestWeight w = MakeWeight(type, rows, cols, 5);
       for (int threads : {1, 2}) {
         CpuBackendOptions on, off;
@@ -102,18 +122,50 @@ TEST(RowGroups, GroupedMatmulIsBitForBitTheFileLayoutKernels) {
   }
 }
 
+// Q4_K at the integer extremes (codes 15, 6-bit scales and mins 63, activations at +-127)
+// and with mixed signs: the grouped sums stay exact (no int32 or int16 overflow) and equal
+// the file-layout kernels'.
+TEST(RowGroups, Q4KAtTheExtremesIsBitForBitTheFileLayoutKernels) {
+  if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
+  const int64_t rows = 32, cols = 2 * kQKK;
+  TestWeight w = MakeWeight(TensorType::kQ4_K, rows, cols, 4);
+  auto* blocks = reinterpret_cast<BlockQ4K*>(w.bytes.data());
+  for (int64_t b = 0; b < rows * cols / kQKK; ++b) {
+    if (b % 3 == 2) continue;  // some blocks stay as quantized
+    std::memset(blocks[b].scales, 0xFF, sizeof(blocks[b].scales));
+    std::memset(blocks[b].qs, b % 3 == 0 ? 0xFF : 0xF0, sizeof(blocks[b].qs));
+  }
+  CpuBackendOptions off;
+  off.copy_weights = false;
+  CpuBackend grouped({}), plain(off);
+  const TensorView gv = grouped.UploadWeight(w.view).value();
+  ASSERT_EQ(gv.layout, WeightLayout::kRowGroups16);
+  for (float sign : {1.0f, -1.0f}) {
+    for (int64_t n : {1, 3, 6}) {
+      std::vector<float> x(n * cols);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = sign * (i % 7 == 6 ? -1.0f : 1.0f);
+      std::vector<float> yg(n * rows), yp(n * rows);
+      grouped.MatMul(gv, x.data(), n, yg.data());
+      plain.MatMul(w.view, x.data(), n, yp.data());
+      ASSERT_EQ(std::memcmp(yg.data(), yp.data(), yg.size() * sizeof(float)), 0)
+          << "n " << n << " sign " << sign;
+    }
+  }
+}
+
 // The kernel over row ranges (as threads split a matmul) writes those rows only, with the
 // bits of the whole.
 TEST(RowGroups, RowRangesGiveTheBitsOfTheWhole) {
   if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
   const cpu::KernelTable& kt = cpu::KernelTableFor(SelectedIsa());
-  const int64_t rows = 96, cols = 128;
-  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0}) {
+  const int64_t rows = 96;
+  for (TensorType type : kGroupable) {
+    const int64_t cols = Cols(type, 4);
     const TestWeight w = MakeWeight(type, rows, cols, 8);
     const std::vector<uint8_t> g = Grouped(w);
     for (int64_t n : {1, 11, 20}) {
       const auto x = Random(n * cols, 3);
-      std::vector<uint8_t> prepared(kt.grouped_tokens_bytes(n, cols));
+      std::vector<uint8_t> prepared(kt.grouped_tokens_bytes(type, n, cols));
       kt.prepare_grouped(type, x.data(), cols, n, 0, n / 2, prepared.data());
       kt.prepare_grouped(type, x.data(), cols, n, n / 2, n, prepared.data());
       cpu::MatmulTask t;
@@ -150,18 +202,19 @@ TEST(RowGroups, RowRangesGiveTheBitsOfTheWhole) {
 
 TEST(RowGroups, GetRowsOfAGroupedWeightAreTheFilesRows) {
   if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
-  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0}) {
-    const TestWeight w = MakeWeight(type, 64, 64, 2);
+  for (TensorType type : kGroupable) {
+    const int64_t cols = Cols(type, 2);
+    const TestWeight w = MakeWeight(type, 64, cols, 2);
     CpuBackend be({});
     const TensorView gv = be.UploadWeight(w.view).value();
     ASSERT_EQ(gv.layout, WeightLayout::kRowGroups16);
     const std::vector<int32_t> ids = {0, 17, 63, 17, 31};
-    std::vector<float> got(ids.size() * 64), want(ids.size() * 64);
+    std::vector<float> got(ids.size() * cols), want(ids.size() * cols);
     be.GetRows(gv, ids.data(), static_cast<int64_t>(ids.size()), got.data());
     be.GetRows(w.view, ids.data(), static_cast<int64_t>(ids.size()), want.data());
     EXPECT_EQ(got, want);
     for (size_t i = 0; i < ids.size(); ++i) {
-      EXPECT_EQ(got[i * 64 + 5], w.dequant[ids[i] * 64 + 5]);
+      EXPECT_EQ(got[i * cols + 5], w.dequant[ids[i] * cols + 5]);
     }
   }
 }
@@ -175,7 +228,7 @@ TEST(RowGroups, WeightsThatCannotBeGroupedAreCopiedAsTheyAre) {
   CpuBackend zero_copy(in_place);
   for (auto [type, rows, cols] :
        {std::tuple<TensorType, int64_t, int64_t>{TensorType::kQ4_0, 40, 64},
-        {TensorType::kQ4_K, 32, 256},
+        {TensorType::kQ6_K, 32, 256},
         {TensorType::kF16, 32, 64}}) {
     const TestWeight w = MakeWeight(type, rows, cols, 1);
     const TensorView v = be.UploadWeight(w.view).value();
