@@ -6,9 +6,10 @@
 // layout: per 32-element block the exact integer sum S (here: 8 vpdpbusd, each adding 4
 // elements of one row in that row's own 32-bit lane, from -8 sum(x) or -128 sum(x)), then
 // y = fma(S, d_w * d_x, y) block after block (Q4_K: per super-block the exact S and min
-// term M, then y = fma(S, d_w * d_x, y), y = fma(-M, dmin_w * d_x, y)). The tokens are taken in register passes of
-// up to kGroupedPassTokens (Q4_K: kGroupedKPassTokens); each token's sums are its own, so neither the passes, the row
-// range nor the thread changes a bit (the batch-invariance contract of kernel_table.h).
+// term M, then y = fma(S, d_w * d_x, y), y = fma(-M, dmin_w * d_x, y)). The tokens are
+// taken in register passes of a few tokens; each token's sums are its own, so neither the
+// passes, the row range nor the thread changes a bit (the batch-invariance contract of
+// kernel_table.h).
 //
 // Contract: call only where the CPU has AVX-512 F/BW/VL/DQ and VNNI (with AVX2, FMA, F16C).
 // PrepareGroupedTokens writes the activation rows [i0, i1) of n (k floats each, k % 32 ==
@@ -27,10 +28,6 @@
 #include "tensor/tensor_type.h"
 
 namespace cascade::cpu::avx512 {
-
-// Tokens held in registers by one pass over a group of rows.
-inline constexpr int64_t kGroupedPassTokens = 8;
-inline constexpr int64_t kGroupedKPassTokens = 4;
 
 size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k);
 void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
