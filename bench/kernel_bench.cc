@@ -157,7 +157,7 @@ BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
-    for (int n : {1, 2, 4, 8, 12, 16, 128}) b->Args({n, threads});
+    for (int n : {1, 2, 4, 8, 12, 16, 24, 32, 128}) b->Args({n, threads});
   }
   b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }

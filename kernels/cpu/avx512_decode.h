@@ -13,7 +13,7 @@
 // Contract: call QuantDecode / KQuantDecode only when the CPU has AVX-512 F/BW/VL/DQ and
 // VNNI, FloatDecode when it has AVX-512 F/BW/VL/DQ (all with AVX2, FMA and F16C); with
 // t.n in [1, kQuantDecodeMaxTokens] (Q8_0 / Q4_0 weights, BlockQ8_0 activation rows),
-// [1, kKQuantDecodeMaxTokens] (Q4_K / Q5_K / Q6_K weights, BlockQ8K rows) or 1 (F16 /
+// [1, KQuantDecodeMaxTokens(type)] (Q4_K / Q5_K / Q6_K weights, BlockQ8K rows) or 1 (F16 /
 // BF16 / F32 weights, float activations); quantized t.k a multiple of the block; and
 // t.r1 >= 16: a range's last, partial group of rows is moved down to end at t.r1 and
 // re-reads up to 15 rows below the range, never writing them (smaller matrices: the AVX2
@@ -34,7 +34,14 @@ namespace cascade::cpu::avx512 {
 // up to 16 tokens that costs less than expanding the rows into panels.
 inline constexpr int64_t kQuantPassTokens = 8;
 inline constexpr int64_t kQuantDecodeMaxTokens = 16;
-inline constexpr int64_t kKQuantDecodeMaxTokens = 15;
+// K-quants up to 16 tokens (Q6_K: 32), then the panels. Measured (kernel_bench, 5632 x
+// 2048, one Zen 4 thread, GOP/s, two rounds): Q6_K in this kernel n=16 126-144, n=24
+// 143-148, n=32 151-156, against the panels' 51-56 at n=16 (the AVX2 kernels: 74-95);
+// Q5_K n=16 116-127 against the panels' 79-118, but n=32 119-126 against AVX2's panels'
+// 140-153.
+constexpr int64_t KQuantDecodeMaxTokens(TensorType type) {
+  return type == TensorType::kQ6_K ? 32 : 16;
+}
 
 // Q8_0 / Q4_0 weights (`type`) x Q8_0 activations.
 void QuantDecode(const MatmulTask& t, TensorType type);

@@ -674,6 +674,10 @@ void KQuantGroup(const uint8_t* w, size_t stride, int64_t nb, const KTokenBlock*
 // Tokens per K-quant tile: the tree keeps up to 4 partial sums per token in registers.
 constexpr int kKTile = 4;
 
+// The prepared tokens, (nb, n) blocks, fit in ScratchFloats(k) for every n the kernel takes.
+static_assert(sizeof(KTokenBlock) * KQuantDecodeMaxTokens(TensorType::kQ6_K) <=
+              kQKK * kScratchRowsPerElement * sizeof(float));
+
 template <TensorType kType>
 void KQuantDecodeOf(const MatmulTask& t) {
   const int64_t nb = t.k / kQKK;
