@@ -1,8 +1,8 @@
 // engine_bench: single-process decode and prefill rates of the CPU engine on
 // TinyLlama-1.1B-shaped models, the machine's memory bandwidth (a STREAM-like triad, and
-// a plain read in huge pages: decode's ceiling), and the fraction of the triad decode reaches. The peer is measured side by side, on the
-// same files in the same run, by bench/run_benchmarks.sh kernels (LLAMA_BENCH=...): a
-// figure from another machine is no baseline.
+// a plain read in huge pages: decode's ceiling), and the fraction of the triad decode reaches. The
+// peer is measured side by side, on the same files in the same run, by bench/run_benchmarks.sh
+// kernels (LLAMA_BENCH=...): a figure from another machine is no baseline.
 //
 //   engine_bench --models DIR [--types F16,Q8_0,Q4_0,Q4_K] [--threads 1,2]
 //   engine_bench --model FILE [--model FILE ...]
@@ -18,18 +18,18 @@
 // bandwidth at the same thread count measured just before that decode run (a shared
 // machine's bandwidth drifts; the adjacent measurement sees the same conditions). Run on
 // an otherwise idle machine.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"

@@ -4,13 +4,13 @@
 // - the float GEMM (F32/F16/BF16 weights, 16 tokens and more; gemm_lanes.h): 32-row panels
 //   x 12-token tiles, twice the FMA width of AVX2 per instruction;
 // - with VNNI, Q8_0 / Q4_0 weights x Q8_0 activations from 17 tokens on, and Q4_K / Q5_K /
-//   Q6_K x Q8_K past KQuantDecodeMaxTokens (quant_lanes.h): one vpdpbusd adds 4 products for each of 16 rows,
-//   where AVX2 needs two or three instructions for 4 products of 8 rows;
+//   Q6_K x Q8_K past KQuantDecodeMaxTokens (quant_lanes.h): one vpdpbusd adds 4 products for each
+//   of 16 rows, where AVX2 needs two or three instructions for 4 products of 8 rows;
 // - decode (avx512_decode.h): with VNNI, Q8_0 / Q4_0 for 1-16 tokens and K-quants for
 //   1-16 (Q6_K 1-32; 16 rows reduced into one register's lanes); F32/F16/BF16 for one
-//   token (8 rows, two per register, the next tiles prefetched). On Zen 4 the AVX2 decode tiles were bound by
-//   instructions, not memory (Q4_0 ~17 GB/s of weights in L2, below a core's ~25-28 GB/s
-//   from DRAM), and their 4-8 interleaved row streams defeat the hardware prefetcher.
+//   token (8 rows, two per register, the next tiles prefetched). On Zen 4 the AVX2 decode tiles
+//   were bound by instructions, not memory (Q4_0 ~17 GB/s of weights in L2, below a core's ~25-28
+//   GB/s from DRAM), and their 4-8 interleaved row streams defeat the hardware prefetcher.
 // - with VNNI, Q8_0 / Q4_0 / Q4_K weights regrouped 16 rows at a time at load (row_groups.h,
 //   avx512_grouped.h): every token count, one vpdpbusd per 4 elements of 16 rows;
 // - attention (avx512_attention.h): two heads' scores per register, 16-float outputs.

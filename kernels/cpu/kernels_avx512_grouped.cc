@@ -149,8 +149,8 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
     const __m512i wc = _mm512_loadu_si512(g + 192);
     const __m512i m30 = _mm512_set1_epi8(0x30);
     const __m512i sc_lo = _mm512_and_si512(wa, m6);
-    const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(wc, m4),
-                                                    _mm512_srli_epi32(wa, 2), m30, 0xF8);
+    const __m512i sc_hi =
+        _mm512_ternarylogic_epi32(_mm512_and_si512(wc, m4), _mm512_srli_epi32(wa, 2), m30, 0xF8);
     __m512i s[T];
     for (int j = 0; j < T; ++j) s[j] = _mm512_setzero_si512();
     const uint8_t* codes = g + 256;
@@ -170,8 +170,8 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
       const __m512i se = SubBlockScale<2 * kP>(sc_lo, sc_hi);
       const __m512i so = SubBlockScale<2 * kP + 1>(sc_lo, sc_hi);
       for (int j = 0; j < T; ++j) {
-        s[j] = _mm512_add_epi32(s[j], _mm512_add_epi32(_mm512_mullo_epi32(lo[j], se),
-                                                       _mm512_mullo_epi32(hi[j], so)));
+        s[j] = _mm512_add_epi32(
+            s[j], _mm512_add_epi32(_mm512_mullo_epi32(lo[j], se), _mm512_mullo_epi32(hi[j], so)));
       }
     };
     pair.template operator()<0>();
@@ -182,16 +182,16 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
     const __m512i m_lo = _mm512_and_si512(wb, m6);
     const __m512i m_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(wc, 4), m4),
                                                    _mm512_srli_epi32(wb, 2), m30, 0xF8);
-    const __m512i mp[4] = {_mm512_and_si512(m_lo, bytes02),
-                           _mm512_and_si512(_mm512_srli_epi32(m_lo, 8), bytes02),
-                           _mm512_and_si512(m_hi, bytes02),
-                           _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), bytes02)};
+    const __m512i mp[4] = {
+        _mm512_and_si512(m_lo, bytes02), _mm512_and_si512(_mm512_srli_epi32(m_lo, 8), bytes02),
+        _mm512_and_si512(m_hi, bytes02), _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), bytes02)};
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     const __m512 dmin =
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
     for (int j = 0; j < T; ++j) {
       __m512i m = _mm512_setzero_si512();
-      for (int i = 0; i < 4; ++i) m = _mm512_dpwssd_epi32(m, mp[i], _mm512_set1_epi32(x[j].sum_pairs[i]));
+      for (int i = 0; i < 4; ++i)
+        m = _mm512_dpwssd_epi32(m, mp[i], _mm512_set1_epi32(x[j].sum_pairs[i]));
       const __m512 dx = _mm512_set1_ps(x[j].d);
       acc[j] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), s[j]),
                                _mm512_mul_ps(d, dx), acc[j]);
@@ -207,7 +207,8 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
 // passes of up to kPass, nearly equal (kPass <= kOnePass). Measured (kernel_bench, this
 // Zen 4 VM, GOP/s on 1 / 2 threads): Q4_0 in one pass of 16 against two of 8: n=16 357 /
 // 663 against 327 / 587; passes of 16 at n=128 318 / 577 against 329 / 622 with 8. Q8_0's
-// pass of 16 spills (n=16: 144 GOP/s), Q4_K's past 4.
+// pass of 16 spills (n=16: 144 GOP/s). Q4_K's passes of 8 against 4 (one thread, two
+// rounds): n=16 175-244 against 235-301, n=128 208-278 against 274-323.
 template <bool kQ8>
 struct Q40Format {
   using Token = GroupedToken;
@@ -279,10 +280,9 @@ void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n,
         }
         static constexpr int kPairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
         for (int p = 0; p < 4; ++p) {
-          o.sum_pairs[p] = static_cast<int32_t>(static_cast<uint16_t>(sums[kPairs[p][0]]) |
-                                                (static_cast<uint32_t>(static_cast<uint16_t>(
-                                                     sums[kPairs[p][1]]))
-                                                 << 16));
+          o.sum_pairs[p] = static_cast<int32_t>(
+              static_cast<uint16_t>(sums[kPairs[p][0]]) |
+              (static_cast<uint32_t>(static_cast<uint16_t>(sums[kPairs[p][1]])) << 16));
         }
         o.d = blk.d;
       }

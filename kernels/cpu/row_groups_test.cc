@@ -87,8 +87,7 @@ TEST(RowGroups, GroupedMatmulIsBitForBitTheFileLayoutKernels) {
   if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
   for (TensorType type : kGroupable) {
     const int64_t long_rows = type == TensorType::kQ4_K ? 1 : 8;  // blocks of a 4096-row weight
-    for (auto [rows, blocks] :
-         {std::pair<int64_t, int64_t>{16, 1}, {48, 3}, {4096, long_rows}}) {
+    for (auto [rows, blocks] : {std::pair<int64_t, int64_t>{16, 1}, {48, 3}, {4096, long_rows}}) {
       const int64_t cols = Cols(type, blocks);
       const TestWeight w = MakeWeight(type, rows, cols, 5);
       for (int threads : {1, 2}) {
