@@ -59,14 +59,6 @@ struct GroupedKToken {
 static_assert(sizeof(GroupedKToken) == 276);
 
 }  // namespace
-
-size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k) {
-  if (type == TensorType::kQ4_K) {
-    return static_cast<size_t>(n) * static_cast<size_t>(k / kQKK) * sizeof(GroupedKToken);
-  }
-  return static_cast<size_t>(n) * static_cast<size_t>(k / kQK) * sizeof(GroupedToken);
-}
-
 }  // namespace cascade::cpu::avx512
 
 CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
@@ -220,6 +212,14 @@ struct Q40Format {
                    int64_t ldy) {
     GroupPass<kQ8, T>(g, nb, x, xs, y, ldy);
   }
+  // One block of kElems activations, quantized as the AVX2 kernels quantize them.
+  static void Prepare(const float* x, Token* out) {
+    BlockQ8_0 blk;
+    Avx2Kernels().quantize_q8_0(x, kQK, &blk);
+    std::memcpy(out->qs, blk.qs, sizeof(out->qs));
+    out->d = _cvtsh_ss(blk.d);
+    out->base = (kQ8 ? -128 : -8) * CodeSum(blk.qs);
+  }
 };
 struct Q4KFormat {
   using Token = GroupedKToken;
@@ -231,7 +231,38 @@ struct Q4KFormat {
                    int64_t ldy) {
     KGroupPass<T>(g, nb, x, xs, y, ldy);
   }
+  static void Prepare(const float* x, Token* out) {
+    BlockQ8K blk;
+    Avx2Kernels().quantize_q8k(x, kQKK, &blk);
+    std::memcpy(out->qs, blk.qs, sizeof(out->qs));
+    // Sub-block s's sum, bsums 2s and 2s + 1: |sum of 32 codes| <= 32 * 127, an int16.
+    auto sum = [&](int sb) {
+      return static_cast<uint16_t>(blk.bsums[2 * sb] + blk.bsums[2 * sb + 1]);
+    };
+    static constexpr int kPairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+    for (int p = 0; p < 4; ++p) {
+      out->sum_pairs[p] = static_cast<int32_t>(sum(kPairs[p][0]) |
+                                               (static_cast<uint32_t>(sum(kPairs[p][1])) << 16));
+    }
+    out->d = blk.d;
+  }
 };
+
+// Calls f.template operator()<F>() with the format of a groupable `type`.
+template <class Fn>
+void WithFormat(TensorType type, Fn&& f) {
+  switch (type) {
+    case TensorType::kQ8_0:
+      f.template operator()<Q40Format<true>>();
+      return;
+    case TensorType::kQ4_K:
+      f.template operator()<Q4KFormat>();
+      return;
+    default:
+      f.template operator()<Q40Format<false>>();
+      return;
+  }
+}
 
 template <class F>
 void GroupedMatmulOf(const MatmulTask& t) {
@@ -261,62 +292,27 @@ void GroupedMatmulOf(const MatmulTask& t) {
 
 }  // namespace
 
+size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k) {
+  size_t bytes = 0;
+  WithFormat(type, [&]<class F>() {
+    bytes = static_cast<size_t>(n) * static_cast<size_t>(k / F::kElems) * sizeof(typename F::Token);
+  });
+  return bytes;
+}
+
 void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
                           int64_t i1, uint8_t* out) {
-  if (type == TensorType::kQ4_K) {
-    const int64_t nb = k / kQKK;
-    const auto quantize = Avx2Kernels().quantize_q8k;
-    auto* tokens = reinterpret_cast<GroupedKToken*>(out);
+  WithFormat(type, [&]<class F>() {
+    const int64_t nb = k / F::kElems;
+    auto* tokens = reinterpret_cast<typename F::Token*>(out);
     for (int64_t i = i0; i < i1; ++i) {
-      for (int64_t b = 0; b < nb; ++b) {
-        BlockQ8K blk;
-        quantize(x + i * k + b * kQKK, kQKK, &blk);
-        GroupedKToken& o = tokens[b * n + i];
-        std::memcpy(o.qs, blk.qs, sizeof(o.qs));
-        // |sum of 32 codes| <= 32 * 127: an int16.
-        int16_t sums[8];
-        for (int s = 0; s < 8; ++s) {
-          sums[s] = static_cast<int16_t>(blk.bsums[2 * s] + blk.bsums[2 * s + 1]);
-        }
-        static constexpr int kPairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
-        for (int p = 0; p < 4; ++p) {
-          o.sum_pairs[p] = static_cast<int32_t>(
-              static_cast<uint16_t>(sums[kPairs[p][0]]) |
-              (static_cast<uint32_t>(static_cast<uint16_t>(sums[kPairs[p][1]])) << 16));
-        }
-        o.d = blk.d;
-      }
+      for (int64_t b = 0; b < nb; ++b) F::Prepare(x + i * k + b * F::kElems, &tokens[b * n + i]);
     }
-    return;
-  }
-  const int64_t nb = k / kQK;
-  const int32_t offset = type == TensorType::kQ8_0 ? -128 : -8;
-  const auto quantize = Avx2Kernels().quantize_q8_0;
-  auto* tokens = reinterpret_cast<GroupedToken*>(out);
-  for (int64_t i = i0; i < i1; ++i) {
-    for (int64_t b = 0; b < nb; ++b) {
-      BlockQ8_0 blk;
-      quantize(x + i * k + b * kQK, kQK, &blk);
-      GroupedToken& o = tokens[b * n + i];
-      std::memcpy(o.qs, blk.qs, sizeof(o.qs));
-      o.d = _cvtsh_ss(blk.d);
-      o.base = offset * CodeSum(blk.qs);
-    }
-  }
+  });
 }
 
 void GroupedMatmul(const MatmulTask& t, TensorType type) {
-  switch (type) {
-    case TensorType::kQ8_0:
-      GroupedMatmulOf<Q40Format<true>>(t);
-      return;
-    case TensorType::kQ4_K:
-      GroupedMatmulOf<Q4KFormat>(t);
-      return;
-    default:
-      GroupedMatmulOf<Q40Format<false>>(t);
-      return;
-  }
+  WithFormat(type, [&]<class F>() { GroupedMatmulOf<F>(t); });
 }
 
 }  // namespace cascade::cpu::avx512
