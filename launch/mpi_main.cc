@@ -42,6 +42,7 @@
 #include "util/logging.h"
 #include "util/runtime.h"
 #include "util/signals.h"
+#include "util/system_memory.h"
 #include "util/units.h"
 #include "worker/tp_group.h"
 #include "worker/worker_server.h"

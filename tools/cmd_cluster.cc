@@ -18,6 +18,7 @@
 #include "transport/grpc_util.h"
 #include "transport/security.h"
 #include "util/secret.h"
+#include "util/system_memory.h"
 #include "worker/worker_server.h"
 
 namespace cascade::cli {

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -16,6 +15,7 @@
 #include "transport/security.h"
 #include "util/logging.h"
 #include "util/secret.h"
+#include "util/system_memory.h"
 #include "worker/tp_group.h"
 
 namespace cascade {

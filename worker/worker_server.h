@@ -27,7 +27,6 @@
 #include <string>
 #include <thread>
 
-#include "util/system_memory.h"  // AvailableMemoryBytes, for the callers of WorkerOptions
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"

@@ -96,7 +96,7 @@ absl::StatusOr<TensorView> CpuBackend::UploadWeight(const TensorView& host) {
                      host.n_dims <= 2 && cpu::RowGroupable(host.type, host.rows(), host.cols());
   // In transparent huge pages where the kernel gives them: decode streams every weight
   // from memory, and with 2 MiB pages it neither misses the TLB every 4 KiB nor stops the
-  // hardware prefetchers at each 4 KiB page end (TinyLlama Q8_0, one Zen 5 thread: 19-21
+  // hardware prefetchers at each 4 KiB page end (TinyLlama Q8_0, one Zen 4 thread: 19-21
   // -> 22-26 tokens/s). Not zeroed: every byte is written next.
   // Weights under one huge page keep 64-byte alignment and small pages (a model's norms and
   // small matrices would otherwise take 2 MiB each).

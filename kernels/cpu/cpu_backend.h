@@ -3,10 +3,10 @@
 //
 // Contract: see kernels/backend.h. Owns a ThreadPool of `threads` threads (the caller's
 // thread included), grow-only scratch buffers and the weights UploadWeight copied (freed
-// with the backend), so one CpuBackend serves one stage executor thread at a time. Work is split by output rows (matmul: chunks claimed
-// dynamically; for float prefill the threads first pack the activations once together)
-// or by rows / (query, KV head) (other ops), never inside a dot product, which keeps
-// results independent of the thread count.
+// with the backend), so one CpuBackend serves one stage executor thread at a time. Work
+// is split by output rows (matmul: chunks claimed dynamically; for float prefill the
+// threads first pack the activations once together) or by rows / (query, KV head) (other
+// ops), never inside a dot product, which keeps results independent of the thread count.
 #ifndef CASCADE_KERNELS_CPU_CPU_BACKEND_H_
 #define CASCADE_KERNELS_CPU_CPU_BACKEND_H_
 
@@ -32,8 +32,9 @@ struct CpuBackendOptions {
   // UploadWeight copies each weight into memory the backend owns, in 2 MiB transparent huge
   // pages where the kernel gives them (decode streams the weights: faster than from 4 KiB
   // pages), and releases the source's pages (so the weights are in memory once). With
-  // quantized activations, Q8_0 / Q4_0 weights are regrouped 16 rows at a time on the way
-  // (kernels/cpu/row_groups.h) where the ISA has a kernel for that layout (AVX-512 VNNI).
+  // quantized activations, Q8_0 / Q4_0 / Q4_K weights are regrouped 16 rows at a time on
+  // the way (kernels/cpu/row_groups.h) where the ISA has a kernel for that layout
+  // (AVX-512 VNNI).
   // Same results bit for bit. Off, or for the weights that no longer fit in the memory
   // available (less 1 GiB or 5%): used in place (zero copy).
   bool copy_weights = true;
@@ -86,9 +87,9 @@ class CpuBackend final : public Backend {
   };
   std::vector<Scratch> thread_scratch_;  // per thread, grow-only
   Scratch packed_act_;                   // float prefill activations, packed; grow-only
-  // Grows *s to at least `floats` floats (contents not kept).
   std::vector<DeviceBuffer> weights_;  // what UploadWeight copied
   bool warned_in_place_ = false;       // UploadWeight said it ran out of room to copy
+  // Grows *s to at least `floats` floats (contents not kept).
   static void GrowScratch(Scratch* s, size_t floats);
   // Runs run(r0, r1, thread) over rows [0, rows) of a matmul of n tokens doing `work`
   // multiply-adds, in ranges whose bounds are multiples of `unit` (or `rows`); calls
