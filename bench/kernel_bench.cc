@@ -12,6 +12,10 @@
 //
 // bytes_per_second counts weight bytes (what decode streams); the "GFLOPS" counter counts
 // 2 * rows * cols * n per matmul. CASCADE_CPU_ISA=scalar measures the portable path.
+//
+// BM_Attention measures the paged-KV attention kernel the same way (see there); with
+// CASCADE_CPU_ISA=avx2 against the AVX-512 one on the same machine.
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -154,6 +158,90 @@ __attribute__((target("avx2,fma"))) void BM_FmaPeak(benchmark::State& state) {
 }
 BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
+
+// Attention over the paged KV cache with TinyLlama-1.1B's heads (32 query heads of 64,
+// sharing 4 KV heads: group 8) or, with group = 1, llama-110m's (12 heads of 64, no GQA),
+// blocks of 16 positions, over 22 layers' pools so the K/V rows
+// come from memory as in a real step (each layer's pool is read once per step, after the
+// weights have gone through the caches): `streams` queries each attending to `ctx`
+// positions (a batched decode step), or with streams = 0 one sequence's `ctx`-token prompt
+// (causal prefill: query i attends to i + 1 positions). Blocks are handed out in a
+// shuffled order, as an allocator serving many sequences does. bytes_per_second counts
+// the K and V bytes a step reads once (compare with engine_bench's read rate); GFLOPS
+// counts 4 * heads * head_dim per (query, position).
+void BM_Attention(benchmark::State& state) {
+  constexpr int kHeadDim = 64, kBlock = 16, kLayers = 22;
+  const int64_t streams = state.range(0), ctx = state.range(1);
+  const bool mha = state.range(3) == 1;
+  const int kHeads = mha ? 12 : 32, kKvHeads = mha ? 12 : 4;
+  const bool prefill = streams == 0;
+  const int64_t sequences = prefill ? 1 : streams;
+  const int64_t queries = prefill ? ctx : streams;
+  const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
+  const int64_t num_blocks = sequences * blocks_per_seq;
+  const int64_t kv_dim = kKvHeads * kHeadDim;
+  CpuBackendOptions opt;
+  opt.threads = static_cast<int>(state.range(2));
+  CpuBackend be(opt);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<int32_t> order(num_blocks);
+  for (int64_t i = 0; i < num_blocks; ++i) order[i] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  const size_t pool_floats = static_cast<size_t>(num_blocks) * kBlock * kv_dim;
+  std::vector<DeviceBuffer> k(kLayers), v(kLayers);
+  for (int l = 0; l < kLayers; ++l) {
+    for (DeviceBuffer* b : {&k[l], &v[l]}) {
+      absl::StatusOr<DeviceBuffer> got = be.Allocate(pool_floats * sizeof(float));
+      if (!got.ok()) std::abort();
+      *b = std::move(*got);
+      float* f = static_cast<float*>(b->data());
+      for (size_t i = 0; i < pool_floats; ++i) f[i] = dist(rng);
+    }
+  }
+  std::vector<float> q(queries * kHeads * kHeadDim), out(q.size());
+  for (auto& x : q) x = dist(rng);
+  std::vector<AttentionQuery> aq(queries);
+  int64_t positions = 0;
+  for (int64_t i = 0; i < queries; ++i) {
+    const int64_t seq = prefill ? 0 : i;
+    aq[i].q = q.data() + i * kHeads * kHeadDim;
+    aq[i].out = out.data() + i * kHeads * kHeadDim;
+    aq[i].blocks = order.data() + seq * blocks_per_seq;
+    aq[i].n_ctx = static_cast<int32_t>(prefill ? i + 1 : ctx);
+    positions += aq[i].n_ctx;
+  }
+  AttentionParams p;
+  p.n_heads = kHeads;
+  p.n_kv_heads = kKvHeads;
+  p.head_dim = kHeadDim;
+  p.scale = 0.125f;
+  p.block_size = kBlock;
+  p.queries = aq.data();
+  p.n_queries = queries;
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l) {
+      p.k_pool = static_cast<const float*>(k[l].data());
+      p.v_pool = static_cast<const float*>(v[l].data());
+      be.Attention(p);
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(
+      static_cast<int64_t>(iters * kLayers * 2.0 * sequences * ctx * kv_dim * sizeof(float)));
+  state.counters["GFLOPS"] = benchmark::Counter(
+      iters * kLayers * 4.0 * kHeads * kHeadDim * static_cast<double>(positions) / 1e9,
+      benchmark::Counter::kIsRate);
+  state.SetLabel(be.name());
+}
+BENCHMARK(BM_Attention)
+    ->ArgsProduct({{1, 16}, {192}, {1, 2}, {8}})
+    ->ArgsProduct({{0}, {128}, {1, 2}, {8, 1}})
+    ->ArgNames({"streams", "ctx", "threads", "group"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {

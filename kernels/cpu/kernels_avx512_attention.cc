@@ -3,13 +3,19 @@
 // - scores of two heads of the group at once, head g in the low and g + 1 in the high
 //   256-bit half of each register, sharing every K load (AVX2: one head, 8 FMAs per
 //   position and step); each half is reduced exactly as the AVX2 Scores8 reduces its
-//   register, then times the scale;
+//   register, then times the scale; at head sizes 64 and 128 the pair's query stays in
+//   registers for the whole block;
 // - exp of 16 scores per instruction, lane by lane the AVX2 Exp8 (same constants and
 //   operations);
-// - the value rows accumulated into a head's output 16 floats per FMA, position after
-//   position as AVX2 does (each output element's FMA chain in position order).
+// - the value rows accumulated into the outputs of up to 4 heads per load of a row, 16
+//   floats per FMA, position after position as AVX2 does (each output element's FMA chain
+//   in position order), the correction of the earlier blocks multiplied in as AVX2's Scale
+//   does it.
 // The softmax bookkeeping (running max, std::exp correction, sums in position order) is
-// AVX2's, line for line.
+// AVX2's, per head; the heads' sums run side by side, not one after another (each a chain
+// of dependent adds). kernel_bench BM_Attention measures it (docs/benchmarks.md,
+// 2026-12-02: 1.1-1.6x the kernel before with TinyLlama's heads; a 16-stream decode step
+// then waits on memory: each KV head's rows are 256 of every 1024 bytes).
 //
 // Compiled for AVX-512 F/BW/VL/DQ in one region after every include (isa_target.h).
 
@@ -56,21 +62,9 @@ void ExpShifted(float* s, int count, float m) {
   }
 }
 
-// Scores of 8 K rows (k + r * stride) against two heads' queries (qa, qb), times scale,
-// into sa[0..8) and sb[0..8): per head and row, AVX2's Scores8 bit for bit (8 FMA lanes in
-// element order over the n = 8m elements, then the same transposed reduction).
-void Scores8x2(const float* qa, const float* qb, const float* k, int64_t stride, int64_t n,
-               float scale, float* sa, float* sb) {
-  __m512 acc[8];
-  for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t e = 0; e < n; e += 8) {
-    const __m512 qv =
-        _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + e)), _mm256_loadu_ps(qb + e), 1);
-    for (int r = 0; r < 8; ++r) {
-      acc[r] = _mm512_fmadd_ps(qv, _mm512_broadcast_f32x8(_mm256_loadu_ps(k + r * stride + e)),
-                               acc[r]);
-    }
-  }
+// The two 8-lane halves of acc[0..8) (rows 0-7, head a low, head b high), each reduced as
+// AVX2's Scores8 reduces its register, times scale, into sa[0..8) and sb[0..8).
+CASCADE_HOT void ReduceScores8x2(const __m512 (&acc)[8], float scale, float* sa, float* sb) {
   // Per 256-bit half, AVX2's permute2f128 pairs: rows r and r + 4 side by side, lanes
   // (l0+l4, l1+l5, l2+l6, l3+l7) of each.
   const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
@@ -92,27 +86,85 @@ void Scores8x2(const float* qa, const float* qb, const float* k, int64_t stride,
   _mm256_storeu_ps(sb, _mm512_extractf32x8_ps(sum, 1));
 }
 
-// out (n floats) += sum over j < count of w[j] * v_j (v_j = v + j * stride), each output
-// element's FMAs in position order.
-void AccumulateRows(const float* w, const float* v, int64_t stride, int count, float* out,
-                    int64_t n) {
+// Heads a and b side by side (a in the low, b in the high 256-bit half), 8 elements per
+// register: qv[i] holds elements [8i, 8i + 8) of each.
+CASCADE_HOT __m512 PairQuery(const float* qa, const float* qb, int64_t e) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + e)),
+                            _mm256_loadu_ps(qb + e), 1);
+}
+
+// Scores of 8 K rows (k + r * stride) against two heads' queries (qa, qb), times scale,
+// into sa[0..8) and sb[0..8): per head and row, AVX2's Scores8 bit for bit (8 FMA lanes in
+// element order over the n = 8m elements, then the same transposed reduction).
+void Scores8x2(const float* qa, const float* qb, const float* k, int64_t stride, int64_t n,
+               float scale, float* sa, float* sb) {
+  __m512 acc[8];
+  for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < n; e += 8) {
+    const __m512 qv = PairQuery(qa, qb, e);
+    for (int r = 0; r < 8; ++r) {
+      acc[r] =
+          _mm512_fmadd_ps(qv, _mm512_broadcast_f32x8(_mm256_loadu_ps(k + r * stride + e)), acc[r]);
+    }
+  }
+  ReduceScores8x2(acc, scale, sa, sb);
+}
+
+// Scores8x2 for head_dim = 8E, over `count` / 8 runs of 8 rows, the pair's query held in
+// registers for all of them (the same FMAs in the same order).
+template <int E>
+CASCADE_HOT void ScoresRuns8x2(const float* qa, const float* qb, const float* k, int64_t stride,
+                               int count, float scale, float* sa, float* sb) {
+  __m512 qv[E];
+  for (int i = 0; i < E; ++i) qv[i] = PairQuery(qa, qb, 8 * i);
+  for (int j = 0; j + 8 <= count; j += 8) {
+    const float* kj = k + j * stride;
+    __m512 acc[8];
+    for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+    for (int i = 0; i < E; ++i) {
+      for (int r = 0; r < 8; ++r) {
+        acc[r] = _mm512_fmadd_ps(
+            qv[i], _mm512_broadcast_f32x8(_mm256_loadu_ps(kj + r * stride + 8 * i)), acc[r]);
+      }
+    }
+    ReduceScores8x2(acc, scale, sa + j, sb + j);
+  }
+}
+
+// For H heads h of one KV group: out_h (n floats) = (rescale_h ? out_h * c_h : out_h) +
+// sum over j < count of w_h[j] * v_j (v_j = v + j * stride), every output element's FMAs in
+// position order: AVX2's Scale then AccumulateRows per head, bit for bit, with each V row
+// loaded once for the H heads.
+template <int H>
+CASCADE_HOT void AccumulateHeads(const float* const* w, float* const* out, const float* c,
+                                 const bool* rescale, const float* v, int64_t stride, int count,
+                                 int64_t n) {
   for (int64_t e = 0; e < n; e += 64) {
     const int64_t left = n - e;
     __mmask16 keep[4];
-    __m512 o[4];
-    for (int c = 0; c < 4; ++c) {
-      const int64_t m = std::clamp<int64_t>(left - 16 * c, 0, 16);
-      keep[c] = static_cast<__mmask16>((1u << m) - 1);
-      o[c] = _mm512_maskz_loadu_ps(keep[c], out + e + 16 * c);
+    for (int x = 0; x < 4; ++x) {
+      const int64_t m = std::clamp<int64_t>(left - 16 * x, 0, 16);
+      keep[x] = static_cast<__mmask16>((1u << m) - 1);
+    }
+    __m512 o[H][4];
+    for (int h = 0; h < H; ++h) {
+      for (int x = 0; x < 4; ++x) {
+        o[h][x] = _mm512_maskz_loadu_ps(keep[x], out[h] + e + 16 * x);
+        if (rescale[h]) o[h][x] = _mm512_mul_ps(_mm512_set1_ps(c[h]), o[h][x]);
+      }
     }
     for (int j = 0; j < count; ++j) {
       const float* vj = v + j * stride + e;
-      const __m512 wj = _mm512_set1_ps(w[j]);
-      for (int c = 0; c < 4; ++c) {
-        o[c] = _mm512_fmadd_ps(wj, _mm512_maskz_loadu_ps(keep[c], vj + 16 * c), o[c]);
+      __m512 vx[4];
+      for (int x = 0; x < 4; ++x) vx[x] = _mm512_maskz_loadu_ps(keep[x], vj + 16 * x);
+      for (int h = 0; h < H; ++h) {
+        const __m512 wj = _mm512_set1_ps(w[h][j]);
+        for (int x = 0; x < 4; ++x) o[h][x] = _mm512_fmadd_ps(wj, vx[x], o[h][x]);
       }
     }
-    for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(out + e + 16 * c, keep[c], o[c]);
+    for (int h = 0; h < H; ++h) {
+      for (int x = 0; x < 4; ++x) _mm512_mask_storeu_ps(out[h] + e + 16 * x, keep[x], o[h][x]);
+    }
   }
 }
 
@@ -129,11 +181,16 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
   }
   const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * hd;  // per token
   const int h0 = kvh * group;
-  float m[kMaxGroup], l[kMaxGroup];
+  float m[kMaxGroup], l[kMaxGroup], c[kMaxGroup];
+  bool rescale[kMaxGroup];
+  float* out[kMaxGroup];
+  const float* w[kMaxGroup];
   for (int g = 0; g < group; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
-    std::fill(q.out + (h0 + g) * hd, q.out + (h0 + g + 1) * hd, 0.0f);
+    out[g] = q.out + (h0 + g) * hd;
+    w[g] = scratch + g * p.block_size;
+    std::fill(out[g], out[g] + hd, 0.0f);
   }
   for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
     const int32_t block = q.blocks[start / p.block_size];
@@ -144,40 +201,90 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     // Scores: two heads at a time (a last odd head, or a group of one, with itself in the
     // other half), 8 positions at a time; positions past the last 8 as AVX2 computes them
     // (the table's dot is AVX2's Dot).
+    const int full = count / 8 * 8;
     for (int g = 0; g < group; g += 2) {
       const bool pair = g + 1 < group;
       const float* qa = q.q + (h0 + g) * hd;
-      const float* qb = pair ? qa + hd : qa;
       float* sa = scratch + g * p.block_size;
-      float unused[8];
-      int j = 0;
-      for (; j + 8 <= count; j += 8) {
-        Scores8x2(qa, qb, k + j * kv_stride, kv_stride, hd, p.scale, sa + j,
-                  pair ? sa + p.block_size + j : unused);
+      const float* qb = pair ? qa + hd : qa;
+      constexpr int kMaxRun = 64;  // the longest block the whole-block runs take
+      float unused[kMaxRun];       // the copy's scores, where a head has no partner
+      float* sb = pair ? sa + p.block_size : unused;
+      if (hd == 64 && p.block_size <= kMaxRun) {
+        ScoresRuns8x2<8>(qa, qb, k, kv_stride, count, p.scale, sa, sb);
+      } else if (hd == 128 && p.block_size <= kMaxRun) {
+        ScoresRuns8x2<16>(qa, qb, k, kv_stride, count, p.scale, sa, sb);
+      } else {
+        for (int j = 0; j < full; j += 8) {
+          Scores8x2(qa, qb, k + j * kv_stride, kv_stride, hd, p.scale, sa + j,
+                    pair ? sb + j : unused);
+        }
       }
-      for (; j < count; ++j) {
+      for (int j = full; j < count; ++j) {
         sa[j] = avx2.dot(qa, k + j * kv_stride, hd) * p.scale;
-        if (pair) sa[p.block_size + j] = avx2.dot(qb, k + j * kv_stride, hd) * p.scale;
+        if (pair) sb[j] = avx2.dot(qb, k + j * kv_stride, hd) * p.scale;
       }
     }
+    // The online softmax per head, AVX2's operations: the block's max, the correction of
+    // what came before, exp of the shifted scores in place.
     for (int g = 0; g < group; ++g) {
       float* s = scratch + g * p.block_size;
       float bmax = -INFINITY;
       for (int j = 0; j < count; ++j) bmax = std::max(bmax, s[j]);
       const float m_new = std::max(m[g], bmax);
-      const float correction = std::exp(m[g] - m_new);
-      float* out = q.out + (h0 + g) * hd;
-      if (l[g] > 0) avx2.scale(correction, out, hd);
-      float lg = l[g] * correction;
-      ExpShifted(s, count, m_new);
-      for (int j = 0; j < count; ++j) lg += s[j];
-      l[g] = lg;
+      c[g] = std::exp(m[g] - m_new);
+      rescale[g] = l[g] > 0;
+      l[g] *= c[g];
       m[g] = m_new;
-      AccumulateRows(s, v, kv_stride, count, out, hd);
+      ExpShifted(s, count, m_new);
+    }
+    // Each head's sum in position order, four heads' chains side by side (in registers:
+    // through memory each add would wait on the one before's store).
+    int h = 0;
+    for (; h + 4 <= group; h += 4) {
+      const float* s0 = scratch + h * p.block_size;
+      const float* s1 = s0 + p.block_size;
+      const float* s2 = s1 + p.block_size;
+      const float* s3 = s2 + p.block_size;
+      float a0 = l[h], a1 = l[h + 1], a2 = l[h + 2], a3 = l[h + 3];
+      for (int j = 0; j < count; ++j) {
+        a0 += s0[j];
+        a1 += s1[j];
+        a2 += s2[j];
+        a3 += s3[j];
+      }
+      l[h] = a0;
+      l[h + 1] = a1;
+      l[h + 2] = a2;
+      l[h + 3] = a3;
+    }
+    for (; h < group; ++h) {
+      const float* sh = scratch + h * p.block_size;
+      float a = l[h];
+      for (int j = 0; j < count; ++j) a += sh[j];
+      l[h] = a;
+    }
+    // The value rows into the heads' outputs, up to 4 heads per load of a row.
+    int g = 0;
+    for (; g + 4 <= group; g += 4) {
+      AccumulateHeads<4>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
+    }
+    switch (group - g) {
+      case 3:
+        AccumulateHeads<3>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
+        break;
+      case 2:
+        AccumulateHeads<2>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
+        break;
+      case 1:
+        AccumulateHeads<1>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
+        break;
+      default:
+        break;
     }
   }
   for (int g = 0; g < group; ++g) {
-    if (l[g] > 0) avx2.scale(1.0f / l[g], q.out + (h0 + g) * hd, hd);
+    if (l[g] > 0) avx2.scale(1.0f / l[g], out[g], hd);
   }
 }
 
