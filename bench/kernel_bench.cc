@@ -161,8 +161,8 @@ BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Attention over the paged KV cache with TinyLlama-1.1B's heads (32 query heads of 64,
 // sharing 4 KV heads: group 8) or, with group = 1, llama-110m's (12 heads of 64, no GQA),
-// blocks of 16 positions, over 22 layers' pools so the K/V rows
-// come from memory as in a real step (each layer's pool is read once per step, after the
+// KV blocks of `block` positions (the engine's default and larger), over 22 layers' pools so the
+// K/V rows come from memory as in a real step (each layer's pool is read once per step, after the
 // weights have gone through the caches): `streams` queries each attending to `ctx`
 // positions (a batched decode step), or with streams = 0 one sequence's `ctx`-token prompt
 // (causal prefill: query i attends to i + 1 positions). Blocks are handed out in a
@@ -170,7 +170,8 @@ BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
 // the K and V bytes a step reads once (compare with engine_bench's read rate); GFLOPS
 // counts 4 * heads * head_dim per (query, position).
 void BM_Attention(benchmark::State& state) {
-  constexpr int kHeadDim = 64, kBlock = 16, kLayers = 22;
+  constexpr int kHeadDim = 64, kLayers = 22;
+  const int kBlock = static_cast<int>(state.range(4));
   const int64_t streams = state.range(0), ctx = state.range(1);
   const bool mha = state.range(3) == 1;
   const int kHeads = mha ? 12 : 32, kKvHeads = mha ? 12 : 4;
@@ -237,9 +238,9 @@ void BM_Attention(benchmark::State& state) {
   state.SetLabel(be.name());
 }
 BENCHMARK(BM_Attention)
-    ->ArgsProduct({{1, 16}, {192}, {1, 2}, {8}})
-    ->ArgsProduct({{0}, {128}, {1, 2}, {8, 1}})
-    ->ArgNames({"streams", "ctx", "threads", "group"})
+    ->ArgsProduct({{1, 16}, {192}, {1, 2}, {8}, {16, 32, 64}})
+    ->ArgsProduct({{0}, {128}, {1, 2}, {8, 1}, {16, 32}})
+    ->ArgNames({"streams", "ctx", "threads", "group", "block"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -31,7 +31,7 @@ struct KvCacheOptions {
   int n_layers = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
-  int block_size = 16;
+  int block_size = kDefaultKvBlockSize;
   int64_t num_blocks = 0;
   int64_t max_positions = 0;  // per sequence (the model's context length)
 };
