@@ -5,7 +5,9 @@
 // scale; per KV block, the running max, the correction exp(m_old - m_new) (std::exp) and
 // the weights exp(s - m_new) (Exp8 below, within 2 ulp of expf) are applied in position
 // order, with the output accumulated by FMA per position. Nothing depends on other
-// queries, heads or threads, so results are batch-invariant.
+// queries, heads or threads, so results are batch-invariant. Per block the heads go
+// through each phase together (scores, then weights, then sums, then outputs) so that
+// their dependency chains overlap, and two heads share each load of a V row.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -65,6 +67,37 @@ inline void AccumulateRows(const float* w, const float* v, int64_t stride, int c
     float o = out[e];
     for (int j = 0; j < count; ++j) o = std::fma(w[j], v[j * stride + e], o);
     out[e] = o;
+  }
+}
+
+// Two heads a and b of a group, head_dim n a multiple of 32: out_h = (rescale_h ? out_h *
+// c_h : out_h) + sum over j < count of w_h[j] * v_j, per head exactly Scale then
+// AccumulateRows (each output element's FMAs in position order), each V row loaded once
+// for both.
+inline void AccumulateTwoHeads(const float* wa, const float* wb, float ca, float cb, bool rescale_a,
+                               bool rescale_b, const float* v, int64_t stride, int count,
+                               float* outa, float* outb, int64_t n) {
+  for (int64_t e = 0; e < n; e += 32) {
+    __m256 a[4], b[4];
+    for (int x = 0; x < 4; ++x) {
+      a[x] = _mm256_loadu_ps(outa + e + 8 * x);
+      b[x] = _mm256_loadu_ps(outb + e + 8 * x);
+      if (rescale_a) a[x] = _mm256_mul_ps(_mm256_set1_ps(ca), a[x]);
+      if (rescale_b) b[x] = _mm256_mul_ps(_mm256_set1_ps(cb), b[x]);
+    }
+    for (int j = 0; j < count; ++j) {
+      const float* vj = v + j * stride + e;
+      const __m256 wja = _mm256_set1_ps(wa[j]), wjb = _mm256_set1_ps(wb[j]);
+      for (int x = 0; x < 4; ++x) {
+        const __m256 vx = _mm256_loadu_ps(vj + 8 * x);
+        a[x] = _mm256_fmadd_ps(wja, vx, a[x]);
+        b[x] = _mm256_fmadd_ps(wjb, vx, b[x]);
+      }
+    }
+    for (int x = 0; x < 4; ++x) {
+      _mm256_storeu_ps(outa + e + 8 * x, a[x]);
+      _mm256_storeu_ps(outb + e + 8 * x, b[x]);
+    }
   }
 }
 
@@ -155,15 +188,19 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
       for (; j + 8 <= count; j += 8) Scores8(qg, k + j * kv_stride, kv_stride, hd, p.scale, sg + j);
       for (; j < count; ++j) sg[j] = Dot(qg, k + j * kv_stride, hd) * p.scale;
     }
+    // Per head: the block's max, the correction of what came before, the weights
+    // exp(s - m_new) in place.
+    float c[kMaxGroup];
+    bool rescale[kMaxGroup];
     for (int g = 0; g < group; ++g) {
       float* s = scratch + g * p.block_size;
       float bmax = -INFINITY;
       for (int j = 0; j < count; ++j) bmax = std::max(bmax, s[j]);
       const float m_new = std::max(m[g], bmax);
-      const float correction = std::exp(m[g] - m_new);
-      float* out = q.out + (h0 + g) * hd;
-      if (l[g] > 0) Scale(correction, out, hd);
-      float lg = l[g] * correction;
+      c[g] = std::exp(m[g] - m_new);
+      rescale[g] = l[g] > 0;
+      l[g] *= c[g];
+      m[g] = m_new;
       const __m256 mv = _mm256_set1_ps(m_new);
       int j = 0;
       for (; j + 8 <= count; j += 8) {
@@ -173,10 +210,47 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
         const __m256i mask = TailMask(count - j);
         _mm256_maskstore_ps(s + j, mask, Exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, mask), mv)));
       }
-      for (j = 0; j < count; ++j) lg += s[j];
-      l[g] = lg;
-      m[g] = m_new;
-      AccumulateRows(s, v, kv_stride, count, out, hd);
+    }
+    // Each head's sum in position order, four heads' chains side by side in registers
+    // (one head's is a chain of dependent adds).
+    int h = 0;
+    for (; h + 4 <= group; h += 4) {
+      const float* s0 = scratch + h * p.block_size;
+      const float* s1 = s0 + p.block_size;
+      const float* s2 = s1 + p.block_size;
+      const float* s3 = s2 + p.block_size;
+      float a0 = l[h], a1 = l[h + 1], a2 = l[h + 2], a3 = l[h + 3];
+      for (int j = 0; j < count; ++j) {
+        a0 += s0[j];
+        a1 += s1[j];
+        a2 += s2[j];
+        a3 += s3[j];
+      }
+      l[h] = a0;
+      l[h + 1] = a1;
+      l[h + 2] = a2;
+      l[h + 3] = a3;
+    }
+    for (; h < group; ++h) {
+      const float* sh = scratch + h * p.block_size;
+      float a = l[h];
+      for (int j = 0; j < count; ++j) a += sh[j];
+      l[h] = a;
+    }
+    // The value rows into the outputs: two heads per load of a row where head_dim is a
+    // multiple of 32, else one head at a time.
+    int g = 0;
+    if (hd % 32 == 0) {
+      for (; g + 2 <= group; g += 2) {
+        AccumulateTwoHeads(scratch + g * p.block_size, scratch + (g + 1) * p.block_size, c[g],
+                           c[g + 1], rescale[g], rescale[g + 1], v, kv_stride, count,
+                           q.out + (h0 + g) * hd, q.out + (h0 + g + 1) * hd, hd);
+      }
+    }
+    for (; g < group; ++g) {
+      float* out = q.out + (h0 + g) * hd;
+      if (rescale[g]) Scale(c[g], out, hd);
+      AccumulateRows(scratch + g * p.block_size, v, kv_stride, count, out, hd);
     }
   }
   for (int g = 0; g < group; ++g) {
