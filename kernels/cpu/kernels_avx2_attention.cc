@@ -16,6 +16,7 @@
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/softmax_block.h"
 
 namespace cascade::cpu::avx2 {
 namespace {
@@ -189,19 +190,12 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
       for (; j < count; ++j) sg[j] = Dot(qg, k + j * kv_stride, hd) * p.scale;
     }
     // Per head: the block's max, the correction of what came before, the weights
-    // exp(s - m_new) in place.
+    // exp(s - m_new) in place (softmax_block.h); then the heads' sums.
     float c[kMaxGroup];
     bool rescale[kMaxGroup];
     for (int g = 0; g < group; ++g) {
       float* s = scratch + g * p.block_size;
-      float bmax = -INFINITY;
-      for (int j = 0; j < count; ++j) bmax = std::max(bmax, s[j]);
-      const float m_new = std::max(m[g], bmax);
-      c[g] = std::exp(m[g] - m_new);
-      rescale[g] = l[g] > 0;
-      l[g] *= c[g];
-      m[g] = m_new;
-      const __m256 mv = _mm256_set1_ps(m_new);
+      const __m256 mv = _mm256_set1_ps(EnterBlock(s, count, &m[g], &l[g], &c[g], &rescale[g]));
       int j = 0;
       for (; j + 8 <= count; j += 8) {
         _mm256_storeu_ps(s + j, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
@@ -211,32 +205,7 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
         _mm256_maskstore_ps(s + j, mask, Exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, mask), mv)));
       }
     }
-    // Each head's sum in position order, four heads' chains side by side in registers
-    // (one head's is a chain of dependent adds).
-    int h = 0;
-    for (; h + 4 <= group; h += 4) {
-      const float* s0 = scratch + h * p.block_size;
-      const float* s1 = s0 + p.block_size;
-      const float* s2 = s1 + p.block_size;
-      const float* s3 = s2 + p.block_size;
-      float a0 = l[h], a1 = l[h + 1], a2 = l[h + 2], a3 = l[h + 3];
-      for (int j = 0; j < count; ++j) {
-        a0 += s0[j];
-        a1 += s1[j];
-        a2 += s2[j];
-        a3 += s3[j];
-      }
-      l[h] = a0;
-      l[h + 1] = a1;
-      l[h + 2] = a2;
-      l[h + 3] = a3;
-    }
-    for (; h < group; ++h) {
-      const float* sh = scratch + h * p.block_size;
-      float a = l[h];
-      for (int j = 0; j < count; ++j) a += sh[j];
-      l[h] = a;
-    }
+    AddBlockSums(scratch, p.block_size, group, count, l);
     // The value rows into the outputs: two heads per load of a row where head_dim is a
     // multiple of 32, else one head at a time.
     int g = 0;

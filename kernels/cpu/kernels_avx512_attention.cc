@@ -29,6 +29,7 @@
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/isa_target.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/softmax_block.h"
 
 CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
 
@@ -225,45 +226,14 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
         if (pair) sb[j] = avx2.dot(qb, k + j * kv_stride, hd) * p.scale;
       }
     }
-    // The online softmax per head, AVX2's operations: the block's max, the correction of
-    // what came before, exp of the shifted scores in place.
+    // The online softmax per head, AVX2's operations (softmax_block.h): the block's max,
+    // the correction of what came before, exp of the shifted scores in place; then the
+    // heads' sums.
     for (int g = 0; g < group; ++g) {
       float* s = scratch + g * p.block_size;
-      float bmax = -INFINITY;
-      for (int j = 0; j < count; ++j) bmax = std::max(bmax, s[j]);
-      const float m_new = std::max(m[g], bmax);
-      c[g] = std::exp(m[g] - m_new);
-      rescale[g] = l[g] > 0;
-      l[g] *= c[g];
-      m[g] = m_new;
-      ExpShifted(s, count, m_new);
+      ExpShifted(s, count, EnterBlock(s, count, &m[g], &l[g], &c[g], &rescale[g]));
     }
-    // Each head's sum in position order, four heads' chains side by side (in registers:
-    // through memory each add would wait on the one before's store).
-    int h = 0;
-    for (; h + 4 <= group; h += 4) {
-      const float* s0 = scratch + h * p.block_size;
-      const float* s1 = s0 + p.block_size;
-      const float* s2 = s1 + p.block_size;
-      const float* s3 = s2 + p.block_size;
-      float a0 = l[h], a1 = l[h + 1], a2 = l[h + 2], a3 = l[h + 3];
-      for (int j = 0; j < count; ++j) {
-        a0 += s0[j];
-        a1 += s1[j];
-        a2 += s2[j];
-        a3 += s3[j];
-      }
-      l[h] = a0;
-      l[h + 1] = a1;
-      l[h + 2] = a2;
-      l[h + 3] = a3;
-    }
-    for (; h < group; ++h) {
-      const float* sh = scratch + h * p.block_size;
-      float a = l[h];
-      for (int j = 0; j < count; ++j) a += sh[j];
-      l[h] = a;
-    }
+    AddBlockSums(scratch, p.block_size, group, count, l);
     // The value rows into the heads' outputs, up to 4 heads per load of a row.
     int g = 0;
     for (; g + 4 <= group; g += 4) {
