@@ -94,39 +94,34 @@ CASCADE_HOT __m512 PairQuery(const float* qa, const float* qb, int64_t e) {
                             _mm256_loadu_ps(qb + e), 1);
 }
 
-// Scores of 8 K rows (k + r * stride) against two heads' queries (qa, qb), times scale,
-// into sa[0..8) and sb[0..8): per head and row, AVX2's Scores8 bit for bit (8 FMA lanes in
-// element order over the n = 8m elements, then the same transposed reduction).
-void Scores8x2(const float* qa, const float* qb, const float* k, int64_t stride, int64_t n,
-               float scale, float* sa, float* sb) {
-  __m512 acc[8];
-  for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t e = 0; e < n; e += 8) {
-    const __m512 qv = PairQuery(qa, qb, e);
-    for (int r = 0; r < 8; ++r) {
-      acc[r] =
-          _mm512_fmadd_ps(qv, _mm512_broadcast_f32x8(_mm256_loadu_ps(k + r * stride + e)), acc[r]);
-    }
-  }
-  ReduceScores8x2(acc, scale, sa, sb);
-}
-
-// Scores8x2 for head_dim = 8E, over `count` / 8 runs of 8 rows, the pair's query held in
-// registers for all of them (the same FMAs in the same order).
+// Scores of two heads' queries (qa, qb) against the K rows k + j * stride, j < count / 8 * 8,
+// times scale, into sa[j] and sb[j]: per head and row AVX2's Scores8 bit for bit (8 FMA
+// lanes in element order over the n = 8m elements, then the same transposed reduction),
+// 8 rows at a time. With E > 0 (n = 8E) the pair's query stays in registers for all of
+// them; E = 0 takes any n and loads it as it goes. A head without a partner passes itself
+// as qb and sb = sa: both halves then compute the same bits, and the second store
+// rewrites them.
 template <int E>
 CASCADE_HOT void ScoresRuns8x2(const float* qa, const float* qb, const float* k, int64_t stride,
-                               int count, float scale, float* sa, float* sb) {
-  __m512 qv[E];
-  for (int i = 0; i < E; ++i) qv[i] = PairQuery(qa, qb, 8 * i);
+                               int64_t n, int count, float scale, float* sa, float* sb) {
+  __m512 qv[E > 0 ? E : 1];
+  if constexpr (E > 0) {
+    for (int i = 0; i < E; ++i) qv[i] = PairQuery(qa, qb, 8 * i);
+  }
   for (int j = 0; j + 8 <= count; j += 8) {
     const float* kj = k + j * stride;
     __m512 acc[8];
     for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
-    for (int i = 0; i < E; ++i) {
+    auto step = [&](__m512 q, int64_t e) {  // elements [e, e + 8) of the 8 rows
       for (int r = 0; r < 8; ++r) {
-        acc[r] = _mm512_fmadd_ps(
-            qv[i], _mm512_broadcast_f32x8(_mm256_loadu_ps(kj + r * stride + 8 * i)), acc[r]);
+        acc[r] = _mm512_fmadd_ps(q, _mm512_broadcast_f32x8(_mm256_loadu_ps(kj + r * stride + e)),
+                                 acc[r]);
       }
+    };
+    if constexpr (E > 0) {
+      for (int i = 0; i < E; ++i) step(qv[i], 8 * i);
+    } else {
+      for (int64_t e = 0; e < n; e += 8) step(PairQuery(qa, qb, e), e);
     }
     ReduceScores8x2(acc, scale, sa + j, sb + j);
   }
@@ -206,20 +201,15 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     for (int g = 0; g < group; g += 2) {
       const bool pair = g + 1 < group;
       const float* qa = q.q + (h0 + g) * hd;
-      float* sa = scratch + g * p.block_size;
       const float* qb = pair ? qa + hd : qa;
-      constexpr int kMaxRun = 64;  // the longest block the whole-block runs take
-      float unused[kMaxRun];       // the copy's scores, where a head has no partner
-      float* sb = pair ? sa + p.block_size : unused;
-      if (hd == 64 && p.block_size <= kMaxRun) {
-        ScoresRuns8x2<8>(qa, qb, k, kv_stride, count, p.scale, sa, sb);
-      } else if (hd == 128 && p.block_size <= kMaxRun) {
-        ScoresRuns8x2<16>(qa, qb, k, kv_stride, count, p.scale, sa, sb);
+      float* sa = scratch + g * p.block_size;
+      float* sb = pair ? sa + p.block_size : sa;
+      if (hd == 64) {
+        ScoresRuns8x2<8>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
+      } else if (hd == 128) {
+        ScoresRuns8x2<16>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
       } else {
-        for (int j = 0; j < full; j += 8) {
-          Scores8x2(qa, qb, k + j * kv_stride, kv_stride, hd, p.scale, sa + j,
-                    pair ? sb + j : unused);
-        }
+        ScoresRuns8x2<0>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
       }
       for (int j = full; j < count; ++j) {
         sa[j] = avx2.dot(qa, k + j * kv_stride, hd) * p.scale;

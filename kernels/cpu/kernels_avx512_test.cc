@@ -463,8 +463,8 @@ TEST(Avx512Decode, BatchInvariantAcrossTokensAndRowSplits) {
 // The AVX-512 attention against the AVX2 one, bit for bit: GQA groups of 1 to 8 heads
 // (odd ones leave a last head alone; 2, 3, 5, 6 and 7 leave 1-3 heads after the runs of
 // 4 that share V loads), head sizes of 8 to 128 (64 and 128 with the query held in
-// registers, at blocks of 16 to 64), contexts that end inside a KV block and past the
-// last full 8 positions of one, scattered blocks.
+// registers, at blocks of 16 to 128; others loading it as they go), contexts that end inside a KV
+// block and past the last full 8 positions of one, scattered blocks.
 TEST(Avx512Attention, MatchesTheAvx2KernelBitForBit) {
   if (DetectCpuFeatures().best() < CpuIsa::kAvx512) {
     GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ; this one: "
@@ -473,10 +473,11 @@ TEST(Avx512Attention, MatchesTheAvx2KernelBitForBit) {
   struct Shape {
     int n_heads, n_kv, hd, block_size, n_ctx;
   };
-  for (const Shape sh : {Shape{8, 1, 64, 16, 37}, Shape{32, 4, 64, 16, 200}, Shape{6, 2, 8, 8, 5},
-                         Shape{7, 1, 128, 32, 70}, Shape{4, 4, 72, 16, 33}, Shape{10, 2, 16, 16, 1},
-                         Shape{16, 2, 64, 16, 16}, Shape{4, 2, 64, 16, 41},
-                         Shape{12, 2, 128, 16, 50}, Shape{6, 1, 64, 64, 130}}) {
+  for (const Shape sh :
+       {Shape{8, 1, 64, 16, 37}, Shape{32, 4, 64, 16, 200}, Shape{6, 2, 8, 8, 5},
+        Shape{7, 1, 128, 32, 70}, Shape{4, 4, 72, 16, 33}, Shape{10, 2, 16, 16, 1},
+        Shape{16, 2, 64, 16, 16}, Shape{4, 2, 64, 16, 41}, Shape{12, 2, 128, 16, 50},
+        Shape{6, 1, 64, 64, 130}, Shape{3, 1, 64, 128, 200}, Shape{8, 2, 32, 16, 45}}) {
     const int kv = sh.n_kv * sh.hd;
     const int n_blocks = (sh.n_ctx + sh.block_size - 1) / sh.block_size;
     std::vector<int32_t> blocks(n_blocks);
