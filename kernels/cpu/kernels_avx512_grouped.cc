@@ -212,10 +212,11 @@ struct Q40Format {
                    int64_t ldy) {
     GroupPass<kQ8, T>(g, nb, x, xs, y, ldy);
   }
-  // One block of kElems activations, quantized as the AVX2 kernels quantize them.
-  static void Prepare(const float* x, Token* out) {
+  // One block of kElems activations, quantized as the AVX2 kernels quantize them (avx2:
+  // their table, looked up once per matmul).
+  static void Prepare(const KernelTable& avx2, const float* x, Token* out) {
     BlockQ8_0 blk;
-    Avx2Kernels().quantize_q8_0(x, kQK, &blk);
+    avx2.quantize_q8_0(x, kQK, &blk);
     std::memcpy(out->qs, blk.qs, sizeof(out->qs));
     out->d = _cvtsh_ss(blk.d);
     out->base = (kQ8 ? -128 : -8) * CodeSum(blk.qs);
@@ -231,9 +232,9 @@ struct Q4KFormat {
                    int64_t ldy) {
     KGroupPass<T>(g, nb, x, xs, y, ldy);
   }
-  static void Prepare(const float* x, Token* out) {
+  static void Prepare(const KernelTable& avx2, const float* x, Token* out) {
     BlockQ8K blk;
-    Avx2Kernels().quantize_q8k(x, kQKK, &blk);
+    avx2.quantize_q8k(x, kQKK, &blk);
     std::memcpy(out->qs, blk.qs, sizeof(out->qs));
     // Sub-block s's sum, bsums 2s and 2s + 1: |sum of 32 codes| <= 32 * 127, an int16.
     auto sum = [&](int sb) {
@@ -302,11 +303,14 @@ size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k) {
 
 void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
                           int64_t i1, uint8_t* out) {
+  const KernelTable& avx2 = Avx2Kernels();
   WithFormat(type, [&]<class F>() {
     const int64_t nb = k / F::kElems;
     auto* tokens = reinterpret_cast<typename F::Token*>(out);
     for (int64_t i = i0; i < i1; ++i) {
-      for (int64_t b = 0; b < nb; ++b) F::Prepare(x + i * k + b * F::kElems, &tokens[b * n + i]);
+      for (int64_t b = 0; b < nb; ++b) {
+        F::Prepare(avx2, x + i * k + b * F::kElems, &tokens[b * n + i]);
+      }
     }
   });
 }
