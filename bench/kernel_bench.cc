@@ -171,16 +171,16 @@ BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
 // counts 4 * heads * head_dim per (query, position).
 void BM_Attention(benchmark::State& state) {
   constexpr int kHeadDim = 64, kLayers = 22;
-  const int kBlock = static_cast<int>(state.range(4));
+  const int block = static_cast<int>(state.range(4));
   const int64_t streams = state.range(0), ctx = state.range(1);
   const bool mha = state.range(3) == 1;
-  const int kHeads = mha ? 12 : 32, kKvHeads = mha ? 12 : 4;
+  const int heads = mha ? 12 : 32, kv_heads = mha ? 12 : 4;
   const bool prefill = streams == 0;
   const int64_t sequences = prefill ? 1 : streams;
   const int64_t queries = prefill ? ctx : streams;
-  const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
+  const int64_t blocks_per_seq = (ctx + block - 1) / block;
   const int64_t num_blocks = sequences * blocks_per_seq;
-  const int64_t kv_dim = kKvHeads * kHeadDim;
+  const int64_t kv_dim = kv_heads * kHeadDim;
   CpuBackendOptions opt;
   opt.threads = static_cast<int>(state.range(2));
   CpuBackend be(opt);
@@ -189,7 +189,7 @@ void BM_Attention(benchmark::State& state) {
   std::vector<int32_t> order(num_blocks);
   for (int64_t i = 0; i < num_blocks; ++i) order[i] = static_cast<int32_t>(i);
   std::shuffle(order.begin(), order.end(), rng);
-  const size_t pool_floats = static_cast<size_t>(num_blocks) * kBlock * kv_dim;
+  const size_t pool_floats = static_cast<size_t>(num_blocks) * block * kv_dim;
   std::vector<DeviceBuffer> k(kLayers), v(kLayers);
   for (int l = 0; l < kLayers; ++l) {
     for (DeviceBuffer* b : {&k[l], &v[l]}) {
@@ -200,24 +200,24 @@ void BM_Attention(benchmark::State& state) {
       for (size_t i = 0; i < pool_floats; ++i) f[i] = dist(rng);
     }
   }
-  std::vector<float> q(queries * kHeads * kHeadDim), out(q.size());
+  std::vector<float> q(queries * heads * kHeadDim), out(q.size());
   for (auto& x : q) x = dist(rng);
   std::vector<AttentionQuery> aq(queries);
   int64_t positions = 0;
   for (int64_t i = 0; i < queries; ++i) {
     const int64_t seq = prefill ? 0 : i;
-    aq[i].q = q.data() + i * kHeads * kHeadDim;
-    aq[i].out = out.data() + i * kHeads * kHeadDim;
+    aq[i].q = q.data() + i * heads * kHeadDim;
+    aq[i].out = out.data() + i * heads * kHeadDim;
     aq[i].blocks = order.data() + seq * blocks_per_seq;
     aq[i].n_ctx = static_cast<int32_t>(prefill ? i + 1 : ctx);
     positions += aq[i].n_ctx;
   }
   AttentionParams p;
-  p.n_heads = kHeads;
-  p.n_kv_heads = kKvHeads;
+  p.n_heads = heads;
+  p.n_kv_heads = kv_heads;
   p.head_dim = kHeadDim;
   p.scale = 0.125f;
-  p.block_size = kBlock;
+  p.block_size = block;
   p.queries = aq.data();
   p.n_queries = queries;
   for (auto _ : state) {
@@ -233,7 +233,7 @@ void BM_Attention(benchmark::State& state) {
   state.SetBytesProcessed(
       static_cast<int64_t>(iters * kLayers * 2.0 * sequences * ctx * kv_dim * sizeof(float)));
   state.counters["GFLOPS"] = benchmark::Counter(
-      iters * kLayers * 4.0 * kHeads * kHeadDim * static_cast<double>(positions) / 1e9,
+      iters * kLayers * 4.0 * heads * kHeadDim * static_cast<double>(positions) / 1e9,
       benchmark::Counter::kIsRate);
   state.SetLabel(be.name());
 }

@@ -18,8 +18,8 @@ using SeqId = int64_t;
 // KV-cache block, and tokens per forward pass. Written once, here. 32 tokens a block, not
 // 16: a sequence's blocks lie anywhere in the pool, and the CPU attention reads each one
 // as a fresh stream the prefetchers must find again; kernel_bench BM_Attention (Zen 4,
-// 2026-12-02) 1.05-1.17x faster at 32 than at 16, 1.14-1.27x at 64, which strands up to
-// 63 tokens of KV memory per sequence (--kv-block-size sets it per cluster).
+// 2026-12-02) 1.05-1.17x faster at 32 than at 16, 1.14-1.27x at 64. A sequence strands
+// up to block - 1 tokens of KV memory (31 here); --kv-block-size sets it per cluster.
 constexpr int kDefaultKvBlockSize = 32;
 constexpr int64_t kDefaultMaxBatchTokens = 512;
 

@@ -40,7 +40,8 @@ std::string CpuBackend::name() const {
 }
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
-  // 64-byte aligned, zeroed; calloc-backed so untouched pages cost no memory.
+  // 64-byte aligned and zeroed (the zeroing touches every page: the whole buffer is
+  // resident from here on).
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, std::max<size_t>(rounded, 64));
   if (p == nullptr) {
