@@ -67,6 +67,7 @@ TEST(MpiDataPlane, FramesInOrderResultsBackAndRefusals) {
     auto inbox = std::make_shared<FrameInbox>(Stage1(), 64);
     router.SetInbox(inbox);
     ASSERT_TRUE(p.SetHandlers({&router, nullptr}).ok());
+    MPI_Barrier(MPI_COMM_WORLD);  // rank 1 takes frames from here on
     auto receiver = inbox->MakeReceiver();
     for (uint64_t b = 0; b < 50; ++b) {
       std::optional<StageFrame> f = receiver->Receive();
@@ -103,6 +104,9 @@ TEST(MpiDataPlane, FramesInOrderResultsBackAndRefusals) {
     };
     ASSERT_TRUE(p.SetHandlers(h).ok());
     EXPECT_EQ(p.SetHandlers(h).code(), absl::StatusCode::kAlreadyExists);
+    // Frames that reach a rank before it runs a stage are dropped (the coordinator routes
+    // to a stage only once it is loaded), so wait for rank 1's handlers.
+    MPI_Barrier(MPI_COMM_WORLD);
     SenderOptions o;
     o.link_key = "key-into-1";
     auto sender = p.MakeActivationSender(1, o);
@@ -128,6 +132,7 @@ TEST(MpiDataPlane, FramesInOrderResultsBackAndRefusals) {
     p.ClearHandlers(h);
   } else {
     MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
   }
   p.Shutdown();
 }
@@ -142,6 +147,7 @@ TEST(MpiDataPlane, AnOversizedMessageIsDroppedAndTheLinkGoesOn) {
     auto inbox = std::make_shared<FrameInbox>(Stage1(), 8);
     router.SetInbox(inbox);
     ASSERT_TRUE(p.SetHandlers({&router, nullptr}).ok());
+    MPI_Barrier(MPI_COMM_WORLD);  // rank 1 takes frames from here on
     std::optional<StageFrame> f = inbox->MakeReceiver()->Receive();
     ASSERT_TRUE(f.has_value());
     EXPECT_EQ(f->batch_id, 2u);  // the 1 MiB frame before it never arrived
@@ -149,6 +155,7 @@ TEST(MpiDataPlane, AnOversizedMessageIsDroppedAndTheLinkGoesOn) {
     MPI_Barrier(MPI_COMM_WORLD);
     p.ClearHandlers({&router, nullptr});
   } else if (Rank() == 0) {
+    MPI_Barrier(MPI_COMM_WORLD);  // wait for rank 1's handlers
     SenderOptions o;
     o.link_key = "key-into-1";
     auto sender = p.MakeActivationSender(1, o);
@@ -158,6 +165,7 @@ TEST(MpiDataPlane, AnOversizedMessageIsDroppedAndTheLinkGoesOn) {
     EXPECT_TRUE((*sender)->Send(Frame(2)).ok());
     MPI_Barrier(MPI_COMM_WORLD);
   } else {
+    MPI_Barrier(MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
   }
   p.Shutdown();
