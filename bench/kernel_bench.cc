@@ -244,6 +244,76 @@ BENCHMARK(BM_Attention)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// Decode's weight stream: the seven matmuls of each of `layers` llama layers of width
+// `dim`, K/V width `kv` and FFN width `hidden` (llama-110m: 768 / 768 / 2048 x 12), one
+// token, every layer its own copy of the weights: what a decode step reads but for the
+// attention and the output head. bytes_per_second counts the weights; BM_ReadRate in the
+// same run is the memory's plain read rate to set it against.
+void BM_DecodeLayers(benchmark::State& state, TensorType type) {
+  const int64_t dim = state.range(0), kv = state.range(1), hidden = state.range(2);
+  const int64_t layers = state.range(3);
+  CpuBackendOptions opt;
+  opt.threads = static_cast<int>(state.range(4));
+  CpuBackend be(opt);
+  const Weight* shapes[] = {&GetWeight(type, dim, dim),    &GetWeight(type, kv, dim),
+                            &GetWeight(type, kv, dim),     &GetWeight(type, dim, dim),
+                            &GetWeight(type, hidden, dim), &GetWeight(type, hidden, dim),
+                            &GetWeight(type, dim, hidden)};
+  std::vector<TensorView> mats;
+  double bytes = 0;
+  for (int64_t l = 0; l < layers; ++l) {
+    for (const Weight* w : shapes) {
+      absl::StatusOr<TensorView> v = be.UploadWeight(w->view);  // a copy per layer
+      if (!v.ok()) {
+        state.SkipWithError(std::string(v.status().message()).c_str());
+        return;
+      }
+      mats.push_back(*v);
+      bytes += static_cast<double>(w->bytes.size());
+    }
+  }
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(std::max(dim, hidden)), y(std::max(dim, hidden));
+  for (auto& v : x) v = dist(rng);
+  for (auto _ : state) {
+    for (const TensorView& m : mats) be.MatMul(m, x.data(), 1, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * static_cast<double>(state.iterations())));
+  state.SetLabel(be.name());
+}
+void DecodeLayersArgs(benchmark::internal::Benchmark* b) {
+  b->ArgsProduct({{768}, {768}, {2048}, {12}, {1, 2}})
+      ->ArgsProduct({{2048}, {256}, {5632}, {4}, {1, 2}})
+      ->ArgNames({"dim", "kv", "hidden", "layers", "threads"})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_CAPTURE(BM_DecodeLayers, F16, TensorType::kF16)->Apply(DecodeLayersArgs);
+BENCHMARK_CAPTURE(BM_DecodeLayers, Q8_0, TensorType::kQ8_0)->Apply(DecodeLayersArgs);
+BENCHMARK_CAPTURE(BM_DecodeLayers, Q4_0, TensorType::kQ4_0)->Apply(DecodeLayersArgs);
+BENCHMARK_CAPTURE(BM_DecodeLayers, Q4_K, TensorType::kQ4_K)->Apply(DecodeLayersArgs);
+
+// The memory's plain read rate: one pass summing 256 MiB of 64-bit words (the compiler
+// vectorizes it), on one thread.
+void BM_ReadRate(benchmark::State& state) {
+  static std::vector<uint64_t> buf(size_t{256} << 17, 1);  // 256 MiB
+  for (auto _ : state) {
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i < buf.size(); i += 4) {
+      a += buf[i];
+      b += buf[i + 1];
+      c += buf[i + 2];
+      d += buf[i + 3];
+    }
+    benchmark::DoNotOptimize(a + b + c + d);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * buf.size() * sizeof(uint64_t)));
+}
+BENCHMARK(BM_ReadRate)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
     for (int n : {1, 2, 4, 8, 12, 16, 24, 32, 128}) b->Args({n, threads});

@@ -4,6 +4,9 @@
 #   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|all]     (default: all)
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
+#   CASCADE_CPU_ISA=avx2 LLAMA_BENCH=/path/to/avx2-only/llama-bench bench/run_benchmarks.sh kernels
+#       # an AVX2-only CPU (Zen 3) on an AVX-512 one: our AVX2 kernels against a llama.cpp
+#       # built with GGML_NATIVE=OFF GGML_AVX512=OFF (its AVX2 kernels)
 #
 # With LLAMA_BENCH (a llama.cpp llama-bench built by hand, outside this repository),
 # section (c) runs it on the very same model files as engine_bench, the two alternating
@@ -237,7 +240,7 @@ if [[ $WHAT == kernels || $WHAT == all ]]; then
     # On an AVX-512 CPU the kernels above ran with the AVX-512 table: set them against the
     # AVX2 table on the same CPU (prefill sizes, where the two differ; attention at the
     # default KV block of 32).
-    if grep -qw avx512f /proc/cpuinfo; then
+    if grep -qw avx512f /proc/cpuinfo && [[ -z ${CASCADE_CPU_ISA:-} ]]; then
       echo "AVX-512 kernels against AVX2 on this CPU (1 thread; GFLOP/s, ratio):"
       filter='n:(16|128)/threads:1|BM_Attention/.*threads:1/.*block:32'
       fast=$("$BIN/kernel_bench" --benchmark_filter="$filter" --benchmark_min_time=0.1 2>/dev/null | grep BM_)
