@@ -29,6 +29,7 @@
 
 namespace cascade::cpu::avx512 {
 
+bool GroupsType(TensorType type);  // Q8_0, Q4_0 and Q4_K
 size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k);
 void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
                           int64_t i1, uint8_t* out);

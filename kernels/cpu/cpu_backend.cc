@@ -93,8 +93,9 @@ absl::StatusOr<TensorView> CpuBackend::UploadWeight(const TensorView& host) {
     return host;
   }
   const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
-  const bool group = options_.quantized_activations && kt.grouped_matmul != nullptr &&
-                     host.n_dims <= 2 && cpu::RowGroupable(host.type, host.rows(), host.cols());
+  const bool group = options_.quantized_activations && kt.groups != nullptr &&
+                     kt.groups(host.type) && host.n_dims <= 2 &&
+                     cpu::RowGroupable(host.type, host.rows(), host.cols());
   // In transparent huge pages where the kernel gives them: decode streams every weight
   // from memory, and with 2 MiB pages it neither misses the TLB every 4 KiB nor stops the
   // hardware prefetchers at each 4 KiB page end (TinyLlama Q8_0, one Zen 4 thread: 19-21

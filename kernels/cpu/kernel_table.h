@@ -106,13 +106,16 @@ struct KernelTable {
   // t.x_stride, t.n, t.k) into out (64-byte aligned); the parts may run concurrently.
   size_t (*packed_f32_floats)(int64_t n, int64_t k);
   void (*pack_f32)(const MatmulTask& t, int part, int parts, float* out);
-  // Q8_0 / Q4_0 / Q4_K weights grouped 16 rows at a time (row_groups.h) x quantized
-  // activations, any number of tokens; null where the ISA has no such kernel (then no
-  // weight is grouped). The activations are prepared once per matmul:
+  // Weights grouped 16 rows at a time (row_groups.h) x quantized activations, any number
+  // of tokens: groups(type) says which types (AVX2: Q4_0; AVX-512 VNNI: Q8_0, Q4_0 and
+  // Q4_K); all null where the ISA has no such kernel (then no weight is grouped), and a
+  // weight of another type stays in the file's layout. The activations are prepared once
+  // per matmul:
   // grouped_tokens_bytes(type, n, k) bytes, rows [i0, i1) written by prepare_grouped
   // (ranges may run concurrently); then
   // grouped_matmul(t, type) with t.x the prepared rows and t.r0, t.r1 multiples of 16.
   // Bit for bit the AVX2 kernels' results on the weight's file layout.
+  bool (*groups)(TensorType type) = nullptr;
   size_t (*grouped_tokens_bytes)(TensorType type, int64_t n, int64_t k) = nullptr;
   void (*prepare_grouped)(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
                           int64_t i1, uint8_t* out) = nullptr;

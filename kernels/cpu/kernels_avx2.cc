@@ -15,6 +15,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/avx2_grouped.h"
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/gemm_layout.h"
@@ -373,10 +374,17 @@ void PackGemmWeightRows(TensorType type, const uint8_t* const* rows, int64_t k, 
 }
 
 const KernelTable& Avx2Kernels() {
-  static const KernelTable table{CpuIsa::kAvx2,         &Avx2Matmul,      &avx2::QuantizeQ8_0Row,
-                                 &avx2::QuantizeQ8KRow, &avx2::Dot,       &Axpy,
-                                 &avx2::Scale,          &SumSquares,      &avx2::SiluMul,
-                                 &avx2::AttentionGroup, &PackedF32Floats, &PackF32};
+  static const KernelTable table = [] {
+    KernelTable t{CpuIsa::kAvx2,         &Avx2Matmul,      &avx2::QuantizeQ8_0Row,
+                  &avx2::QuantizeQ8KRow, &avx2::Dot,       &Axpy,
+                  &avx2::Scale,          &SumSquares,      &avx2::SiluMul,
+                  &avx2::AttentionGroup, &PackedF32Floats, &PackF32};
+    t.groups = &avx2::GroupsType;
+    t.grouped_tokens_bytes = &avx2::GroupedTokensBytes;
+    t.prepare_grouped = &avx2::PrepareGroupedTokens;
+    t.grouped_matmul = &avx2::GroupedMatmul;
+    return t;
+  }();
   return table;
 }
 

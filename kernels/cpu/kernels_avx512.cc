@@ -12,7 +12,8 @@
 //   were bound by instructions, not memory (Q4_0 ~17 GB/s of weights in L2, below a core's ~25-28
 //   GB/s from DRAM), and their 4-8 interleaved row streams defeat the hardware prefetcher.
 // - with VNNI, Q8_0 / Q4_0 / Q4_K weights regrouped 16 rows at a time at load (row_groups.h,
-//   avx512_grouped.h): every token count, one vpdpbusd per 4 elements of 16 rows;
+//   avx512_grouped.h): every token count, one vpdpbusd per 4 elements of 16 rows (without
+//   VNNI the AVX2 table's grouped Q4_0 kernel stays);
 // - attention (avx512_attention.h): two heads' scores per register, 16-float outputs.
 // Micro-batches of 2-15 float tokens stay on the AVX2 tiles.
 //
@@ -187,6 +188,7 @@ const KernelTable& Avx512Kernels() {
     t.matmul = DetectCpuFeatures().avx512vnni ? &Avx512VnniMatmul : &Avx512Matmul;
     t.attention_group = &avx512::AttentionGroup;
     if (DetectCpuFeatures().avx512vnni) {
+      t.groups = &avx512::GroupsType;
       t.grouped_tokens_bytes = &avx512::GroupedTokensBytes;
       t.prepare_grouped = &avx512::PrepareGroupedTokens;
       t.grouped_matmul = &avx512::GroupedMatmul;

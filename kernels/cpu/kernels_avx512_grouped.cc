@@ -23,30 +23,20 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/avx512_grouped.h"
+#include "kernels/cpu/grouped_sweep.h"
+#include "kernels/cpu/grouped_token.h"
 #include "kernels/cpu/isa_target.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/row_groups.h"
-#include "kernels/cpu/with_width.h"
 #include "tensor/quant.h"
 #include "tensor/tensor_type.h"
 
 namespace cascade::cpu::avx512 {
 namespace {
-
-// A token's block as the kernel reads it: the codes, the scale as float and the integer S
-// starts from. Stored (block, token): one pointer per block reaches every token, at
-// offsets the instructions carry as constants.
-struct GroupedToken {
-  int8_t qs[32];
-  float d;
-  int32_t base;
-};
-static_assert(sizeof(GroupedToken) == 40);
 
 // A token's Q8_K super-block as the Q4_K kernel reads it: the codes; the sums of its 8
 // sub-blocks of 32 codes as int16 pairs (0, 2), (1, 3), (4, 6), (5, 7), what the rows' min
@@ -270,28 +260,17 @@ void GroupedMatmulOf(const MatmulTask& t) {
   const int64_t nb = t.k / F::kElems;
   const size_t group_bytes = kRowGroup * t.w_stride;
   const auto* x = reinterpret_cast<const typename F::Token*>(t.x);
-  const int64_t most = t.n <= F::kOnePass ? F::kOnePass : F::kPass;
-  const int64_t passes = (t.n + most - 1) / most;
-  const int64_t width = (t.n + passes - 1) / passes;
-  // Rows each pass sweeps: one group when the passes are few (decode: each group comes
-  // from memory once and the later passes find it in L1/L2); 8 groups (at most ~0.8 MiB of
-  // Q8_0 rows of 5632, in L2) when they are many (prefill), so that a pass's tokens stay
-  // in L1 while the groups go by.
-  const int64_t sweep = passes <= 2 ? kRowGroup : 8 * kRowGroup;
-  for (int64_t r = t.r0; r < t.r1; r += sweep) {
-    const int64_t end = std::min(r + sweep, t.r1);
-    for (int64_t i = 0; i < t.n; i += width) {
-      WithWidth<F::kOnePass>(std::min(width, t.n - i), [&]<int T>() {
-        for (int64_t g = r; g < end; g += kRowGroup) {
-          F::template Pass<T>(t.w + (g / kRowGroup) * group_bytes, nb, x + i, t.n,
-                              t.y + i * t.ldy + g, t.ldy);
-        }
-      });
-    }
-  }
+  SweepGroups<F::kOnePass, F::kPass>(t, [&]<int T>(int64_t g, int64_t i) {
+    F::template Pass<T>(t.w + (g / kRowGroup) * group_bytes, nb, x + i, t.n, t.y + i * t.ldy + g,
+                        t.ldy);
+  });
 }
 
 }  // namespace
+
+bool GroupsType(TensorType type) {
+  return type == TensorType::kQ8_0 || type == TensorType::kQ4_0 || type == TensorType::kQ4_K;
+}
 
 size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k) {
   size_t bytes = 0;

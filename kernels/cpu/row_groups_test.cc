@@ -1,7 +1,8 @@
 // The 16-row group layout of Q8_0 / Q4_0 / Q4_K weights (row_groups.h) and the backend's use of
 // it: the layout holds every byte of the file's rows (round trip), and a grouped weight
 // gives bit for bit the results of the same weight used in place, for every token count,
-// thread count and row range, in MatMul and GetRows.
+// thread count and row range, in MatMul and GetRows, on every ISA of this CPU that groups
+// (AVX2: Q4_0; AVX-512 VNNI: all three).
 #include "kernels/cpu/row_groups.h"
 
 #include <algorithm>
@@ -12,7 +13,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/avx512_grouped.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kernels_test_util.h"
@@ -77,22 +77,53 @@ TEST(RowGroups, EveryRowComesBackAsTheFileHadIt) {
   }
 }
 
-bool HasGroupedKernel() {
-  return cpu::KernelTableFor(SelectedIsa()).grouped_matmul != nullptr;
+using testing::AvailableIsas;
+
+// The (ISA, type) pairs this CPU groups (up to the ISA CASCADE_CPU_ISA selects): a weight
+// of that type uploaded to a backend limited to that ISA is grouped.
+std::vector<std::pair<CpuIsa, TensorType>> GroupedCases() {
+  std::vector<std::pair<CpuIsa, TensorType>> cases;
+  for (CpuIsa isa : AvailableIsas()) {
+    if (isa > SelectedIsa()) continue;  // CASCADE_CPU_ISA keeps the backend below it
+    const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
+    for (TensorType type : kGroupable) {
+      if (kt.groups != nullptr && kt.groups(type)) cases.emplace_back(isa, type);
+    }
+  }
+  return cases;
+}
+
+CpuBackendOptions On(CpuIsa isa, int threads = 1) {
+  CpuBackendOptions o;
+  o.max_isa = isa;
+  o.threads = threads;
+  return o;
+}
+
+const char* IsaName(CpuIsa isa) {
+  return isa == CpuIsa::kAvx512 ? "avx512" : isa == CpuIsa::kAvx2 ? "avx2" : "scalar";
+}
+
+TEST(RowGroups, EveryIsaWithAGroupedKernelGroupsQ4_0) {
+  const std::vector<std::pair<CpuIsa, TensorType>> cases = GroupedCases();
+  if (SelectedIsa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 selected: nothing is grouped";
+  EXPECT_TRUE(std::count(cases.begin(), cases.end(), std::pair{CpuIsa::kAvx2, TensorType::kQ4_0}));
+  EXPECT_FALSE(std::count(cases.begin(), cases.end(), std::pair{CpuIsa::kAvx2, TensorType::kQ8_0}));
+  for (auto [isa, type] : cases) EXPECT_NE(isa, CpuIsa::kScalar);
 }
 
 // The backend with the weight grouped against the same backend using it in place (the
 // AVX2 / AVX-512 file-layout kernels), bit for bit.
 TEST(RowGroups, GroupedMatmulIsBitForBitTheFileLayoutKernels) {
-  if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
-  for (TensorType type : kGroupable) {
+  if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
+  for (auto [isa, type] : GroupedCases()) {
+    SCOPED_TRACE(IsaName(isa));
     const int64_t long_rows = type == TensorType::kQ4_K ? 1 : 8;  // blocks of a 4096-row weight
     for (auto [rows, blocks] : {std::pair<int64_t, int64_t>{16, 1}, {48, 3}, {4096, long_rows}}) {
       const int64_t cols = Cols(type, blocks);
       const TestWeight w = MakeWeight(type, rows, cols, 5);
       for (int threads : {1, 2}) {
-        CpuBackendOptions on, off;
-        on.threads = off.threads = threads;
+        CpuBackendOptions on = On(isa, threads), off = On(isa, threads);
         off.copy_weights = false;
         CpuBackend grouped(on), plain(off);
         const TensorView gv = grouped.UploadWeight(w.view).value();
@@ -125,7 +156,10 @@ TEST(RowGroups, GroupedMatmulIsBitForBitTheFileLayoutKernels) {
 // and with mixed signs: the grouped sums stay exact (no int32 or int16 overflow) and equal
 // the file-layout kernels'.
 TEST(RowGroups, Q4KAtTheExtremesIsBitForBitTheFileLayoutKernels) {
-  if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
+  const cpu::KernelTable& kt = cpu::KernelTableFor(SelectedIsa());
+  if (kt.groups == nullptr || !kt.groups(TensorType::kQ4_K)) {
+    GTEST_SKIP() << "this CPU has no AVX-512 VNNI: Q4_K is not grouped";
+  }
   const int64_t rows = 32, cols = 2 * kQKK;
   TestWeight w = MakeWeight(TensorType::kQ4_K, rows, cols, 4);
   auto* blocks = reinterpret_cast<BlockQ4K*>(w.bytes.data());
@@ -152,13 +186,57 @@ TEST(RowGroups, Q4KAtTheExtremesIsBitForBitTheFileLayoutKernels) {
   }
 }
 
+// Q4_0 and Q8_0 at the integer extremes (every nibble 15 or 0, codes +-127 and -128,
+// activations at +-127, signs mixed): the grouped sums stay exact (the AVX2 kernel adds a
+// block's pair sums in int16: at most 8 * 2 * 15 * 127 = 30480) and equal the file-layout
+// kernels'.
+TEST(RowGroups, Q4_0AndQ8_0AtTheExtremesAreBitForBitTheFileLayoutKernels) {
+  if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
+  for (auto [isa, type] : GroupedCases()) {
+    if (type == TensorType::kQ4_K) continue;  // its own test above
+    SCOPED_TRACE(IsaName(isa));
+    const int64_t rows = 32, cols = 4 * kQK;
+    TestWeight w = MakeWeight(type, rows, cols, 6);
+    const uint64_t rb = w.view.row_bytes();
+    const size_t bb = type == TensorType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < cols / kQK; ++b) {
+        if ((r + b) % 4 == 3) continue;                      // some blocks stay as quantized
+        uint8_t* qs = w.bytes.data() + r * rb + b * bb + 2;  // past the fp16 scale
+        const size_t n = type == TensorType::kQ4_0 ? kQK / 2 : kQK;
+        const uint8_t fill = type == TensorType::kQ4_0 ? ((r + b) % 4 == 1 ? 0x00 : 0xFF)
+                                                       : ((r + b) % 4 == 1 ? 0x80 : 0x7F);
+        std::memset(qs, fill, n);
+      }
+    }
+    CpuBackendOptions off = On(isa);
+    off.copy_weights = false;
+    CpuBackend grouped(On(isa)), plain(off);
+    const TensorView gv = grouped.UploadWeight(w.view).value();
+    ASSERT_EQ(gv.layout, WeightLayout::kRowGroups16);
+    for (float sign : {1.0f, -1.0f}) {
+      for (int64_t n : {1, 2, 5}) {
+        std::vector<float> x(n * cols);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = sign * (i % 7 == 6 ? -1.0f : 1.0f);
+        for (size_t i = 0; i < x.size() && sign < 0; i += 2) x[i] = sign;  // all one sign
+        std::vector<float> yg(n * rows), yp(n * rows);
+        grouped.MatMul(gv, x.data(), n, yg.data());
+        plain.MatMul(w.view, x.data(), n, yp.data());
+        ASSERT_EQ(std::memcmp(yg.data(), yp.data(), yg.size() * sizeof(float)), 0)
+            << TensorTypeName(type) << " n " << n << " sign " << sign;
+      }
+    }
+  }
+}
+
 // The kernel over row ranges (as threads split a matmul) writes those rows only, with the
 // bits of the whole.
 TEST(RowGroups, RowRangesGiveTheBitsOfTheWhole) {
-  if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
-  const cpu::KernelTable& kt = cpu::KernelTableFor(SelectedIsa());
+  if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
   const int64_t rows = 96;
-  for (TensorType type : kGroupable) {
+  for (auto [isa, type] : GroupedCases()) {
+    SCOPED_TRACE(IsaName(isa));
+    const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
     const int64_t cols = Cols(type, 4);
     const TestWeight w = MakeWeight(type, rows, cols, 8);
     const std::vector<uint8_t> g = Grouped(w);
@@ -200,11 +278,11 @@ TEST(RowGroups, RowRangesGiveTheBitsOfTheWhole) {
 }
 
 TEST(RowGroups, GetRowsOfAGroupedWeightAreTheFilesRows) {
-  if (!HasGroupedKernel()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing is grouped";
-  for (TensorType type : kGroupable) {
+  if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
+  for (auto [isa, type] : GroupedCases()) {
     const int64_t cols = Cols(type, 2);
     const TestWeight w = MakeWeight(type, 64, cols, 2);
-    CpuBackend be({});
+    CpuBackend be(On(isa));
     const TensorView gv = be.UploadWeight(w.view).value();
     ASSERT_EQ(gv.layout, WeightLayout::kRowGroups16);
     const std::vector<int32_t> ids = {0, 17, 63, 17, 31};

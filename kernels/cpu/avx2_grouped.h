@@ -1,0 +1,39 @@
+// Internal: the AVX2 matmul of Q4_0 weights grouped 16 rows at a time (row_groups.h) x
+// Q8_0 activations, for any number of tokens (kernels_avx2_grouped.cc): what a CPU without
+// AVX-512 VNNI (Zen 3) runs for Q4_0 once its weights are grouped at load.
+//
+// Each output is bit for bit what the AVX2 file-layout kernel (kernels_avx2_quant.cc) gives:
+// per 32-element block the exact integer sum S, then y = fma(S, d_w * d_x, y) block after
+// block. Here S comes without a horizontal reduction: a 32-byte half of a 64-byte chunk holds
+// 4 codes of each of 8 rows in that row's 32-bit lane, so vpmaddubsw against the token's 4
+// matching codes (broadcast) leaves that row's partial sums in its own lane; the block's 8
+// of them add up in int16 (|sum| <= 8 * 2 * 15 * 127 = 30480) and one vpmaddwd widens them.
+// Against the file's layout this drops the per-block shuffle tree over 4 rows and the scale
+// gather, about half the instructions per weight byte, which bound Q4_0 decode there.
+//
+// Contract: call only where the CPU has AVX2, FMA and F16C. GroupsType(type): whether this
+// kernel takes weights of `type` (Q4_0 only: the file-layout Q8_0 and Q4_K kernels are
+// already bound by memory). PrepareGroupedTokens / GroupedTokensBytes / GroupedMatmul as in
+// avx512_grouped.h: prepared rows [i0, i1) of n (disjoint ranges may run concurrently);
+// t.r0 and t.r1 multiples of 16; writes only rows [t.r0, t.r1) of y; thread-safe; no
+// allocation, no scratch.
+#ifndef CASCADE_KERNELS_CPU_AVX2_GROUPED_H_
+#define CASCADE_KERNELS_CPU_AVX2_GROUPED_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/kernel_table.h"
+#include "tensor/tensor_type.h"
+
+namespace cascade::cpu::avx2 {
+
+bool GroupsType(TensorType type);
+size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k);
+void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
+                          int64_t i1, uint8_t* out);
+void GroupedMatmul(const MatmulTask& t, TensorType type);
+
+}  // namespace cascade::cpu::avx2
+
+#endif  // CASCADE_KERNELS_CPU_AVX2_GROUPED_H_
