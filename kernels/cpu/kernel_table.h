@@ -107,7 +107,7 @@ struct KernelTable {
   size_t (*packed_f32_floats)(int64_t n, int64_t k);
   void (*pack_f32)(const MatmulTask& t, int part, int parts, float* out);
   // Weights grouped 16 rows at a time (row_groups.h) x quantized activations, any number
-  // of tokens: groups(type) says which types (AVX2: Q4_0; AVX-512 VNNI: Q8_0, Q4_0 and
+  // of tokens: groups(type) says which types (AVX2: Q4_0, Q4_K; AVX-512 VNNI: Q8_0, Q4_0 and
   // Q4_K); all null where the ISA has no such kernel (then no weight is grouped), and a
   // weight of another type stays in the file's layout. The activations are prepared once
   // per matmul:

@@ -13,7 +13,7 @@
 //   GB/s from DRAM), and their 4-8 interleaved row streams defeat the hardware prefetcher.
 // - with VNNI, Q8_0 / Q4_0 / Q4_K weights regrouped 16 rows at a time at load (row_groups.h,
 //   avx512_grouped.h): every token count, one vpdpbusd per 4 elements of 16 rows (without
-//   VNNI the AVX2 table's grouped Q4_0 kernel stays);
+//   VNNI the AVX2 table's grouped Q4_0 and Q4_K kernels stay);
 // - attention (avx512_attention.h): two heads' scores per register, 16-float outputs.
 // Micro-batches of 2-15 float tokens stay on the AVX2 tiles.
 //

@@ -35,22 +35,6 @@
 #include "tensor/quant.h"
 #include "tensor/tensor_type.h"
 
-namespace cascade::cpu::avx512 {
-namespace {
-
-// A token's Q8_K super-block as the Q4_K kernel reads it: the codes; the sums of its 8
-// sub-blocks of 32 codes as int16 pairs (0, 2), (1, 3), (4, 6), (5, 7), what the rows' min
-// pairs multiply; the scale.
-struct GroupedKToken {
-  int8_t qs[256];
-  int32_t sum_pairs[4];
-  float d;
-};
-static_assert(sizeof(GroupedKToken) == 276);
-
-}  // namespace
-}  // namespace cascade::cpu::avx512
-
 CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
 
 #include "kernels/cpu/avx512_quant_util.h"
@@ -202,14 +186,8 @@ struct Q40Format {
                    int64_t ldy) {
     GroupPass<kQ8, T>(g, nb, x, xs, y, ldy);
   }
-  // One block of kElems activations, quantized as the AVX2 kernels quantize them (avx2:
-  // their table, looked up once per matmul).
   static void Prepare(const KernelTable& avx2, const float* x, Token* out) {
-    BlockQ8_0 blk;
-    avx2.quantize_q8_0(x, kQK, &blk);
-    std::memcpy(out->qs, blk.qs, sizeof(out->qs));
-    out->d = _cvtsh_ss(blk.d);
-    out->base = (kQ8 ? -128 : -8) * CodeSum(blk.qs);
+    PrepareToken(avx2, x, kQ8 ? -128 : -8, out);
   }
 };
 struct Q4KFormat {
@@ -223,19 +201,7 @@ struct Q4KFormat {
     KGroupPass<T>(g, nb, x, xs, y, ldy);
   }
   static void Prepare(const KernelTable& avx2, const float* x, Token* out) {
-    BlockQ8K blk;
-    avx2.quantize_q8k(x, kQKK, &blk);
-    std::memcpy(out->qs, blk.qs, sizeof(out->qs));
-    // Sub-block s's sum, bsums 2s and 2s + 1: |sum of 32 codes| <= 32 * 127, an int16.
-    auto sum = [&](int sb) {
-      return static_cast<uint16_t>(blk.bsums[2 * sb] + blk.bsums[2 * sb + 1]);
-    };
-    static constexpr int kPairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
-    for (int p = 0; p < 4; ++p) {
-      out->sum_pairs[p] = static_cast<int32_t>(sum(kPairs[p][0]) |
-                                               (static_cast<uint32_t>(sum(kPairs[p][1])) << 16));
-    }
-    out->d = blk.d;
+    PrepareKToken(avx2, x, out);
   }
 };
 

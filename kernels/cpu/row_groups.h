@@ -1,6 +1,6 @@
 // Internal: the 16-row group layout of Q8_0 / Q4_0 / Q4_K weights
 // (WeightLayout::kRowGroups16), made once at load time by CpuBackend::UploadWeight where the CPU
-// has a kernel for it (AVX2: Q4_0, kernels_avx2_grouped.cc; AVX-512 VNNI: all three,
+// has a kernel for it (AVX2: Q4_0 and Q4_K, kernels_avx2_grouped.cc; AVX-512 VNNI: all three,
 // kernels_avx512_grouped.cc), and read back row by row for GetRows.
 //
 // Why: a matmul kernel multiplies 16 rows at once, one row per 32-bit lane. In the file's

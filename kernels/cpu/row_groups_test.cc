@@ -2,7 +2,7 @@
 // it: the layout holds every byte of the file's rows (round trip), and a grouped weight
 // gives bit for bit the results of the same weight used in place, for every token count,
 // thread count and row range, in MatMul and GetRows, on every ISA of this CPU that groups
-// (AVX2: Q4_0; AVX-512 VNNI: all three).
+// (AVX2: Q4_0 and Q4_K; AVX-512 VNNI: all three).
 #include "kernels/cpu/row_groups.h"
 
 #include <algorithm>
@@ -104,11 +104,15 @@ const char* IsaName(CpuIsa isa) {
   return isa == CpuIsa::kAvx512 ? "avx512" : isa == CpuIsa::kAvx2 ? "avx2" : "scalar";
 }
 
-TEST(RowGroups, EveryIsaWithAGroupedKernelGroupsQ4_0) {
+TEST(RowGroups, AvxTwoGroupsQ4_0AndQ4_KAndNothingIsGroupedWithoutIt) {
   const std::vector<std::pair<CpuIsa, TensorType>> cases = GroupedCases();
   if (SelectedIsa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 selected: nothing is grouped";
-  EXPECT_TRUE(std::count(cases.begin(), cases.end(), std::pair{CpuIsa::kAvx2, TensorType::kQ4_0}));
-  EXPECT_FALSE(std::count(cases.begin(), cases.end(), std::pair{CpuIsa::kAvx2, TensorType::kQ8_0}));
+  auto has = [&](CpuIsa isa, TensorType type) {
+    return std::count(cases.begin(), cases.end(), std::pair{isa, type}) == 1;
+  };
+  EXPECT_TRUE(has(CpuIsa::kAvx2, TensorType::kQ4_0));
+  EXPECT_TRUE(has(CpuIsa::kAvx2, TensorType::kQ4_K));
+  EXPECT_FALSE(has(CpuIsa::kAvx2, TensorType::kQ8_0));  // its file-layout kernel is faster
   for (auto [isa, type] : cases) EXPECT_NE(isa, CpuIsa::kScalar);
 }
 
@@ -152,44 +156,55 @@ TEST(RowGroups, GroupedMatmulIsBitForBitTheFileLayoutKernels) {
   }
 }
 
-// Q4_K at the integer extremes (codes 15, 6-bit scales and mins 63, activations at +-127)
-// and with mixed signs: the grouped sums stay exact (no int32 or int16 overflow) and equal
-// the file-layout kernels'.
-TEST(RowGroups, Q4KAtTheExtremesIsBitForBitTheFileLayoutKernels) {
-  const cpu::KernelTable& kt = cpu::KernelTableFor(SelectedIsa());
-  if (kt.groups == nullptr || !kt.groups(TensorType::kQ4_K)) {
-    GTEST_SKIP() << "this CPU has no AVX-512 VNNI: Q4_K is not grouped";
-  }
-  const int64_t rows = 32, cols = 2 * kQKK;
-  TestWeight w = MakeWeight(TensorType::kQ4_K, rows, cols, 4);
-  auto* blocks = reinterpret_cast<BlockQ4K*>(w.bytes.data());
-  for (int64_t b = 0; b < rows * cols / kQKK; ++b) {
-    if (b % 3 == 2) continue;  // some blocks stay as quantized
-    std::memset(blocks[b].scales, 0xFF, sizeof(blocks[b].scales));
-    std::memset(blocks[b].qs, b % 3 == 0 ? 0xFF : 0xF0, sizeof(blocks[b].qs));
-  }
-  CpuBackendOptions off;
+// The grouped weight against the same weight in place on `isa`, bit for bit, for
+// activations of one sign with a few of the other, and of mixed signs, over one and several
+// register passes.
+void ExpectGroupedIsThePlain(CpuIsa isa, const TestWeight& w) {
+  const int64_t rows = w.view.rows(), cols = w.view.cols();
+  CpuBackendOptions off = On(isa);
   off.copy_weights = false;
-  CpuBackend grouped({}), plain(off);
+  CpuBackend grouped(On(isa)), plain(off);
   const TensorView gv = grouped.UploadWeight(w.view).value();
   ASSERT_EQ(gv.layout, WeightLayout::kRowGroups16);
   for (float sign : {1.0f, -1.0f}) {
-    for (int64_t n : {1, 3, 6}) {
+    for (int64_t n : {1, 2, 5, 9}) {
       std::vector<float> x(n * cols);
       for (size_t i = 0; i < x.size(); ++i) x[i] = sign * (i % 7 == 6 ? -1.0f : 1.0f);
+      for (size_t i = 0; i < x.size() && sign < 0; i += 2) x[i] = sign;  // all one sign
       std::vector<float> yg(n * rows), yp(n * rows);
       grouped.MatMul(gv, x.data(), n, yg.data());
       plain.MatMul(w.view, x.data(), n, yp.data());
       ASSERT_EQ(std::memcmp(yg.data(), yp.data(), yg.size() * sizeof(float)), 0)
-          << "n " << n << " sign " << sign;
+          << TensorTypeName(w.view.type) << " n " << n << " sign " << sign;
     }
+  }
+}
+
+// Q4_K at the integer extremes (codes 15, 6-bit scales and mins 63, activations at +-127)
+// and with mixed signs: the grouped sums stay exact (no int32 or int16 overflow: the AVX2
+// kernel adds a sub-block's pair sums in int16, at most 30480) and equal the file-layout
+// kernels'.
+TEST(RowGroups, Q4KAtTheExtremesIsBitForBitTheFileLayoutKernels) {
+  if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
+  for (auto [isa, type] : GroupedCases()) {
+    if (type != TensorType::kQ4_K) continue;
+    SCOPED_TRACE(IsaName(isa));
+    const int64_t rows = 32, cols = 2 * kQKK;
+    TestWeight w = MakeWeight(TensorType::kQ4_K, rows, cols, 4);
+    auto* blocks = reinterpret_cast<BlockQ4K*>(w.bytes.data());
+    for (int64_t b = 0; b < rows * cols / kQKK; ++b) {
+      if (b % 3 == 2) continue;  // some blocks stay as quantized
+      std::memset(blocks[b].scales, 0xFF, sizeof(blocks[b].scales));
+      std::memset(blocks[b].qs, b % 3 == 0 ? 0xFF : 0xF0, sizeof(blocks[b].qs));
+    }
+    ExpectGroupedIsThePlain(isa, w);
   }
 }
 
 // Q4_0 and Q8_0 at the integer extremes (every nibble 15 or 0, codes +-127 and -128,
 // activations at +-127, signs mixed): the grouped sums stay exact (the AVX2 kernel adds a
-// block's pair sums in int16: at most 8 * 2 * 15 * 127 = 30480) and equal the file-layout
-// kernels'.
+// Q4_0 block's pair sums in int16: at most 8 * 2 * 15 * 127 = 30480) and equal the
+// file-layout kernels'.
 TEST(RowGroups, Q4_0AndQ8_0AtTheExtremesAreBitForBitTheFileLayoutKernels) {
   if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
   for (auto [isa, type] : GroupedCases()) {
@@ -209,23 +224,7 @@ TEST(RowGroups, Q4_0AndQ8_0AtTheExtremesAreBitForBitTheFileLayoutKernels) {
         std::memset(qs, fill, n);
       }
     }
-    CpuBackendOptions off = On(isa);
-    off.copy_weights = false;
-    CpuBackend grouped(On(isa)), plain(off);
-    const TensorView gv = grouped.UploadWeight(w.view).value();
-    ASSERT_EQ(gv.layout, WeightLayout::kRowGroups16);
-    for (float sign : {1.0f, -1.0f}) {
-      for (int64_t n : {1, 2, 5}) {
-        std::vector<float> x(n * cols);
-        for (size_t i = 0; i < x.size(); ++i) x[i] = sign * (i % 7 == 6 ? -1.0f : 1.0f);
-        for (size_t i = 0; i < x.size() && sign < 0; i += 2) x[i] = sign;  // all one sign
-        std::vector<float> yg(n * rows), yp(n * rows);
-        grouped.MatMul(gv, x.data(), n, yg.data());
-        plain.MatMul(w.view, x.data(), n, yp.data());
-        ASSERT_EQ(std::memcmp(yg.data(), yp.data(), yg.size() * sizeof(float)), 0)
-            << TensorTypeName(type) << " n " << n << " sign " << sign;
-      }
-    }
+    ExpectGroupedIsThePlain(isa, w);
   }
 }
 
