@@ -17,10 +17,9 @@
 //
 // Contract: call only where the CPU has AVX2, FMA and F16C. GroupsType(type): whether this
 // kernel takes weights of `type` (Q4_0 and Q4_K; Q8_0's file-layout kernel, already near
-// the memory's rate at decode, was faster). PrepareGroupedTokens / GroupedTokensBytes /
-// GroupedMatmul as in avx512_grouped.h: prepared rows [i0, i1) of n (disjoint ranges may
-// run concurrently); t.r0 and t.r1 multiples of 16; writes only rows [t.r0, t.r1) of y;
-// thread-safe; no allocation, no scratch.
+// the memory's rate at decode, was faster). GroupedMatmul as in avx512_grouped.h, on the
+// activations grouped_token.h prepares: t.r0 and t.r1 multiples of 16; writes only rows
+// [t.r0, t.r1) of y; thread-safe; no allocation, no scratch.
 #ifndef CASCADE_KERNELS_CPU_AVX2_GROUPED_H_
 #define CASCADE_KERNELS_CPU_AVX2_GROUPED_H_
 
@@ -33,9 +32,6 @@
 namespace cascade::cpu::avx2 {
 
 bool GroupsType(TensorType type);
-size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k);
-void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
-                          int64_t i1, uint8_t* out);
 void GroupedMatmul(const MatmulTask& t, TensorType type);
 
 }  // namespace cascade::cpu::avx2

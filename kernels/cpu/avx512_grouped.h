@@ -12,12 +12,10 @@
 // kernel_table.h).
 //
 // Contract: call only where the CPU has AVX-512 F/BW/VL/DQ and VNNI (with AVX2, FMA, F16C).
-// PrepareGroupedTokens writes the activation rows [i0, i1) of n (k floats each, k % 32 ==
-// 0; Q4_K: k % 256 == 0) for weights of `type` to `out`, which holds
-// GroupedTokensBytes(type, n, k) bytes for all n rows; disjoint ranges
-// may be prepared concurrently. GroupedMatmul: t.w the grouped weight (t.w_stride its
-// row_bytes), t.x the n prepared rows, t.r0 and t.r1 multiples of 16. Thread-safe: writes
-// only rows [t.r0, t.r1) of y; never allocates; uses no scratch.
+// GroupedMatmul: t.w the grouped weight (t.w_stride its row_bytes), t.x the n rows that
+// PrepareGroupedTokens (grouped_token.h) prepared (k % 32 == 0; Q4_K: k % 256 == 0), t.r0
+// and t.r1 multiples of 16. Thread-safe: writes only rows [t.r0, t.r1) of y; never
+// allocates; uses no scratch.
 #ifndef CASCADE_KERNELS_CPU_AVX512_GROUPED_H_
 #define CASCADE_KERNELS_CPU_AVX512_GROUPED_H_
 
@@ -30,9 +28,6 @@
 namespace cascade::cpu::avx512 {
 
 bool GroupsType(TensorType type);  // Q8_0, Q4_0 and Q4_K
-size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k);
-void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
-                          int64_t i1, uint8_t* out);
 void GroupedMatmul(const MatmulTask& t, TensorType type);
 
 }  // namespace cascade::cpu::avx512

@@ -1,16 +1,14 @@
 // Internal: a token's activation blocks as the grouped kernels read them (AVX2:
-// kernels_avx2_grouped.cc; AVX-512 VNNI: kernels_avx512_grouped.cc), and how one is made from
-// the AVX2 table's quantizers. Plain data and scalar code, no intrinsics: baseline code
-// wherever it is included. Thread-safe (pure functions).
+// kernels_avx2_grouped.cc; AVX-512 VNNI: kernels_avx512_grouped.cc), and their preparation,
+// written once for both (grouped_token.cc, baseline code calling the AVX2 table's
+// quantizers). Thread-safe (pure functions).
 #ifndef CASCADE_KERNELS_CPU_GROUPED_TOKEN_H_
 #define CASCADE_KERNELS_CPU_GROUPED_TOKEN_H_
 
+#include <cstddef>
 #include <cstdint>
-#include <cstring>
 
-#include "kernels/cpu/kernel_table.h"
-#include "tensor/quant.h"
-#include "util/fp16.h"
+#include "tensor/tensor_type.h"
 
 namespace cascade::cpu {
 
@@ -35,35 +33,16 @@ struct GroupedKToken {
 };
 static_assert(sizeof(GroupedKToken) == 276);
 
-// One block of 32 activations x, quantized as the AVX2 kernels quantize them (`avx2`: their
-// table), S starting from base_per_code * sum(codes).
-inline void PrepareToken(const KernelTable& avx2, const float* x, int32_t base_per_code,
-                         GroupedToken* out) {
-  BlockQ8_0 blk;
-  avx2.quantize_q8_0(x, kQK, &blk);
-  std::memcpy(out->qs, blk.qs, sizeof(out->qs));
-  out->d = Fp16ToFloat(blk.d);
-  int32_t sum = 0;
-  for (int8_t c : blk.qs) sum += c;
-  out->base = base_per_code * sum;
-}
-
-// One super-block of 256 activations x, quantized as the AVX2 kernels quantize them.
-inline void PrepareKToken(const KernelTable& avx2, const float* x, GroupedKToken* out) {
-  BlockQ8K blk;
-  avx2.quantize_q8k(x, kQKK, &blk);
-  std::memcpy(out->qs, blk.qs, sizeof(out->qs));
-  // Sub-block s's sum, bsums 2s and 2s + 1: |sum of 32 codes| <= 32 * 127, an int16.
-  auto sum = [&](int sb) {
-    return static_cast<uint16_t>(blk.bsums[2 * sb] + blk.bsums[2 * sb + 1]);
-  };
-  static constexpr int kPairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
-  for (int p = 0; p < 4; ++p) {
-    out->sum_pairs[p] =
-        static_cast<int32_t>(sum(kPairs[p][0]) | (static_cast<uint32_t>(sum(kPairs[p][1])) << 16));
-  }
-  out->d = blk.d;
-}
+// The prepared activations of a grouped matmul, the same for every ISA's grouped kernel
+// (kernel_table.h: grouped_tokens_bytes, prepare_grouped): for Q4_0 and Q8_0 one
+// GroupedToken per 32 activations (S from -8 sum(codes) or -128 sum(codes)), for Q4_K one
+// GroupedKToken per 256, stored (block, token). The codes are those the AVX2 table's
+// quantizers give, so grouped and file-layout kernels multiply the same integers. Call
+// PrepareGroupedTokens only where the CPU has AVX2; rows [i0, i1) of n, and disjoint
+// ranges may run concurrently.
+size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k);
+void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
+                          int64_t i1, uint8_t* out);
 
 }  // namespace cascade::cpu
 

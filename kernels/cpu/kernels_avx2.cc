@@ -19,6 +19,7 @@
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/gemm_layout.h"
+#include "kernels/cpu/grouped_token.h"
 #include "kernels/cpu/kernel_table.h"
 #include "tensor/quant.h"
 
@@ -380,8 +381,8 @@ const KernelTable& Avx2Kernels() {
                   &avx2::Scale,          &SumSquares,      &avx2::SiluMul,
                   &avx2::AttentionGroup, &PackedF32Floats, &PackF32};
     t.groups = &avx2::GroupsType;
-    t.grouped_tokens_bytes = &avx2::GroupedTokensBytes;
-    t.prepare_grouped = &avx2::PrepareGroupedTokens;
+    t.grouped_tokens_bytes = &GroupedTokensBytes;
+    t.prepare_grouped = &PrepareGroupedTokens;
     t.grouped_matmul = &avx2::GroupedMatmul;
     return t;
   }();

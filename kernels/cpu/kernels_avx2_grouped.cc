@@ -17,7 +17,6 @@
 #include <cstring>
 
 #include "kernels/cpu/avx2_grouped.h"
-#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/grouped_sweep.h"
 #include "kernels/cpu/grouped_token.h"
 #include "kernels/cpu/row_groups.h"
@@ -193,31 +192,6 @@ constexpr int kKPass = 8;
 }  // namespace
 
 bool GroupsType(TensorType type) { return type == TensorType::kQ4_0 || type == TensorType::kQ4_K; }
-
-size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k) {
-  if (type == TensorType::kQ4_K) {
-    return static_cast<size_t>(n) * static_cast<size_t>(k / kQKK) * sizeof(GroupedKToken);
-  }
-  return static_cast<size_t>(n) * static_cast<size_t>(k / kQK) * sizeof(GroupedToken);
-}
-
-void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
-                          int64_t i1, uint8_t* out) {
-  const KernelTable& avx2 = Avx2Kernels();
-  if (type == TensorType::kQ4_K) {
-    auto* tokens = reinterpret_cast<GroupedKToken*>(out);
-    for (int64_t i = i0; i < i1; ++i) {
-      for (int64_t b = 0; b < k / kQKK; ++b)
-        PrepareKToken(avx2, x + i * k + b * kQKK, &tokens[b * n + i]);
-    }
-    return;
-  }
-  auto* tokens = reinterpret_cast<GroupedToken*>(out);
-  for (int64_t i = i0; i < i1; ++i) {
-    for (int64_t b = 0; b < k / kQK; ++b)
-      PrepareToken(avx2, x + i * k + b * kQK, -8, &tokens[b * n + i]);
-  }
-}
 
 void GroupedMatmul(const MatmulTask& t, TensorType type) {
   const size_t group_bytes = kRowGroup * t.w_stride;

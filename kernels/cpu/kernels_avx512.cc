@@ -33,6 +33,7 @@
 #include "kernels/cpu/avx512_grouped.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_layout.h"
+#include "kernels/cpu/grouped_token.h"
 #include "kernels/cpu/isa_target.h"
 #include "kernels/cpu/kernel_table.h"
 #include "tensor/quant.h"
@@ -189,8 +190,8 @@ const KernelTable& Avx512Kernels() {
     t.attention_group = &avx512::AttentionGroup;
     if (DetectCpuFeatures().avx512vnni) {
       t.groups = &avx512::GroupsType;
-      t.grouped_tokens_bytes = &avx512::GroupedTokensBytes;
-      t.prepare_grouped = &avx512::PrepareGroupedTokens;
+      t.grouped_tokens_bytes = &GroupedTokensBytes;
+      t.prepare_grouped = &PrepareGroupedTokens;
       t.grouped_matmul = &avx512::GroupedMatmul;
     }
     return t;

@@ -186,9 +186,6 @@ struct Q40Format {
                    int64_t ldy) {
     GroupPass<kQ8, T>(g, nb, x, xs, y, ldy);
   }
-  static void Prepare(const KernelTable& avx2, const float* x, Token* out) {
-    PrepareToken(avx2, x, kQ8 ? -128 : -8, out);
-  }
 };
 struct Q4KFormat {
   using Token = GroupedKToken;
@@ -199,9 +196,6 @@ struct Q4KFormat {
   static void Pass(const uint8_t* g, int64_t nb, const Token* x, int64_t xs, float* y,
                    int64_t ldy) {
     KGroupPass<T>(g, nb, x, xs, y, ldy);
-  }
-  static void Prepare(const KernelTable& avx2, const float* x, Token* out) {
-    PrepareKToken(avx2, x, out);
   }
 };
 
@@ -236,28 +230,6 @@ void GroupedMatmulOf(const MatmulTask& t) {
 
 bool GroupsType(TensorType type) {
   return type == TensorType::kQ8_0 || type == TensorType::kQ4_0 || type == TensorType::kQ4_K;
-}
-
-size_t GroupedTokensBytes(TensorType type, int64_t n, int64_t k) {
-  size_t bytes = 0;
-  WithFormat(type, [&]<class F>() {
-    bytes = static_cast<size_t>(n) * static_cast<size_t>(k / F::kElems) * sizeof(typename F::Token);
-  });
-  return bytes;
-}
-
-void PrepareGroupedTokens(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
-                          int64_t i1, uint8_t* out) {
-  const KernelTable& avx2 = Avx2Kernels();
-  WithFormat(type, [&]<class F>() {
-    const int64_t nb = k / F::kElems;
-    auto* tokens = reinterpret_cast<typename F::Token*>(out);
-    for (int64_t i = i0; i < i1; ++i) {
-      for (int64_t b = 0; b < nb; ++b) {
-        F::Prepare(avx2, x + i * k + b * F::kElems, &tokens[b * n + i]);
-      }
-    }
-  });
 }
 
 void GroupedMatmul(const MatmulTask& t, TensorType type) {

@@ -100,10 +100,6 @@ CpuBackendOptions On(CpuIsa isa, int threads = 1) {
   return o;
 }
 
-const char* IsaName(CpuIsa isa) {
-  return isa == CpuIsa::kAvx512 ? "avx512" : isa == CpuIsa::kAvx2 ? "avx2" : "scalar";
-}
-
 TEST(RowGroups, AvxTwoGroupsQ4_0AndQ4_KAndNothingIsGroupedWithoutIt) {
   const std::vector<std::pair<CpuIsa, TensorType>> cases = GroupedCases();
   if (SelectedIsa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 selected: nothing is grouped";
@@ -121,7 +117,7 @@ TEST(RowGroups, AvxTwoGroupsQ4_0AndQ4_KAndNothingIsGroupedWithoutIt) {
 TEST(RowGroups, GroupedMatmulIsBitForBitTheFileLayoutKernels) {
   if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
   for (auto [isa, type] : GroupedCases()) {
-    SCOPED_TRACE(IsaName(isa));
+    SCOPED_TRACE(CpuIsaName(isa));
     const int64_t long_rows = type == TensorType::kQ4_K ? 1 : 8;  // blocks of a 4096-row weight
     for (auto [rows, blocks] : {std::pair<int64_t, int64_t>{16, 1}, {48, 3}, {4096, long_rows}}) {
       const int64_t cols = Cols(type, blocks);
@@ -188,7 +184,7 @@ TEST(RowGroups, Q4KAtTheExtremesIsBitForBitTheFileLayoutKernels) {
   if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
   for (auto [isa, type] : GroupedCases()) {
     if (type != TensorType::kQ4_K) continue;
-    SCOPED_TRACE(IsaName(isa));
+    SCOPED_TRACE(CpuIsaName(isa));
     const int64_t rows = 32, cols = 2 * kQKK;
     TestWeight w = MakeWeight(TensorType::kQ4_K, rows, cols, 4);
     auto* blocks = reinterpret_cast<BlockQ4K*>(w.bytes.data());
@@ -209,7 +205,7 @@ TEST(RowGroups, Q4_0AndQ8_0AtTheExtremesAreBitForBitTheFileLayoutKernels) {
   if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
   for (auto [isa, type] : GroupedCases()) {
     if (type == TensorType::kQ4_K) continue;  // its own test above
-    SCOPED_TRACE(IsaName(isa));
+    SCOPED_TRACE(CpuIsaName(isa));
     const int64_t rows = 32, cols = 4 * kQK;
     TestWeight w = MakeWeight(type, rows, cols, 6);
     const uint64_t rb = w.view.row_bytes();
@@ -234,7 +230,7 @@ TEST(RowGroups, RowRangesGiveTheBitsOfTheWhole) {
   if (GroupedCases().empty()) GTEST_SKIP() << "this CPU has no AVX2: nothing is grouped";
   const int64_t rows = 96;
   for (auto [isa, type] : GroupedCases()) {
-    SCOPED_TRACE(IsaName(isa));
+    SCOPED_TRACE(CpuIsaName(isa));
     const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
     const int64_t cols = Cols(type, 4);
     const TestWeight w = MakeWeight(type, rows, cols, 8);
