@@ -18,8 +18,6 @@
 // bandwidth at the same thread count measured just before that decode run (a shared
 // machine's bandwidth drifts; the adjacent measurement sees the same conditions). Run on
 // an otherwise idle machine.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -27,12 +25,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
+#include "bench/read_rate.h"
 #include "engine/stage.h"
 #include "kernels/cpu/cpu_features.h"
 #include "model/synthetic.h"
@@ -75,45 +73,6 @@ double TriadGBps(int threads, int64_t n, int reps) {
     best = std::max(best, 3.0 * 8.0 * static_cast<double>(n) / sec / 1e9);
   }
   if (a[n / 2] < 0) std::printf("?");  // keep the stores observable
-  return best;
-}
-
-// A plain read of `bytes` in 2 MiB transparent huge pages (where the kernel gives them; the
-// backend keeps weights in them), split over `threads` threads like the kernels: the rate
-// decode's weight streaming can reach, which the triad (two reads and a write, 4 KiB pages)
-// understates. Returns the best GB/s of `reps`.
-double ReadGBps(int threads, size_t bytes, int reps) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  bytes = (bytes + kHuge - 1) / kHuge * kHuge;
-  std::unique_ptr<uint64_t, decltype(&std::free)> buf(
-      static_cast<uint64_t*>(std::aligned_alloc(kHuge, bytes)), &std::free);
-  if (buf == nullptr) return 0;
-  ::madvise(buf.get(), bytes, MADV_HUGEPAGE);
-  const int64_t words = static_cast<int64_t>(bytes / 8);
-  ThreadPool pool(threads);
-  pool.ParallelFor(words, 4096, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) buf.get()[i] = static_cast<uint64_t>(i);
-  });
-  double best = 0;
-  uint64_t sink = 0;
-  for (int r = 0; r < reps; ++r) {
-    std::vector<uint64_t> sums(threads, 0);
-    const auto t0 = Clock::now();
-    pool.Run([&](int t, int n) {
-      int64_t lo, hi;
-      ThreadPool::SplitRange(words / 8, 1, t, n, &lo, &hi);
-      const uint64_t* p = buf.get();
-      uint64_t a[8] = {};
-      for (int64_t i = lo * 8; i < hi * 8; i += 8) {  // one 64-byte line per step
-        for (int j = 0; j < 8; ++j) a[j] += p[i + j];
-      }
-      for (int j = 0; j < 8; ++j) sums[t] += a[j];
-    });
-    const double sec = Seconds(t0, Clock::now());
-    best = std::max(best, static_cast<double>(bytes) / sec / 1e9);
-    for (uint64_t v : sums) sink += v;
-  }
-  if (sink == 1) std::printf("?");  // keep the reads observable
   return best;
 }
 

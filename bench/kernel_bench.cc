@@ -28,9 +28,11 @@
 #include <immintrin.h>
 #endif
 
+#include "bench/read_rate.h"
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tensor/quant.h"
+#include "util/thread_pool.h"
 
 namespace cascade {
 namespace {
@@ -296,21 +298,18 @@ BENCHMARK_CAPTURE(BM_DecodeLayers, Q8_0, TensorType::kQ8_0)->Apply(DecodeLayersA
 BENCHMARK_CAPTURE(BM_DecodeLayers, Q4_0, TensorType::kQ4_0)->Apply(DecodeLayersArgs);
 BENCHMARK_CAPTURE(BM_DecodeLayers, Q4_K, TensorType::kQ4_K)->Apply(DecodeLayersArgs);
 
-// The memory's plain read rate: one pass summing 256 MiB of 64-bit words (the compiler
-// vectorizes it), on one thread.
+// The memory's plain read rate (bench/read_rate.h: 256 MiB in huge pages, as the weights
+// are kept, one pass per iteration), on one thread.
 void BM_ReadRate(benchmark::State& state) {
-  static std::vector<uint64_t> buf(size_t{256} << 17, 1);  // 256 MiB
-  for (auto _ : state) {
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (size_t i = 0; i < buf.size(); i += 4) {
-      a += buf[i];
-      b += buf[i + 1];
-      c += buf[i + 2];
-      d += buf[i + 3];
-    }
-    benchmark::DoNotOptimize(a + b + c + d);
+  ThreadPool pool(1);
+  static const ReadBuffer buf(size_t{256} << 20, pool);
+  if (!buf.ok()) {
+    state.SkipWithError("cannot allocate 256 MiB");
+    return;
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * buf.size() * sizeof(uint64_t)));
+  for (auto _ : state) benchmark::DoNotOptimize(buf.Read(pool));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(buf.bytes()));
 }
 BENCHMARK(BM_ReadRate)->UseRealTime()->Unit(benchmark::kMillisecond);
 
