@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/weight_arena.h"
 #include "util/thread_pool.h"
 
 namespace cascade {
@@ -30,8 +31,8 @@ struct CpuBackendOptions {
   // Cap on the SIMD level; the CPU's best level is used when it is lower.
   CpuIsa max_isa = CpuIsa::kAvx512;
   // UploadWeight copies each weight into memory the backend owns, in 2 MiB transparent huge
-  // pages where the kernel gives them (decode streams the weights: faster than from 4 KiB
-  // pages), and releases the source's pages (so the weights are in memory once). With
+  // pages where the kernel gives them, small weights packed together (weight_arena.h;
+  // decode streams the weights: faster than from 4 KiB pages), and releases the source's pages (so the weights are in memory once). With
   // quantized activations, Q8_0 / Q4_0 / Q4_K weights are regrouped 16 rows at a time on
   // the way (kernels/cpu/row_groups.h) where the ISA has a kernel for that layout
   // (AVX-512 VNNI).
@@ -87,7 +88,7 @@ class CpuBackend final : public Backend {
   };
   std::vector<Scratch> thread_scratch_;  // per thread, grow-only
   Scratch packed_act_;                   // float prefill activations, packed; grow-only
-  std::vector<DeviceBuffer> weights_;  // what UploadWeight copied
+  cpu::WeightArena arena_;             // what UploadWeight copied
   bool warned_in_place_ = false;       // UploadWeight said it ran out of room to copy
   // Grows *s to at least `floats` floats (contents not kept).
   static void GrowScratch(Scratch* s, size_t floats);
