@@ -160,22 +160,21 @@ CASCADE_HOT __m512 HalfSums(__m512 v) {
   return _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));     // + lane 1
 }
 
-// Rows kFloatTile of a tile at w (`stride` bytes apart) x one token x (k floats): per row,
-// eight lanes of FMAs in element order (lane l: elements 8s + l), as the AVX2 decode tile
-// does, two rows per register (rows p and p + 4 in register p). pf: the next tile, swept
-// into L2 along the way.
-// Rows per float tile (two per register: four chains of 16 FMAs cover the FMA latency),
-// and how many tiles ahead of it the tile prefetched into L2 during it lies. Measured on
-// Zen 4, one thread, F16 rows of 768 and 2048 (MB-sized matrices, best of 3 rounds): 8
-// rows 20-25 / 22-25 GB/s, 12 rows 20-24 / 17-20, 16 rows 20-22 / 16-17; 2 tiles ahead
-// ~5% over 1 at 768. Without the prefetch, 768-element rows stream at ~10.5 GB/s (eight
-// 1.5 KiB row streams at a time are too short for the hardware prefetcher).
-constexpr int kFloatTile = 8;
+// Rows per float tile (two per register) and how many tiles ahead of it the tile
+// prefetched into L2 during it lies. Two chains of FMAs are plenty at the memory's rate
+// (16 bytes of weights per cycle against ~7 streamed), and four row streams read the
+// memory more evenly than eight: a 256 MiB F16 matrix on one Zen 4 thread, 8 alternating
+// rounds (GiB/s, plain read 23-28): 768-wide rows 16.7-24.5 in 8-row tiles, 22.3-24.8 in
+// 4-row tiles; 2048-wide 19.6-24.5 and 22.7-26.4. kernel_bench BM_DecodeLayers F16 on one
+// thread: 768-wide layers 19.6-22.0 -> 22.0-22.6, 2048-wide the same (20.4-23.3). Without
+// the prefetch, 768-element rows stream at ~10.5 GB/s (short row streams are too short
+// for the hardware prefetcher).
+constexpr int kFloatTile = 4;
 constexpr int kFloatAhead = 2;
 
 // A tile of kFloatTile rows at w (`stride` bytes apart) x one token x (k floats): per row,
 // eight lanes of FMAs in element order (lane l: elements 8s + l), as the AVX2 decode tile
-// does, two rows per register (rows p and p + 4 in register p). pf: a tile to sweep into
+// does, two rows per register (rows p and p + kFloatTile / 2 in register p). pf: a tile to sweep into
 // L2 meanwhile (null: none).
 template <class L>
 void FloatTile(const uint8_t* w, size_t stride, const float* x, int64_t k, float* y,
