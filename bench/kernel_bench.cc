@@ -299,9 +299,10 @@ BENCHMARK_CAPTURE(BM_DecodeLayers, Q4_0, TensorType::kQ4_0)->Apply(DecodeLayersA
 BENCHMARK_CAPTURE(BM_DecodeLayers, Q4_K, TensorType::kQ4_K)->Apply(DecodeLayersArgs);
 
 // The memory's plain read rate (bench/read_rate.h: 256 MiB in huge pages, as the weights
-// are kept, one pass per iteration), on one thread.
+// are kept, one pass per iteration), on one thread or split over two (on a VM the second
+// vCPU's share swings: 29-47 GiB/s for two against 24-27 for one, Zen 4, 2026-12-02).
 void BM_ReadRate(benchmark::State& state) {
-  ThreadPool pool(1);
+  ThreadPool pool(static_cast<int>(state.range(0)));
   static const ReadBuffer buf(size_t{256} << 20, pool);
   if (!buf.ok()) {
     state.SkipWithError("cannot allocate 256 MiB");
@@ -311,7 +312,7 @@ void BM_ReadRate(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(buf.bytes()));
 }
-BENCHMARK(BM_ReadRate)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadRate)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
