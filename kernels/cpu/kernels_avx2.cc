@@ -149,8 +149,13 @@ void F32Direct(const MatmulTask& t) {
   static_assert(kDirectMaxTokens == 5, "F32Direct has tiles for 1 to 5 tokens");
   int64_t r = t.r0;
   switch (t.n) {
-    case 1:  // decode: more rows in flight to hide FMA latency
-      F32AllTokens<L, 8, 1>(t, &r, kDecodePrefetchRows * t.w_stride);
+    case 1:
+      // Decode: two rows at a time. Two chains of FMAs keep up with the memory (8 bytes of
+      // weights a cycle), and two adjacent row streams read it at its rate where eight
+      // interleaved ones did not (Zen 4, this table, kernel_bench BM_DecodeLayers F16, one
+      // thread, GiB/s, 4 alternating rounds): 768-wide layers 16.4-19.2 with 8 rows ->
+      // 22.1-25.8, 2048-wide 19.4-20.7 -> 20.7-25.4 (plain read 24-27).
+      F32AllTokens<L, 2, 1>(t, &r, kDecodePrefetchRows * t.w_stride);
       return;
     case 2:
       F32AllTokens<L, 6, 2>(t, &r, kFewPrefetchTiles * 6 * t.w_stride);
