@@ -4,17 +4,16 @@
 // Each kernel gives bit for bit the AVX2 kernel's results for the same task, in the order
 // kernel_table.h fixes, so the AVX-512 table stays batch invariant across decode,
 // micro-batches and prefill:
-// - quantized weights x quantized activations (VNNI), 16 rows at a time: per block or
-//   super-block the exact integer sums, reduced into the 16 lanes of one register, then the
-//   AVX2 float steps in the same order, one instruction for 16 outputs;
-// - float weights x one token, 8 rows at a time: each row's eight FMA lanes in element
-//   order, two rows per register, then the lanes added as Hsum8 does.
+// quantized weights x quantized activations (VNNI), 16 rows at a time: per block or
+// super-block the exact integer sums, reduced into the 16 lanes of one register, then the
+// AVX2 float steps in the same order, one instruction for 16 outputs. (Float weights x one
+// token take the AVX2 kernel: two rows at a time read the memory at its rate, and 512-bit
+// registers add nothing there; an AVX-512 one in 4- and 8-row tiles streamed 5-10% slower.)
 //
 // Contract: call QuantDecode / KQuantDecode only when the CPU has AVX-512 F/BW/VL/DQ and
-// VNNI, FloatDecode when it has AVX-512 F/BW/VL/DQ (all with AVX2, FMA and F16C); with
-// t.n in [1, kQuantDecodeMaxTokens] (Q8_0 / Q4_0 weights, BlockQ8_0 activation rows),
-// [1, KQuantDecodeMaxTokens(type)] (Q4_K / Q5_K / Q6_K weights, BlockQ8K rows) or 1 (F16 /
-// BF16 / F32 weights, float activations); quantized t.k a multiple of the block; and
+// VNNI (with AVX2, FMA and F16C); with t.n in [1, kQuantDecodeMaxTokens] (Q8_0 / Q4_0
+// weights, BlockQ8_0 activation rows) or [1, KQuantDecodeMaxTokens(type)] (Q4_K / Q5_K /
+// Q6_K weights, BlockQ8K rows); t.k a multiple of the block; and
 // t.r1 >= 16: a range's last, partial group of rows is moved down to end at t.r1 and
 // re-reads up to 15 rows below the range, never writing them (smaller matrices: the AVX2
 // kernel). t.scratch holds ScratchFloats(t.k) floats. Thread-safe: writes only rows
@@ -47,8 +46,6 @@ constexpr int64_t KQuantDecodeMaxTokens(TensorType type) {
 void QuantDecode(const MatmulTask& t, TensorType type);
 // Q4_K / Q5_K / Q6_K weights (`type`) x Q8_K activations.
 void KQuantDecode(const MatmulTask& t, TensorType type);
-// F16 / BF16 / F32 weights (`type`) x float activations, t.n == 1.
-void FloatDecode(const MatmulTask& t, TensorType type);
 
 }  // namespace cascade::cpu::avx512
 

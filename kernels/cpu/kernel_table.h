@@ -3,7 +3,7 @@
 // Contract: each ISA (scalar, AVX2, AVX-512) provides one KernelTable, compiled in its own
 // translation unit for that ISA; KernelTableFor() returns the table for an ISA the CPU
 // supports (never call into a table the CPU lacks). The AVX-512 table is the AVX2 one with
-// the float GEMM in 512-bit registers (gemm_lanes.h), the one-token float decode and, with
+// the float GEMM in 512-bit registers (gemm_lanes.h) and, with
 // VNNI, the blocked Q8_0/Q4_0 and K-quant matmuls on byte dot products (quant_lanes.h) and
 // their decode kernels (avx512_decode.h), each bit for bit the AVX2 kernel's results.
 // Kernels are pure functions of their arguments and thread-safe; they never allocate

@@ -7,15 +7,16 @@
 //   Q6_K x Q8_K past KQuantDecodeMaxTokens (quant_lanes.h): one vpdpbusd adds 4 products for each
 //   of 16 rows, where AVX2 needs two or three instructions for 4 products of 8 rows;
 // - decode (avx512_decode.h): with VNNI, Q8_0 / Q4_0 for 1-16 tokens and K-quants for
-//   1-16 (Q6_K 1-32; 16 rows reduced into one register's lanes); F32/F16/BF16 for one
-//   token (8 rows, two per register, the next tiles prefetched). On Zen 4 the AVX2 decode tiles
-//   were bound by instructions, not memory (Q4_0 ~17 GB/s of weights in L2, below a core's ~25-28
-//   GB/s from DRAM), and their 4-8 interleaved row streams defeat the hardware prefetcher.
+//   1-16 (Q6_K 1-32; 16 rows reduced into one register's lanes). On Zen 4 the AVX2 quantized
+//   decode tiles were bound by instructions, not memory (Q4_0 ~17 GB/s of weights in L2,
+//   below a core's ~25-28 GB/s from DRAM), and their 4-8 interleaved row streams defeat the
+//   hardware prefetcher.
 // - with VNNI, Q8_0 / Q4_0 / Q4_K weights regrouped 16 rows at a time at load (row_groups.h,
 //   avx512_grouped.h): every token count, one vpdpbusd per 4 elements of 16 rows (without
 //   VNNI the AVX2 table's grouped Q4_0 and Q4_K kernels stay);
 // - attention (avx512_attention.h): two heads' scores per register, 16-float outputs.
-// Micro-batches of 2-15 float tokens stay on the AVX2 tiles.
+// Float weights below 16 tokens stay on the AVX2 tiles: decode reads two rows at a time at
+// the memory's rate, which 512-bit registers do not raise.
 //
 // Only the kernels' own code is compiled for AVX-512, in two regions after every other
 // include (AVX-512 F/BW/VL/DQ for the float GEMM; the same plus VNNI for the integer
@@ -130,11 +131,10 @@ void ByTokens(const MatmulTask& t) {
   }
 }
 
-// Float weights: the GEMM from kGemmMinTokens tokens on, where the AVX2 GEMM starts; one
-// token: the decode kernel.
+// Float weights: the GEMM from kGemmMinTokens tokens on, where the AVX2 GEMM starts; fewer
+// tokens (decode included): the AVX2 kernels.
 template <TensorType kType>
-constexpr MatmulFn kGemm = &ByTokens<kType, ActFormat::kF32, kGemmMinTokens,
-                                     &lanes::LaneGemm<Zmm>, 1, &avx512::FloatDecode>;
+constexpr MatmulFn kGemm = &ByTokens<kType, ActFormat::kF32, kGemmMinTokens, &lanes::LaneGemm<Zmm>>;
 // Q8_0 / Q4_0: the decode kernel up to 16 tokens (a batch of 16 decoding sequences), the
 // panels above. Expanding rows into panels costs as much as the dot products at 16 tokens
 // (a 16-stream serving profile: 36% of the time in the expansion, 43% in the products).
