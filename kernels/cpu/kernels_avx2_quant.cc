@@ -28,8 +28,11 @@ namespace {
 // 44.2 / 54.7.
 constexpr int64_t kBlockedMinTokens = 8;
 constexpr int kDirectTile = 4;
-// Decode prefetches this many weight rows ahead of the tile.
-constexpr int64_t kPrefetchRows = 8;
+// Decode prefetches this many weight rows ahead of the tile, into L2: into L1, 8 rows
+// ahead, 2048-wide Q8_0 rows (2 KiB each) evicted the tile's own and streamed at 16-20
+// GiB/s; into L2, 16 ahead, 23-26 (kernel_bench BM_DecodeLayers Q8_0, this table, one Zen 4
+// thread, 3 alternating rounds; 768-wide 17-26 -> 23-26).
+constexpr int64_t kPrefetchRows = 16;
 
 // 32 signed codes of a Q8_0 block.
 inline __m256i Codes(const BlockQ8_0& b) {
@@ -82,7 +85,8 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
       // (4 short interleaved row streams are too few for the hardware prefetcher): fetch
       // the bytes pf ahead of this block step in that sweep.
       constexpr int64_t kStep = 4 * sizeof(Block);
-      PrefetchBytes(reinterpret_cast<const char*>(w[0]) + pf + b * kStep, kStep);
+      const char* c = reinterpret_cast<const char*>(w[0]) + pf + b * kStep;
+      for (int64_t off = 0; off < kStep; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);  // L2
     }
     // Q4_0: unsigned nibbles (8 * sum(x) is subtracted from the totals below); Q8_0: the
     // codes and their magnitudes (for DotI8).
