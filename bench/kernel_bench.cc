@@ -312,7 +312,12 @@ void BM_ReadRate(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(buf.bytes()));
 }
-BENCHMARK(BM_ReadRate)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadRate)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {

@@ -229,7 +229,7 @@ if [[ $WHAT == kernels || $WHAT == all ]]; then
   fi
   if [[ -x $BIN/kernel_bench ]]; then
     echo
-    echo "== (d) CPU matmul kernels, 1 thread (bytes_per_second: weight bytes; GFLOPS: 2*rows*cols*n) =="
+    echo "== (d) CPU matmul kernels, 1 thread, and the read rate on 1 and 2 (bytes_per_second: weight bytes; GFLOPS: 2*rows*cols*n) =="
     out=$("$BIN/kernel_bench" --benchmark_filter='threads:1|FmaPeak|ReadRate' --benchmark_min_time=0.1 2>/dev/null | grep BM_)
     awk '{printf "%-44s %9s %s  %s  %s\n", $1, $2, $3, $7, $8}' <<< "$out"
     # Prefill GEMMs as a fraction of the FMA peak measured in the same run.

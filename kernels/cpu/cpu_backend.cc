@@ -99,8 +99,8 @@ absl::StatusOr<TensorView> CpuBackend::UploadWeight(const TensorView& host) {
   // Into the weight arena (weight_arena.h: 2 MiB transparent huge pages, small weights
   // packed together), which neither misses the TLB every 4 KiB nor stops the hardware
   // prefetchers at each 4 KiB page end (TinyLlama Q8_0, one Zen 4 thread: 19-21 -> 22-26
-  // tokens/s; llama-110m F16, whose 768 x 768 matrices are each under one huge page: 89-95
-  // -> 102-104). Not zeroed: every byte is written next.
+  // tokens/s; llama-110m F16, whose 768 x 768 matrices are each under one huge page: 83-99
+  // -> 93-105). Not zeroed: every byte is written next.
   uint8_t* dst = arena_.Allocate(host.nbytes);
   if (dst == nullptr) {
     return absl::ResourceExhaustedError(

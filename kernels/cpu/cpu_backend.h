@@ -32,10 +32,11 @@ struct CpuBackendOptions {
   CpuIsa max_isa = CpuIsa::kAvx512;
   // UploadWeight copies each weight into memory the backend owns, in 2 MiB transparent huge
   // pages where the kernel gives them, small weights packed together (weight_arena.h;
-  // decode streams the weights: faster than from 4 KiB pages), and releases the source's pages (so the weights are in memory once). With
-  // quantized activations, Q8_0 / Q4_0 / Q4_K weights are regrouped 16 rows at a time on
-  // the way (kernels/cpu/row_groups.h) where the ISA has a kernel for that layout
-  // (AVX-512 VNNI).
+  // decode streams the weights: faster than from 4 KiB pages), and releases the source's
+  // pages (so the weights are in memory once). With quantized activations, Q8_0 / Q4_0 /
+  // Q4_K weights are regrouped 16 rows at a time on the way (kernels/cpu/row_groups.h)
+  // where the ISA has a kernel for that layout (KernelTable::groups: AVX-512 VNNI all
+  // three, AVX2 Q4_0 and Q4_K).
   // Same results bit for bit. Off, or for the weights that no longer fit in the memory
   // available (less 1 GiB or 5%): used in place (zero copy).
   bool copy_weights = true;

@@ -38,12 +38,12 @@ using avx2::TailMask;
 constexpr int64_t kDirectMaxTokens = 5;
 constexpr int64_t kPassRows = 64;
 // Decode prefetches the weights this many rows ahead into L2 (one prefetch per 64 bytes
-// of each row). The hardware prefetcher alone does not keep the bus busy when rows are
-// short: eight 1.5 KiB row streams at a time (llama-110m's 768) are too short for it.
-// Measured with this table on Zen 4 (kernel_bench BM_DecodeLayers, F16, one thread,
-// GiB/s): 768-wide layers 11.0-12.6 without -> 19.2-22.3 with 16 rows ahead into L2;
-// 2048-wide 20.6-22.4 -> 21.8-22.6. Into L1 instead: 12.1-13.2 and 17.4-19.0 (on Zen 3,
-// 8 or 16 rows ahead into L1 had lost 5-15% at 2048), so L2 it is.
+// of each row). The hardware prefetcher alone did not keep the bus busy when rows are
+// short. Measured with this table on Zen 4 when the one-token tile read 8 rows at a time
+// (kernel_bench BM_DecodeLayers, F16, one thread, GiB/s): 768-wide layers 11.0-12.6
+// without -> 19.2-22.3 with 16 rows ahead into L2; 2048-wide 20.6-22.4 -> 21.8-22.6. Into
+// L1 instead: 12.1-13.2 and 17.4-19.0 (on Zen 3, 8 or 16 rows ahead into L1 had lost 5-15%
+// at 2048), so L2 it is. (The two-row tile keeps the 16 rows; not measured again without.)
 constexpr int64_t kDecodePrefetchRows = 16;
 // With 2-5 tokens the tiles hold only 2-6 rows: prefetch the rows this many tiles ahead,
 // into L2 as well (measured on Zen 3, F16 x 4 tokens: +18% over hardware prefetch alone;
@@ -143,8 +143,10 @@ void F32AllTokens(const MatmulTask& t, int64_t* r, int64_t pf = 0) {
 
 // Few tokens (1 <= n <= kDirectMaxTokens): stream each weight row once, converting in
 // registers. Tiles hold R x T accumulators plus T activation vectors and one weight vector
-// in the 16 ymm registers.
-template <typename L>
+// in the 16 ymm registers. kFromMemory: the rows stream from memory (the weights in
+// place); false: they are in cache (dequantized into scratch), where one token needs more
+// FMA chains than two to keep the FMA units busy. The tile shape changes no result.
+template <typename L, bool kFromMemory = true>
 void F32Direct(const MatmulTask& t) {
   static_assert(kDirectMaxTokens == 5, "F32Direct has tiles for 1 to 5 tokens");
   int64_t r = t.r0;
@@ -155,7 +157,11 @@ void F32Direct(const MatmulTask& t) {
       // interleaved ones did not (Zen 4, this table, kernel_bench BM_DecodeLayers F16, one
       // thread, GiB/s, 4 alternating rounds): 768-wide layers 16.4-19.2 with 8 rows ->
       // 22.1-25.8, 2048-wide 19.4-20.7 -> 20.7-25.4 (plain read 24-27).
-      F32AllTokens<L, 2, 1>(t, &r, kDecodePrefetchRows * t.w_stride);
+      if constexpr (kFromMemory) {
+        F32AllTokens<L, 2, 1>(t, &r, kDecodePrefetchRows * t.w_stride);
+      } else {
+        F32AllTokens<L, 8, 1>(t, &r);
+      }
       return;
     case 2:
       F32AllTokens<L, 6, 2>(t, &r, kFewPrefetchTiles * 6 * t.w_stride);
@@ -241,10 +247,10 @@ void PackGemmTile(const MatmulTask& t, const GemmBlocks& g, int64_t b, int64_t t
 
 // Fewer than kGemmMinTokens tokens: F32Direct, or its tiles in passes of equal token
 // groups (2 or 3), all of them over one chunk of kPassRows rows before the next.
-template <typename L>
+template <typename L, bool kFromMemory = true>
 void F32FewTokens(const MatmulTask& t) {
   if (t.n <= kDirectMaxTokens) {
-    F32Direct<L>(t);
+    F32Direct<L, kFromMemory>(t);
     return;
   }
   const int64_t passes = (t.n + kDirectMaxTokens - 1) / kDirectMaxTokens;
@@ -257,7 +263,7 @@ void F32FewTokens(const MatmulTask& t) {
       s.y = t.y + i * t.ldy;
       s.r0 = r;
       s.r1 = std::min(t.r1, r + kPassRows);
-      F32Direct<L>(s);
+      F32Direct<L, kFromMemory>(s);
       i += s.n;
     }
   }
@@ -296,7 +302,7 @@ void MatmulDequantF32(const MatmulTask& t) {
     s.y = t.y + r;
     s.r0 = 0;
     s.r1 = rows;
-    F32FewTokens<LoadF32>(s);
+    F32FewTokens<LoadF32, false>(s);  // rows in scratch, in cache
   }
 }
 

@@ -31,7 +31,9 @@ constexpr int kDirectTile = 4;
 // Decode prefetches this many weight rows ahead of the tile, into L2: into L1, 8 rows
 // ahead, 2048-wide Q8_0 rows (2 KiB each) evicted the tile's own and streamed at 16-20
 // GiB/s; into L2, 16 ahead, 23-26 (kernel_bench BM_DecodeLayers Q8_0, this table, one Zen 4
-// thread, 3 alternating rounds; 768-wide 17-26 -> 23-26).
+// thread, 3 alternating rounds; 768-wide 17-26 -> 23-26). Q4_0 in the file's layout (rows
+// not a multiple of 16, or weights used in place) takes the same tile and prefetch; this
+// table groups Q4_0 weights otherwise.
 constexpr int64_t kPrefetchRows = 16;
 
 // 32 signed codes of a Q8_0 block.

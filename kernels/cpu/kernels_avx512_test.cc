@@ -15,6 +15,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -375,25 +376,62 @@ TEST(Avx512Decode, KQuantsMatchTheAvx2KernelsBitForBit) {
   }
 }
 
-// The one-token float decode kernel (F16 / BF16 / F32 weights): rows as threads get them
-// (partial 8-row tiles moved down, ranges ending below row 16 handed to AVX2), k with
-// tails of every length below 8 and TinyLlama's FFN-down row.
-TEST(Avx512Decode, FloatMatchesTheAvx2KernelsBitForBit) {
-  if (DetectCpuFeatures().best() < CpuIsa::kAvx512) {
-    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ; this one: "
-                 << DetectCpuFeatures().Describe();
-  }
-  for (TensorType type : {TensorType::kF16, TensorType::kBF16, TensorType::kF32}) {
-    const cpu::MatmulFn avx2 = cpu::Avx2Kernels().matmul(type, cpu::ActFormat::kF32);
-    const cpu::MatmulFn avx512 = cpu::Avx512Kernels().matmul(type, cpu::ActFormat::kF32);
-    for (int64_t k : {int64_t{8}, int64_t{20}, int64_t{101}, int64_t{1100}, int64_t{5632}}) {
-      const TestWeight w = MakeWeight(type, 45, k, 41);
-      const auto x = Random(k, 42);
-      for (const QuantShape& s : kDecodeRanges) {
-        const auto want = RunMatmul(w, x, 1, s.r0, s.r1, false, avx2);
-        const auto got = RunMatmul(w, x, 1, s.r0, s.r1, false, avx512);
-        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-            << TensorTypeName(type) << " k=" << k << " rows [" << s.r0 << ", " << s.r1 << ")";
+// One token against float activations, on every table this CPU runs (the AVX-512 table
+// takes the AVX2 tiles below 16 tokens): F16 / BF16 / F32 weights (the two-row streaming
+// tile) and Q4_K dequantized to floats (the exact mode's 8-row tile on rows in scratch).
+// Rows as threads get them (one-row ranges, odd ones, ranges ending below row 16), k with
+// tails of every length below 8 and TinyLlama's FFN-down row; each row equals that row of
+// batches of 2..16 tokens (the few-token tiles, their passes, the GEMM) bit for bit, and is
+// within rounding of the float64 product.
+TEST(FloatDecode, OneTokenIsBatchInvariantAndExactOnEveryTable) {
+  if (!HasAvx2()) GTEST_SKIP() << "needs AVX2; this CPU: " << DetectCpuFeatures().Describe();
+  std::vector<const cpu::KernelTable*> tables = {&cpu::Avx2Kernels()};
+  if (DetectCpuFeatures().best() >= CpuIsa::kAvx512) tables.push_back(&cpu::Avx512Kernels());
+  const int64_t rows = 45, max_n = 16;
+  struct Case {
+    TensorType type;
+    std::vector<int64_t> ks;
+  };
+  const Case cases[] = {{TensorType::kF16, {8, 20, 101, 1100, 5632}},
+                        {TensorType::kBF16, {8, 101, 1100}},
+                        {TensorType::kF32, {13, 1100}},
+                        {TensorType::kQ4_K, {256, 1280}}};
+  for (const cpu::KernelTable* table : tables) {
+    for (const Case& c : cases) {
+      const cpu::MatmulFn fn = table->matmul(c.type, cpu::ActFormat::kF32);
+      for (int64_t k : c.ks) {
+        const TestWeight w = MakeWeight(c.type, rows, k, 41);
+        const auto x = Random(max_n * k, 42);
+        const std::string what = std::string(TensorTypeName(c.type)) + " k=" + std::to_string(k);
+        for (int64_t n = 1; n <= max_n; n += n < 6 ? 1 : 5) {  // 1-6, 11, 16
+          const auto batch = RunMatmul(w, x, n, 0, rows, false, fn);
+          for (int64_t i = 0; i < n; ++i) {
+            const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+            for (const QuantShape& s : kDecodeRanges) {
+              const auto one = RunMatmul(w, xi, 1, s.r0, s.r1, false, fn);
+              for (int64_t r = s.r0; r < s.r1; ++r) {
+                ASSERT_EQ(std::memcmp(&one[r], &batch[i * rows + r], sizeof(float)), 0)
+                    << what << " n=" << n << " token " << i << " row " << r << " of ["
+                    << s.r0 << ", " << s.r1 << ")";
+              }
+              for (int64_t r = 0; r < rows; ++r) {  // rows outside the range: untouched
+                if (r < s.r0 || r >= s.r1) {
+                  ASSERT_EQ(one[r], -7.0f) << what << " row " << r;
+                }
+              }
+            }
+          }
+        }
+        const auto one = RunMatmul(w, std::vector<float>(x.begin(), x.begin() + k), 1, 0, rows,
+                                   false, fn);
+        for (int64_t r = 0; r < rows; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t e = 0; e < k; ++e) {
+            ref += static_cast<double>(w.dequant[r * k + e]) * x[e];
+            mag += std::abs(static_cast<double>(w.dequant[r * k + e]) * x[e]);
+          }
+          ASSERT_NEAR(one[r], ref, 1e-5 * mag + 1e-6) << what << " row " << r;
+        }
       }
     }
   }

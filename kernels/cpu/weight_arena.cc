@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <limits>
+#include <utility>
 
 namespace cascade::cpu {
 namespace {
@@ -15,15 +17,17 @@ WeightArena::WeightArena(size_t chunk_bytes)
     : chunk_bytes_(RoundUp(std::max<size_t>(chunk_bytes, kHugePage), kHugePage)) {}
 
 uint8_t* WeightArena::NewChunk(size_t bytes) {
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes));
+  std::unique_ptr<uint8_t[], FreeDeleter> p(
+      static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes)));
   if (p == nullptr) return nullptr;
-  ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP, 4 KiB pages
-  chunks_.emplace_back(p);
+  ::madvise(p.get(), bytes, MADV_HUGEPAGE);  // a hint: without THP, 4 KiB pages
+  chunks_.push_back(std::move(p));
   reserved_ += bytes;
-  return p;
+  return chunks_.back().get();
 }
 
 uint8_t* WeightArena::Allocate(size_t bytes) {
+  if (bytes > std::numeric_limits<size_t>::max() - kHugePage) return nullptr;  // no rounding up
   const size_t need = RoundUp(std::max<size_t>(bytes, 1), kAlign);
   if (need >= chunk_bytes_ / 2) return NewChunk(RoundUp(need, kHugePage));  // its own
   if (need > left_) {

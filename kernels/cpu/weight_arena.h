@@ -6,7 +6,7 @@
 // each page end). A model's small matrices (llama-110m's 768 x 768 attention weights, a
 // 1.1B model's K/V projections) are each under one huge page: one allocation per weight
 // either left them in small pages or wasted most of a huge page on each. Packed together
-// they share huge pages, and weights keep file order in memory.
+// they share huge pages (in file order within a shared chunk).
 //
 // Contract: Allocate(bytes) returns 64-byte aligned, uninitialised memory that stays
 // valid, and is freed, with the arena; nothing is freed alone. A chunk is only reserved

@@ -48,6 +48,25 @@ TEST(WeightArena, GivesALargeWeightItsOwnChunkAndKeepsFillingTheShared) {
   EXPECT_EQ(arena.reserved_bytes(), 4 * kMiB + 6 * kMiB);
 }
 
+TEST(WeightArena, BoundariesOfTheSharedChunk) {
+  WeightArena arena(4 * kMiB);
+  uint8_t* half = arena.Allocate(2 * kMiB);  // exactly half a chunk: its own, not rounded up
+  EXPECT_EQ(arena.reserved_bytes(), 2 * kMiB);
+  uint8_t* a = arena.Allocate(1536 * 1024);  // under half: the shared chunk
+  arena.Allocate(1536 * 1024);
+  uint8_t* rest = arena.Allocate(kMiB - 63);  // rounds up to exactly the 1 MiB left
+  uint8_t* next = arena.Allocate(1);          // nothing left: a new shared chunk
+  EXPECT_NE(half, nullptr);
+  EXPECT_EQ(rest, a + 3 * kMiB);
+  EXPECT_EQ(Addr(next) % WeightArena::kHugePage, 0u);
+  EXPECT_EQ(arena.chunks(), 3u);
+  uint8_t* z0 = arena.Allocate(0);
+  uint8_t* z1 = arena.Allocate(0);
+  EXPECT_NE(z0, nullptr);
+  EXPECT_NE(z0, z1);  // distinct even when empty
+  EXPECT_EQ(arena.Allocate(~size_t{0}), nullptr);  // no size wraps around when rounded
+}
+
 TEST(WeightArena, AllocationsDoNotOverlap) {
   WeightArena arena(2 * kMiB);
   std::vector<std::pair<uint8_t*, size_t>> blocks;
