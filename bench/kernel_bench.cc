@@ -300,7 +300,7 @@ BENCHMARK_CAPTURE(BM_DecodeLayers, Q4_K, TensorType::kQ4_K)->Apply(DecodeLayersA
 
 // The memory's plain read rate (bench/read_rate.h: 256 MiB in huge pages, as the weights
 // are kept, one pass per iteration), on one thread or split over two (on a VM the second
-// vCPU's share swings: 29-47 GiB/s for two against 24-27 for one, Zen 4, 2026-12-02).
+// vCPU's share swings: 30-35 GiB/s for two against 24-32 for one, Zen 4, 2026-12-02).
 void BM_ReadRate(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
   static const ReadBuffer buf(size_t{256} << 20, pool);

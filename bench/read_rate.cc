@@ -1,27 +1,18 @@
 #include "bench/read_rate.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
 
 namespace cascade {
-namespace {
-
-constexpr size_t kHuge = size_t{2} << 20;
-
-size_t RoundUp(size_t bytes) { return (bytes + kHuge - 1) / kHuge * kHuge; }
-
-}  // namespace
 
 ReadBuffer::ReadBuffer(size_t bytes, ThreadPool& pool)
-    : bytes_(RoundUp(bytes)),
-      buf_(static_cast<uint64_t*>(std::aligned_alloc(kHuge, RoundUp(bytes))), &std::free) {
+    : bytes_((bytes + cpu::WeightArena::kHugePage - 1) / cpu::WeightArena::kHugePage *
+             cpu::WeightArena::kHugePage),
+      buf_(reinterpret_cast<uint64_t*>(arena_.Allocate(bytes_))) {
   if (buf_ == nullptr) return;
-  ::madvise(buf_.get(), bytes_, MADV_HUGEPAGE);  // a hint: without THP, 4 KiB pages
-  uint64_t* p = buf_.get();
+  uint64_t* p = buf_;
   pool.ParallelFor(static_cast<int64_t>(bytes_ / 8), 4096, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) p[i] = static_cast<uint64_t>(i);
   });
@@ -30,7 +21,7 @@ ReadBuffer::ReadBuffer(size_t bytes, ThreadPool& pool)
 uint64_t ReadBuffer::Read(ThreadPool& pool) const {
   const int64_t lines = static_cast<int64_t>(bytes_ / 64);
   std::vector<uint64_t> sums(pool.num_threads(), 0);
-  const uint64_t* p = buf_.get();
+  const uint64_t* p = buf_;
   pool.Run([&](int t, int n) {
     int64_t lo, hi;
     ThreadPool::SplitRange(lines, 1, t, n, &lo, &hi);

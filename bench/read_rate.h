@@ -2,8 +2,8 @@
 // engine_bench (GB/s next to the decode rates) and kernel_bench (BM_ReadRate next to
 // BM_DecodeLayers) set figures against it: one rule, so the two report the same thing.
 //
-// ReadBuffer: `bytes` (rounded up to 2 MiB) in transparent huge pages where the kernel
-// gives them, as the CPU backend keeps weights, first touched by `pool` split as the
+// ReadBuffer: `bytes` (rounded up to 2 MiB) from a cpu::WeightArena, the memory the CPU
+// backend keeps weights in (2 MiB transparent huge pages), first touched by `pool` split as the
 // kernels split rows. Read(pool) sweeps it once, one 64-byte line per step per thread, and
 // returns a sum of what it read (keep it observable). Not thread-safe: one caller at a
 // time; ok() is false where the allocation failed.
@@ -12,9 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
 
+#include "kernels/cpu/weight_arena.h"
 #include "util/thread_pool.h"
 
 namespace cascade {
@@ -28,7 +27,8 @@ class ReadBuffer {
 
  private:
   size_t bytes_;
-  std::unique_ptr<uint64_t, decltype(&std::free)> buf_;
+  cpu::WeightArena arena_;
+  uint64_t* buf_;  // in arena_
 };
 
 // The best GB/s of `reps` sweeps of a fresh `bytes` buffer on `threads` threads (0 where

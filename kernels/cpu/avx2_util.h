@@ -101,10 +101,14 @@ inline void Transpose8x8(const __m256i* v, __m256i* o) {
   }
 }
 
-// Prefetches the `bytes` at p (no faults, even past the end of a mapping).
+// Prefetches the `bytes` at p into L1 (kHint _MM_HINT_T0) or L2 (_MM_HINT_T1); no faults,
+// even past the end of a mapping.
+template <int kHint = _MM_HINT_T0>
 inline void PrefetchBytes(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+  for (size_t off = 0; off < bytes; off += 64) {
+    _mm_prefetch(c + off, static_cast<decltype(_MM_HINT_T0)>(kHint));  // gcc: an enum
+  }
 }
 
 // Calls tile.template operator()<T>(i) over tokens [i0, i1): tiles of kTile tokens, then

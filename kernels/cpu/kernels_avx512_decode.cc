@@ -52,7 +52,9 @@
 #include "tensor/quant.h"
 #include "tensor/tensor_type.h"
 
-CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
+CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
+
+#include "kernels/cpu/avx512_quant_util.h"
 
 namespace cascade::cpu::avx512 {
 namespace {
@@ -108,20 +110,6 @@ CASCADE_HOT const uint8_t* Opaque(const uint8_t* p) {
   __asm__("" : "+r"(p));
   return p;
 }
-
-}  // namespace
-
-}  // namespace cascade::cpu::avx512
-
-CASCADE_TARGET_END()
-
-// The integer kernels: the same plus VNNI (reached only where the CPU has it).
-CASCADE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")
-
-#include "kernels/cpu/avx512_quant_util.h"
-
-namespace cascade::cpu::avx512 {
-namespace {
 
 // ---------------------------------------------------------------------------------------
 // Q8_0 / Q4_0
