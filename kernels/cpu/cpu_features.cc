@@ -5,6 +5,7 @@
 #endif
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -27,7 +28,21 @@ CpuFeatures Detect() {
   // CPUID plus the OS's XSAVE state (XGETBV): a feature counts only when the OS saves its
   // registers.
   unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char id[13] = {};
+    std::memcpy(id, &b, 4);
+    std::memcpy(id + 4, &d, 4);
+    std::memcpy(id + 8, &c, 4);
+    if (std::strcmp(id, "AuthenticAMD") == 0) f.vendor = CpuVendor::kAmd;
+    if (std::strcmp(id, "GenuineIntel") == 0) f.vendor = CpuVendor::kIntel;
+  }
   if (__get_cpuid(1, &a, &b, &c, &d)) {
+    // Display family = base + extended (when base is 0xF); model takes the extended bits
+    // when the base family is 6 or 0xF.
+    const int base_family = (a >> 8) & 0xF, base_model = (a >> 4) & 0xF;
+    f.family = base_family == 0xF ? base_family + ((a >> 20) & 0xFF) : base_family;
+    f.model = base_family == 0x6 || base_family == 0xF ? base_model | (((a >> 16) & 0xF) << 4)
+                                                         : base_model;
     const bool osxsave = c & (1u << 27);
     const uint64_t xcr0 = osxsave ? Xgetbv() : 0;
     const bool avx_os = (xcr0 & 0x6) == 0x6;
@@ -70,6 +85,11 @@ CpuIsa CpuFeatures::best() const {
 
 std::string CpuFeatures::Describe() const {
   std::string s = model_name.empty() ? "unknown CPU" : model_name;
+  if (family != 0) {
+    char fm[48];
+    std::snprintf(fm, sizeof fm, " (family 0x%x, model 0x%x)", family, model);
+    s += fm;
+  }
   s += " [";
   const std::pair<bool, const char*> flags[] = {{avx2, "avx2"},
                                                 {fma, "fma"},

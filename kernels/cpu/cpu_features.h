@@ -11,6 +11,7 @@
 namespace cascade {
 
 enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+enum class CpuVendor { kOther = 0, kAmd = 1, kIntel = 2 };
 
 struct CpuFeatures {
   bool avx2 = false;
@@ -22,6 +23,11 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  // CPUID leaf 1's display family and model (family 0x19: Zen 3 / Zen 4, 0x1A: Zen 5):
+  // the kernels tune tile shapes by core where the same code runs at different rates.
+  CpuVendor vendor = CpuVendor::kOther;
+  int family = 0;
+  int model = 0;
   std::string model_name;
 
   CpuIsa best() const;

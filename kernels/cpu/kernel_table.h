@@ -126,6 +126,19 @@ const KernelTable& ScalarKernels();
 const KernelTable& Avx2Kernels();
 const KernelTable& Avx512Kernels();  // call only when the CPU has AVX-512 F/BW/VL/DQ
 const KernelTable& KernelTableFor(CpuIsa isa);
+// The AVX2 table's F32 / F16 / BF16 weights x float activations (nullptr for other
+// types) with one-token tiles of one_token_rows (2 or 8) rows; the tile changes no result
+// (the table takes OneTokenFloatRows(DetectCpuFeatures())).
+MatmulFn Avx2FloatMatmul(TensorType type, int one_token_rows);
+// The one-token tile for this core. Two adjacent rows (two FMA chains, 4 weights a cycle)
+// read the memory at its rate where the core is fast against its memory, and 8
+// interleaved row streams did not: Zen 4, kernel_bench BM_DecodeLayers F16 one thread,
+// 768-wide layers 16.4-19.2 GiB/s with 8 rows, 22.1-25.8 with 2. A Zen 5 core (AMD family
+// 1Ah) in turn is held back by the two chains: 768 / 2048-wide 15.7-23.0 / 13.5-20.5 GiB/s
+// with 2 rows, 20.3-26.3 / 18.9-22.9 with 8; TinyLlama F16 decode 8.0-9.5 -> 11.3-12.3
+// tokens/s (plain read 23.5-27.6 GiB/s). 8 rows there, 2 elsewhere (Zen 3 streams at
+// either: its memory, not its FMAs, is the limit).
+int OneTokenFloatRows(const CpuFeatures& cpu);
 
 // Lane reduction shared by every ISA: ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)).
 inline float ReduceLanes8(const float* l) {

@@ -143,24 +143,21 @@ void F32AllTokens(const MatmulTask& t, int64_t* r, int64_t pf = 0) {
 
 // Few tokens (1 <= n <= kDirectMaxTokens): stream each weight row once, converting in
 // registers. Tiles hold R x T accumulators plus T activation vectors and one weight vector
-// in the 16 ymm registers. kFromMemory: the rows stream from memory (the weights in
-// place); false: they are in cache (dequantized into scratch), where one token needs more
-// FMA chains than two to keep the FMA units busy. The tile shape changes no result.
-template <typename L, bool kFromMemory = true>
+// in the 16 ymm registers. kOneTokenRows: the rows of a one-token tile (2 or 8, see
+// OneTokenFloatRows). kFromMemory: the rows stream from memory (the weights in place,
+// prefetched); false: they are in cache (dequantized into scratch). The tile shape changes
+// no result.
+template <typename L, int kOneTokenRows, bool kFromMemory = true>
 void F32Direct(const MatmulTask& t) {
   static_assert(kDirectMaxTokens == 5, "F32Direct has tiles for 1 to 5 tokens");
+  static_assert(kOneTokenRows == 2 || kOneTokenRows == 8, "one-token tiles of 2 or 8 rows");
   int64_t r = t.r0;
   switch (t.n) {
     case 1:
-      // Decode: two rows at a time. Two chains of FMAs keep up with the memory (8 bytes of
-      // weights a cycle), and two adjacent row streams read it at its rate where eight
-      // interleaved ones did not (Zen 4, this table, kernel_bench BM_DecodeLayers F16, one
-      // thread, GiB/s, 4 alternating rounds): 768-wide layers 16.4-19.2 with 8 rows ->
-      // 22.1-25.8, 2048-wide 19.4-20.7 -> 20.7-25.4 (plain read 24-27).
       if constexpr (kFromMemory) {
-        F32AllTokens<L, 2, 1>(t, &r, kDecodePrefetchRows * t.w_stride);
+        F32AllTokens<L, kOneTokenRows, 1>(t, &r, kDecodePrefetchRows * t.w_stride);
       } else {
-        F32AllTokens<L, 8, 1>(t, &r);
+        F32AllTokens<L, kOneTokenRows, 1>(t, &r);
       }
       return;
     case 2:
@@ -247,10 +244,10 @@ void PackGemmTile(const MatmulTask& t, const GemmBlocks& g, int64_t b, int64_t t
 
 // Fewer than kGemmMinTokens tokens: F32Direct, or its tiles in passes of equal token
 // groups (2 or 3), all of them over one chunk of kPassRows rows before the next.
-template <typename L, bool kFromMemory = true>
+template <typename L, int kOneTokenRows, bool kFromMemory = true>
 void F32FewTokens(const MatmulTask& t) {
   if (t.n <= kDirectMaxTokens) {
-    F32Direct<L, kFromMemory>(t);
+    F32Direct<L, kOneTokenRows, kFromMemory>(t);
     return;
   }
   const int64_t passes = (t.n + kDirectMaxTokens - 1) / kDirectMaxTokens;
@@ -263,16 +260,16 @@ void F32FewTokens(const MatmulTask& t) {
       s.y = t.y + i * t.ldy;
       s.r0 = r;
       s.r1 = std::min(t.r1, r + kPassRows);
-      F32Direct<L, kFromMemory>(s);
+      F32Direct<L, kOneTokenRows, kFromMemory>(s);
       i += s.n;
     }
   }
 }
 
-template <typename L, TensorType kType>
+template <typename L, TensorType kType, int kOneTokenRows>
 void MatmulF32Act(const MatmulTask& t) {
   if (t.n < kGemmMinTokens) {
-    F32FewTokens<L>(t);
+    F32FewTokens<L, kOneTokenRows>(t);
   } else {
     lanes::LaneGemm<Ymm>(t, kType);
   }
@@ -302,7 +299,9 @@ void MatmulDequantF32(const MatmulTask& t) {
     s.y = t.y + r;
     s.r0 = 0;
     s.r1 = rows;
-    F32FewTokens<LoadF32, false>(s);  // rows in scratch, in cache
+    // Rows in scratch, in cache: one token needs more FMA chains than two rows give to
+    // keep the FMA units busy.
+    F32FewTokens<LoadF32, 8, false>(s);
   }
 }
 
@@ -322,15 +321,25 @@ void PackF32(const MatmulTask& t, int part, int parts, float* out) {
   }
 }
 
+template <int kOneTokenRows>
+MatmulFn FloatWeights(TensorType type) {
+  switch (type) {
+    case TensorType::kF32:
+      return &MatmulF32Act<LoadF32, TensorType::kF32, kOneTokenRows>;
+    case TensorType::kF16:
+      return &MatmulF32Act<LoadF16, TensorType::kF16, kOneTokenRows>;
+    case TensorType::kBF16:
+      return &MatmulF32Act<LoadBF16, TensorType::kBF16, kOneTokenRows>;
+    default:
+      return nullptr;
+  }
+}
+
 MatmulFn Avx2Matmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kF32) {
+    static const int one_token_rows = OneTokenFloatRows(DetectCpuFeatures());
+    if (MatmulFn f = Avx2FloatMatmul(type, one_token_rows)) return f;
     switch (type) {
-      case TensorType::kF32:
-        return &MatmulF32Act<LoadF32, TensorType::kF32>;
-      case TensorType::kF16:
-        return &MatmulF32Act<LoadF16, TensorType::kF16>;
-      case TensorType::kBF16:
-        return &MatmulF32Act<LoadBF16, TensorType::kBF16>;
       case TensorType::kQ4_0:
         return &MatmulDequantF32<TensorType::kQ4_0>;
       case TensorType::kQ8_0:
@@ -361,6 +370,14 @@ void Axpy(float a, const float* x, float* y, int64_t n) {
 float SumSquares(const float* x, int64_t n) { return avx2::Dot(x, x, n); }
 
 }  // namespace
+
+int OneTokenFloatRows(const CpuFeatures& cpu) {
+  return cpu.vendor == CpuVendor::kAmd && cpu.family >= 0x1A ? 8 : 2;
+}
+
+MatmulFn Avx2FloatMatmul(TensorType type, int one_token_rows) {
+  return one_token_rows == 8 ? FloatWeights<8>(type) : FloatWeights<2>(type);
+}
 
 void PackGemmActivationBlock(const MatmulTask& t, int64_t b, float* out) {
   const GemmBlocks g(t.n, t.k);

@@ -377,11 +377,12 @@ TEST(Avx512Decode, KQuantsMatchTheAvx2KernelsBitForBit) {
 }
 
 // One token against float activations, on every table this CPU runs (the AVX-512 table
-// takes the AVX2 tiles below 16 tokens): F16 / BF16 / F32 weights (the two-row streaming
-// tile) and Q4_K dequantized to floats (the exact mode's 8-row tile on rows in scratch).
-// Rows as threads get them (one-row ranges, odd ones, ranges ending below row 16), k with
-// tails of every length below 8 and TinyLlama's FFN-down row; each row equals that row of
-// batches of 2..16 tokens (the few-token tiles, their passes, the GEMM) bit for bit, and is
+// takes the AVX2 tiles below 16 tokens) and with both one-token tiles (2 and 8 rows, one
+// of which the tables take on this CPU): F16 / BF16 / F32 weights and Q4_K dequantized
+// to floats (the exact mode's 8-row tile on rows in scratch). Rows as threads get them
+// (one-row ranges, odd ones, ranges ending below row 16), k with tails of every length
+// below 8 and TinyLlama's FFN-down row; each row equals that row of batches of 2..16
+// tokens (the few-token tiles, their passes, the GEMM) of the table bit for bit, and is
 // within rounding of the float64 product.
 TEST(FloatDecode, OneTokenIsBatchInvariantAndExactOnEveryTable) {
   if (!HasAvx2()) GTEST_SKIP() << "needs AVX2; this CPU: " << DetectCpuFeatures().Describe();
@@ -399,6 +400,14 @@ TEST(FloatDecode, OneTokenIsBatchInvariantAndExactOnEveryTable) {
   for (const cpu::KernelTable* table : tables) {
     for (const Case& c : cases) {
       const cpu::MatmulFn fn = table->matmul(c.type, cpu::ActFormat::kF32);
+      // The one-token kernels: the table's, and both tiles for the float weights.
+      std::vector<std::pair<std::string, cpu::MatmulFn>> ones = {{"table", fn}};
+      for (int tile : {2, 8}) {
+        if (cpu::MatmulFn f = cpu::Avx2FloatMatmul(c.type, tile)) {
+          ones.emplace_back(std::to_string(tile) + "-row tile", f);
+        }
+      }
+      ASSERT_EQ(ones.size(), c.type == TensorType::kQ4_K ? 1u : 3u);
       for (int64_t k : c.ks) {
         const TestWeight w = MakeWeight(c.type, rows, k, 41);
         const auto x = Random(max_n * k, 42);
@@ -407,16 +416,18 @@ TEST(FloatDecode, OneTokenIsBatchInvariantAndExactOnEveryTable) {
           const auto batch = RunMatmul(w, x, n, 0, rows, false, fn);
           for (int64_t i = 0; i < n; ++i) {
             const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
-            for (const QuantShape& s : kDecodeRanges) {
-              const auto one = RunMatmul(w, xi, 1, s.r0, s.r1, false, fn);
-              for (int64_t r = s.r0; r < s.r1; ++r) {
-                ASSERT_EQ(std::memcmp(&one[r], &batch[i * rows + r], sizeof(float)), 0)
-                    << what << " n=" << n << " token " << i << " row " << r << " of ["
-                    << s.r0 << ", " << s.r1 << ")";
-              }
-              for (int64_t r = 0; r < rows; ++r) {  // rows outside the range: untouched
-                if (r < s.r0 || r >= s.r1) {
-                  ASSERT_EQ(one[r], -7.0f) << what << " row " << r;
+            for (const auto& [name, one_fn] : ones) {
+              for (const QuantShape& s : kDecodeRanges) {
+                const auto one = RunMatmul(w, xi, 1, s.r0, s.r1, false, one_fn);
+                for (int64_t r = s.r0; r < s.r1; ++r) {
+                  ASSERT_EQ(std::memcmp(&one[r], &batch[i * rows + r], sizeof(float)), 0)
+                      << what << " " << name << " n=" << n << " token " << i << " row " << r
+                      << " of [" << s.r0 << ", " << s.r1 << ")";
+                }
+                for (int64_t r = 0; r < rows; ++r) {  // rows outside the range: untouched
+                  if (r < s.r0 || r >= s.r1) {
+                    ASSERT_EQ(one[r], -7.0f) << what << " " << name << " row " << r;
+                  }
                 }
               }
             }

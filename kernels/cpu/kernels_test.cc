@@ -385,6 +385,45 @@ TEST(ActivationQuantizers, MatchTheGgmlBlockDefinitionsBitForBit) {
   EXPECT_GE(ties_seen, 2);
 }
 
+// CPUID's display family and model, as the kernels tune by them, against the kernel's
+// own reading in /proc/cpuinfo (x86 Linux).
+TEST(CpuFeatures, FamilyAndModelMatchTheKernelsReading) {
+#if defined(__x86_64__) && defined(__linux__)
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  ASSERT_NE(f, nullptr);
+  int family = -1, model = -1;
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr && (family < 0 || model < 0)) {
+    if (family < 0) std::sscanf(line, "cpu family : %d", &family);
+    if (model < 0) std::sscanf(line, "model : %d", &model);
+  }
+  std::fclose(f);
+  ASSERT_GE(family, 0) << "no cpu family line";
+  const CpuFeatures& cpu = DetectCpuFeatures();
+  EXPECT_EQ(cpu.family, family);
+  EXPECT_EQ(cpu.model, model);
+  EXPECT_NE(cpu.Describe().find("family 0x"), std::string::npos) << cpu.Describe();
+#else
+  GTEST_SKIP() << "reads /proc/cpuinfo of an x86 Linux";
+#endif
+}
+
+// The one-token float tile: 8 rows on Zen 5 (AMD family 1Ah), 2 elsewhere (kernel_table.h).
+TEST(CpuFeatures, OneTokenFloatTileFollowsTheCore) {
+  CpuFeatures zen5;
+  zen5.vendor = CpuVendor::kAmd;
+  zen5.family = 0x1A;
+  CpuFeatures zen4 = zen5;
+  zen4.family = 0x19;
+  CpuFeatures intel = zen5;
+  intel.vendor = CpuVendor::kIntel;
+  intel.family = 6;
+  EXPECT_EQ(cpu::OneTokenFloatRows(zen5), 8);
+  EXPECT_EQ(cpu::OneTokenFloatRows(zen4), 2);
+  EXPECT_EQ(cpu::OneTokenFloatRows(intel), 2);
+  EXPECT_EQ(cpu::OneTokenFloatRows(CpuFeatures{}), 2);
+}
+
 TEST(VectorKernels, MatchReferenceOnEveryPath) {
   for (CpuIsa isa : AvailableIsas()) {
     const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
