@@ -127,38 +127,56 @@ void ShapeArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"rows", "cols", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
-// The core's float FMA peak: 12 independent 8-wide FMA chains (enough to cover the FMA
-// latency on two pipes), so GEMM figures can be read as a fraction of the machine's peak
-// measured in the same run (virtual machines drift by 10-20% between runs).
+// The core's float FMA peak: 12 independent FMA chains (enough to cover the FMA latency
+// on two pipes) of 8-wide (bits:256, the AVX2 kernels) or 16-wide vectors (bits:512, the
+// AVX-512 GEMM; twice the 256-bit peak where the core has 512-bit FMA units, as Zen 5, the
+// same where it splits them, as Zen 4), so GEMM figures can be read as a fraction of the
+// machine's peak measured in the same run (virtual machines drift by 10-20% between runs).
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void BM_FmaPeak(benchmark::State& state) {
+constexpr int64_t kFmaIters = 1 << 20;
+void SetFmaRate(benchmark::State& state, int lanes) {
+  state.counters["GFLOPS"] = benchmark::Counter(
+      2.0 * lanes * 12 * kFmaIters * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+__attribute__((target("avx2,fma"))) void FmaPeak256(benchmark::State& state) {
   __m256 a[12];
   for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(0.01f * static_cast<float>(i));
   const __m256 m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
-  constexpr int64_t kIters = 1 << 20;
   for (auto _ : state) {
-    for (int64_t i = 0; i < kIters; ++i) {
-      // Written out so the 12 chains stay in registers.
-      a[0] = _mm256_fmadd_ps(a[0], m, c);
-      a[1] = _mm256_fmadd_ps(a[1], m, c);
-      a[2] = _mm256_fmadd_ps(a[2], m, c);
-      a[3] = _mm256_fmadd_ps(a[3], m, c);
-      a[4] = _mm256_fmadd_ps(a[4], m, c);
-      a[5] = _mm256_fmadd_ps(a[5], m, c);
-      a[6] = _mm256_fmadd_ps(a[6], m, c);
-      a[7] = _mm256_fmadd_ps(a[7], m, c);
-      a[8] = _mm256_fmadd_ps(a[8], m, c);
-      a[9] = _mm256_fmadd_ps(a[9], m, c);
-      a[10] = _mm256_fmadd_ps(a[10], m, c);
-      a[11] = _mm256_fmadd_ps(a[11], m, c);
+    for (int64_t i = 0; i < kFmaIters; ++i) {
+#pragma GCC unroll 12
+      for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);  // in registers
     }
     for (int i = 0; i < 12; ++i) benchmark::DoNotOptimize(a[i]);
   }
-  state.counters["GFLOPS"] =
-      benchmark::Counter(16.0 * 12 * kIters * static_cast<double>(state.iterations()) / 1e9,
-                         benchmark::Counter::kIsRate);
+  SetFmaRate(state, 8);
 }
-BENCHMARK(BM_FmaPeak)->UseRealTime()->Unit(benchmark::kMillisecond);
+__attribute__((target("avx512f"))) void FmaPeak512(benchmark::State& state) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(0.01f * static_cast<float>(i));
+  const __m512 m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
+  for (auto _ : state) {
+    for (int64_t i = 0; i < kFmaIters; ++i) {
+#pragma GCC unroll 12
+      for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+    }
+    for (int i = 0; i < 12; ++i) benchmark::DoNotOptimize(a[i]);
+  }
+  SetFmaRate(state, 16);
+}
+void BM_FmaPeak(benchmark::State& state) {
+  if (state.range(0) == 512) {
+    if (!DetectCpuFeatures().avx512f) {
+      state.SkipWithError("no AVX-512 on this CPU");
+      return;
+    }
+    FmaPeak512(state);
+  } else {
+    FmaPeak256(state);
+  }
+}
+BENCHMARK(BM_FmaPeak)->ArgName("bits")->Arg(256)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
 
 // Attention over the paged KV cache with TinyLlama-1.1B's heads (32 query heads of 64,
