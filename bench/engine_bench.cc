@@ -112,8 +112,16 @@ absl::StatusOr<Rates> Measure(const ModelSource& src, int threads, const Options
   const int32_t vocab = static_cast<int32_t>(src.config().vocab_size);
   Rates best;
   std::vector<float> logits;
-  {  // Warm-up: one token touches every weight (page cache -> page tables, caches).
-    Batch warm = {{1, 0, 0, true}};
+  {  // Warm-up, as llama-bench's: one prompt of the measured length (every weight and the
+     // prompt's buffers touched: page cache -> page tables, caches), then one token.
+    const auto ids = PromptIds(std::max(o.prompt_tokens, 1), vocab, 99);
+    Batch warm;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      warm.push_back({ids[i], 0, static_cast<int32_t>(i), i + 1 == ids.size()});
+    }
+    CASCADE_RETURN_IF_ERROR(stage->Forward(warm, {}, &logits));
+    stage->FreeSequence(0);
+    warm = {{1, 0, 0, true}};
     CASCADE_RETURN_IF_ERROR(stage->Forward(warm, {}, &logits));
     stage->FreeSequence(0);
   }
