@@ -108,6 +108,7 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
   __m256 acc[2][T];  // rows 0-7 and 8-15 of each token
   for (int j = 0; j < T; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
+    PrefetchAhead(g, kBlock);
     for (int h = 0; h < 2; ++h) {
       // The packed scale and min words of the half's 8 rows -> bytes 0-3 (sub-blocks 0-3)
       // and 4-7, as the AVX-512 kernel unpacks 16 rows'.

@@ -108,6 +108,7 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
   __m512 acc[T];
   for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
+    PrefetchAhead(g, kBlock);
     // The packed scale and min words of the 16 rows -> bytes 0-3 (sub-blocks 0-3) and 4-7,
     // as ScaleMinBytesK4 (avx512_decode) unpacks one row's.
     const __m512i wa = _mm512_loadu_si512(g + 64);
