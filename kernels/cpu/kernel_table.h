@@ -130,14 +130,14 @@ const KernelTable& KernelTableFor(CpuIsa isa);
 // types) with one-token tiles of one_token_rows (2 or 8) rows; the tile changes no result
 // (the table takes OneTokenFloatRows(DetectCpuFeatures())).
 MatmulFn Avx2FloatMatmul(TensorType type, int one_token_rows);
-// The one-token tile for this core. Two adjacent rows (two FMA chains, 4 weights a cycle)
-// read the memory at its rate where the core is fast against its memory, and 8
-// interleaved row streams did not: Zen 4, kernel_bench BM_DecodeLayers F16 one thread,
-// 768-wide layers 16.4-19.2 GiB/s with 8 rows, 22.1-25.8 with 2. A Zen 5 core (AMD family
-// 1Ah) in turn is held back by the two chains: 768 / 2048-wide 15.7-23.0 / 13.5-20.5 GiB/s
-// with 2 rows, 20.3-26.3 / 18.9-22.9 with 8; TinyLlama F16 decode 8.0-9.5 -> 11.3-12.3
-// tokens/s (plain read 23.5-27.6 GiB/s). 8 rows there, 2 elsewhere (Zen 3 streams at
-// either: its memory, not its FMAs, is the limit).
+// The one-token tile for this core: 8 rows (eight FMA chains), except on Zen 4 (AMD
+// family 19h with AVX-512; Zen 3, the same family, has none), where two adjacent rows (two
+// chains) read the memory at its rate and eight interleaved row streams did not
+// (kernel_bench BM_DecodeLayers F16, one thread, 768-wide layers: 16.4-19.2 GiB/s with 8
+// rows, 22.1-25.8 with 2). Where measured, 8 rows win elsewhere: Zen 3 read F16 at 87-99%
+// of its memory's rate with them; a Zen 5 (family 1Ah) is held back by two chains (768 /
+// 2048-wide layers 15.7-23.0 / 13.5-20.5 GiB/s with 2 rows, 20.3-26.3 / 18.9-22.9 with 8;
+// TinyLlama F16 decode 8.0-9.5 -> 11.3-12.3 tokens/s; plain read 23.5-27.6 GiB/s).
 int OneTokenFloatRows(const CpuFeatures& cpu);
 
 // Lane reduction shared by every ISA: ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)).

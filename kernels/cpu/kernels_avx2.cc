@@ -372,7 +372,8 @@ float SumSquares(const float* x, int64_t n) { return avx2::Dot(x, x, n); }
 }  // namespace
 
 int OneTokenFloatRows(const CpuFeatures& cpu) {
-  return cpu.vendor == CpuVendor::kAmd && cpu.family >= 0x1A ? 8 : 2;
+  const bool zen4 = cpu.vendor == CpuVendor::kAmd && cpu.family == 0x19 && cpu.avx512f;
+  return zen4 ? 2 : 8;
 }
 
 MatmulFn Avx2FloatMatmul(TensorType type, int one_token_rows) {

@@ -123,7 +123,7 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
       for (int j = 0; j < T; ++j) s[j] = _mm256_setzero_si256();
       // Sub-blocks 2p (low nibbles) and 2p + 1 (high) of each 64 elements p.
       auto pair = [&]<int kP>() {
-        __m256i lo[T], hi[T];
+        __m256i lo[T] = {}, hi[T] = {};  // set at q = 0 (initialized for gcc's flow analysis)
         for (int q = 0; q < 8; ++q) {
           const __m256i v = load(256 + 64 * (8 * kP + q));
           const __m256i cl = _mm256_and_si256(v, m4);

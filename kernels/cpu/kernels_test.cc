@@ -408,20 +408,25 @@ TEST(CpuFeatures, FamilyAndModelMatchTheKernelsReading) {
 #endif
 }
 
-// The one-token float tile: 8 rows on Zen 5 (AMD family 1Ah), 2 elsewhere (kernel_table.h).
+// The one-token float tile: 2 rows on Zen 4 (AMD family 19h with AVX-512), 8 elsewhere
+// (kernel_table.h).
 TEST(CpuFeatures, OneTokenFloatTileFollowsTheCore) {
-  CpuFeatures zen5;
-  zen5.vendor = CpuVendor::kAmd;
-  zen5.family = 0x1A;
-  CpuFeatures zen4 = zen5;
+  CpuFeatures zen4;
+  zen4.vendor = CpuVendor::kAmd;
   zen4.family = 0x19;
-  CpuFeatures intel = zen5;
+  zen4.avx512f = true;
+  CpuFeatures zen3 = zen4;
+  zen3.avx512f = false;
+  CpuFeatures zen5 = zen4;
+  zen5.family = 0x1A;
+  CpuFeatures intel = zen4;
   intel.vendor = CpuVendor::kIntel;
   intel.family = 6;
-  EXPECT_EQ(cpu::OneTokenFloatRows(zen5), 8);
   EXPECT_EQ(cpu::OneTokenFloatRows(zen4), 2);
-  EXPECT_EQ(cpu::OneTokenFloatRows(intel), 2);
-  EXPECT_EQ(cpu::OneTokenFloatRows(CpuFeatures{}), 2);
+  EXPECT_EQ(cpu::OneTokenFloatRows(zen3), 8);
+  EXPECT_EQ(cpu::OneTokenFloatRows(zen5), 8);
+  EXPECT_EQ(cpu::OneTokenFloatRows(intel), 8);
+  EXPECT_EQ(cpu::OneTokenFloatRows(CpuFeatures{}), 8);
 }
 
 TEST(VectorKernels, MatchReferenceOnEveryPath) {
