@@ -265,13 +265,16 @@ BENCHMARK(BM_Attention)
     ->Unit(benchmark::kMillisecond);
 
 // Decode's weight stream: the seven matmuls of each of `layers` llama layers of width
-// `dim`, K/V width `kv` and FFN width `hidden` (llama-110m: 768 / 768 / 2048 x 12), one
-// token, every layer its own copy of the weights: what a decode step reads but for the
-// attention and the output head. bytes_per_second counts the weights; BM_ReadRate in the
-// same run is the memory's plain read rate to set it against.
+// `dim`, K/V width `kv` and FFN width `hidden` (llama-110m: 768 / 768 / 2048 x 12), for
+// `tokens` tokens (1: one stream's step; 16: a step of 16 streams, as a server batches
+// them), every layer its own copy of the weights: what a decode step reads but for the
+// attention and the output head, the weights coming from memory, not the cache.
+// bytes_per_second counts the weights; BM_ReadRate in the same run is the memory's plain
+// read rate to set it against; GFLOPS, 2 x weights x tokens a second, the compute.
 void BM_DecodeLayers(benchmark::State& state, TensorType type) {
   const int64_t dim = state.range(0), kv = state.range(1), hidden = state.range(2);
   const int64_t layers = state.range(3);
+  const int64_t tokens = state.range(5);
   CpuBackendOptions opt;
   opt.threads = static_cast<int>(state.range(4));
   CpuBackend be(opt);
@@ -280,7 +283,7 @@ void BM_DecodeLayers(benchmark::State& state, TensorType type) {
                             &GetWeight(type, hidden, dim), &GetWeight(type, hidden, dim),
                             &GetWeight(type, dim, hidden)};
   std::vector<TensorView> mats;
-  double bytes = 0;
+  double bytes = 0, macs = 0;
   for (int64_t l = 0; l < layers; ++l) {
     for (const Weight* w : shapes) {
       absl::StatusOr<TensorView> v = be.UploadWeight(w->view);  // a copy per layer
@@ -290,24 +293,27 @@ void BM_DecodeLayers(benchmark::State& state, TensorType type) {
       }
       mats.push_back(*v);
       bytes += static_cast<double>(w->bytes.size());
+      macs += static_cast<double>(v->rows() * v->cols());
     }
   }
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(std::max(dim, hidden)), y(std::max(dim, hidden));
+  std::vector<float> x(std::max(dim, hidden) * tokens), y(std::max(dim, hidden) * tokens);
   for (auto& v : x) v = dist(rng);
   for (auto _ : state) {
-    for (const TensorView& m : mats) be.MatMul(m, x.data(), 1, y.data());
+    for (const TensorView& m : mats) be.MatMul(m, x.data(), tokens, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(bytes * static_cast<double>(state.iterations())));
+  state.counters["GFLOPS"] = benchmark::Counter(2 * macs * static_cast<double>(tokens) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(be.name());
 }
 void DecodeLayersArgs(benchmark::internal::Benchmark* b) {
-  b->ArgsProduct({{768}, {768}, {2048}, {12}, {1, 2}})
-      ->ArgsProduct({{2048}, {256}, {5632}, {4}, {1, 2}})
-      ->ArgNames({"dim", "kv", "hidden", "layers", "threads"})
+  b->ArgsProduct({{768}, {768}, {2048}, {12}, {1, 2}, {1}})
+      ->ArgsProduct({{2048}, {256}, {5632}, {4}, {1, 2}, {1, 16}})
+      ->ArgNames({"dim", "kv", "hidden", "layers", "threads", "tokens"})
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }

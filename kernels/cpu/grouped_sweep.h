@@ -19,8 +19,13 @@ namespace cascade::cpu {
 // hardware prefetcher fell behind on Zen 5: TinyLlama Q4_K decode on one thread, 2 rounds,
 // AVX-512 table 27.0-28.1 -> 45.0-45.3 tokens/s, AVX2 table 15.7-17.0 -> 30.4-31.8
 // (kernel_bench BM_DecodeLayers Q4_K, AVX2: 8.7-10.5 -> 18.2-22.8 GiB/s; 4 KiB ahead
-// 21.4-22.7, 16 KiB 15.9-22.1). Q4_0 / Q8_0 (short blocks, their decode at the memory's
-// rate already) were 0-5% slower with it, and do without.
+// 21.4-22.7, 16 KiB 15.9-22.1). The Q4_0 / Q8_0 kernels prefetch only in passes of many
+// tokens (AVX-512: 8 or more, AVX2: 4), where each block's arithmetic is long enough for
+// the hardware prefetcher to fall behind too: a 16-token decode step of TinyLlama's layers
+// (a server's 16 streams; BM_DecodeLayers tokens:16, Zen 5) Q4_0 AVX-512 246 -> 470-480
+// GFLOP/s on one thread, 470 -> 700-730 on two, Q8_0 311 -> 340-418, 490-550 -> 660-700;
+// AVX2 Q4_0 118 -> 166-171 on one thread. Their one-token passes (at the memory's rate
+// already) were 0-5% slower with it, and do without.
 inline constexpr int64_t kGroupedPrefetchBytes = 9216;
 inline void PrefetchAhead(const uint8_t* block, size_t block_bytes) {
   for (size_t off = 0; off < block_bytes; off += 64) {

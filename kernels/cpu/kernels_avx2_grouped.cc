@@ -42,6 +42,7 @@ void GroupPass(const uint8_t* g, int64_t nb, const GroupedToken* x, int64_t xs, 
   __m256 lo[T], hi[T];  // rows 0-7 and 8-15 of each token
   for (int j = 0; j < T; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
+    if constexpr (T >= 4) PrefetchAhead(g, kBlock);
     const uint8_t* codes = g + 2 * kRowGroup;
     __m256i sl[T], sh[T];  // int16 pair sums, rows 0-7 and 8-15
     for (int q = 0; q < 4; ++q) {

@@ -58,6 +58,7 @@ void GroupPass(const uint8_t* g, int64_t nb, const GroupedToken* x, int64_t xs, 
   __m512 acc[T];
   for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
+    if constexpr (T >= 8) PrefetchAhead(g, kBlock);
     const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     const uint8_t* codes = g + 2 * kRowGroup;
     __m512i c[8];
