@@ -164,6 +164,16 @@ CASCADE_HOT void AccumulateHeads(const float* const* w, float* const* out, const
   }
 }
 
+// Prefetches `count` rows of `hd` floats, `stride` floats apart, into L1.
+void PrefetchRows(const float* rows, int64_t stride, int count, int64_t hd) {
+  for (int j = 0; j < count; ++j) {
+    const char* r = reinterpret_cast<const char*>(rows + j * stride);
+    for (int64_t off = 0; off < hd * static_cast<int64_t>(sizeof(float)); off += 64) {
+      __builtin_prefetch(r + off, 0, 3);
+    }
+  }
+}
+
 }  // namespace
 
 void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scratch) {
@@ -194,6 +204,12 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride + kvh * hd;
     const float* k = p.k_pool + base;
     const float* v = p.v_pool + base;
+    PrefetchRows(v, kv_stride, count, hd);
+    if (start + p.block_size < q.n_ctx) {
+      const int32_t next = q.blocks[start / p.block_size + 1];
+      PrefetchRows(p.k_pool + static_cast<int64_t>(next) * p.block_size * kv_stride + kvh * hd,
+                   kv_stride, std::min(p.block_size, q.n_ctx - start - p.block_size), hd);
+    }
     // Scores: two heads at a time (a last odd head, or a group of one, with itself in the
     // other half), 8 positions at a time; positions past the last 8 as AVX2 computes them
     // (the table's dot is AVX2's Dot).
