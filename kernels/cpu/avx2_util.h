@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/gemm_layout.h"  // EqualTokenBlock, shared with the AVX-512 kernels
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/prefetch.h"  // PrefetchBytes, for the kernel files that include this
 
 namespace cascade::cpu::avx2 {
 
@@ -98,16 +99,6 @@ inline void Transpose8x8(const __m256i* v, __m256i* o) {
   for (int g = 0; g < 4; ++g) {
     o[g] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x20);
     o[g + 4] = _mm256_permute2x128_si256(u[g], u[g + 4], 0x31);
-  }
-}
-
-// Prefetches the `bytes` at p into L1 (kHint _MM_HINT_T0) or L2 (_MM_HINT_T1); no faults,
-// even past the end of a mapping.
-template <int kHint = _MM_HINT_T0>
-inline void PrefetchBytes(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < bytes; off += 64) {
-    _mm_prefetch(c + off, static_cast<decltype(_MM_HINT_T0)>(kHint));  // gcc: an enum
   }
 }
 

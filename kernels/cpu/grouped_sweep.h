@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/row_groups.h"
 #include "kernels/cpu/with_width.h"
 
@@ -28,9 +29,7 @@ namespace cascade::cpu {
 // already) were 0-5% slower with it, and do without.
 inline constexpr int64_t kGroupedPrefetchBytes = 9216;
 inline void PrefetchAhead(const uint8_t* block, size_t block_bytes) {
-  for (size_t off = 0; off < block_bytes; off += 64) {
-    __builtin_prefetch(block + kGroupedPrefetchBytes + off, 0, 3);
-  }
+  PrefetchBytes(block + kGroupedPrefetchBytes, block_bytes);
 }
 
 // Calls pass.template operator()<T>(g, i) for every group (g: its first row) and every

@@ -87,7 +87,7 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
       // (4 short interleaved row streams are too few for the hardware prefetcher): fetch
       // the bytes pf ahead of this block step in that sweep.
       constexpr int64_t kStep = 4 * sizeof(Block);
-      PrefetchBytes<_MM_HINT_T1>(reinterpret_cast<const char*>(w[0]) + pf + b * kStep, kStep);
+      PrefetchBytes<CacheLevel::kL2>(reinterpret_cast<const char*>(w[0]) + pf + b * kStep, kStep);
     }
     // Q4_0: unsigned nibbles (8 * sum(x) is subtracted from the totals below); Q8_0: the
     // codes and their magnitudes (for DotI8).

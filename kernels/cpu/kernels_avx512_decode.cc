@@ -48,6 +48,7 @@
 #include "kernels/cpu/avx512_decode.h"
 #include "kernels/cpu/isa_target.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/with_width.h"
 #include "tensor/quant.h"
 #include "tensor/tensor_type.h"
@@ -65,20 +66,16 @@ constexpr int kGroup = 16;  // weight rows per group: one per float lane
 // into L2 13-18, 2 ahead 15.5-20.6 (3 and 4 ahead within the noise of 2).
 constexpr int64_t kGroupsAhead = 2;
 
-// Prefetches `bytes` at p into L2: a later group of rows, during this one. (Into L1 it
-// would evict the current one: two groups of 16 K-quant rows are 36 KiB.)
-CASCADE_HOT void Prefetch(const uint8_t* p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T1);
-  }
-}
+// A later group of rows is prefetched into L2 during this one. (Into L1 it would evict the
+// current one: two groups of 16 K-quant rows are 36 KiB.)
+constexpr CacheLevel kAheadLevel = CacheLevel::kL2;
 
 // The rows a range's first groups (or tiles) read before their own prefetch starts: all
 // requested at once on entry, rows [r0, min(r1, r0 + rows)) (a decode matmul split over
 // threads runs many short ranges).
 inline void PrefetchStart(const MatmulTask& t, int64_t rows) {
   const int64_t end = t.r1 - t.r0 < rows ? t.r1 : t.r0 + rows;
-  Prefetch(t.w + t.r0 * t.w_stride, (end - t.r0) * t.w_stride);
+  PrefetchBytes<kAheadLevel>(t.w + t.r0 * t.w_stride, (end - t.r0) * t.w_stride);
 }
 
 // 16 x 4 bytes -> 16 fp16 values (the low halves of the 32-bit lanes) as floats.
@@ -176,7 +173,7 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
   for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, x += xs) {
     const uint8_t* blk = w + b * kBlock;
-    if (pf != nullptr) Prefetch(pf + b * kGroup * kBlock, kGroup * kBlock);
+    if (pf != nullptr) PrefetchBytes<kAheadLevel>(pf + b * kGroup * kBlock, kGroup * kBlock);
     // Rows 4q + j at p[q] + j * stride (offsets 0, s, 2s, 3s): the block's fp16 scale,
     // then its codes.
     const uint8_t* p[4];
@@ -490,7 +487,7 @@ void KQuantGroup(const uint8_t* w, size_t stride, int64_t nb, const KTokenBlock*
   for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, x += x_stride) {
     const uint8_t* row = w + b * kBlock;
-    if (pf != nullptr) Prefetch(pf + b * kGroup * kBlock, kGroup * kBlock);
+    if (pf != nullptr) PrefetchBytes<kAheadLevel>(pf + b * kGroup * kBlock, kGroup * kBlock);
     alignas(64) uint32_t scale_words[kGroup];
     if constexpr (kHasMin) {
       // Rows 0-7 and 8-15 to their 8-row level (chunks: S of rows 0-3, M of rows 0-3, S of
