@@ -17,7 +17,6 @@
 
 #include "kernels/cpu/gemm_layout.h"  // EqualTokenBlock, shared with the AVX-512 kernels
 #include "kernels/cpu/kernel_table.h"
-#include "kernels/cpu/prefetch.h"  // PrefetchBytes, for the kernel files that include this
 
 namespace cascade::cpu::avx2 {
 

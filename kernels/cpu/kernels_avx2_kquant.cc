@@ -19,6 +19,7 @@
 
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/gemm_layout.h"
+#include "kernels/cpu/prefetch.h"
 #include "tensor/quant.h"
 
 namespace cascade::cpu::avx2 {
