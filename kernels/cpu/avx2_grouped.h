@@ -33,6 +33,8 @@ namespace cascade::cpu::avx2 {
 
 bool GroupsType(TensorType type);
 void GroupedMatmul(const MatmulTask& t, TensorType type);
+// GroupedMatmul with the Q4_K passes' prefetch chosen by the caller (avx512_grouped.h).
+void GroupedMatmulPrefetching(const MatmulTask& t, TensorType type, bool prefetch_q4k);
 
 }  // namespace cascade::cpu::avx2
 

@@ -29,6 +29,9 @@ namespace cascade::cpu::avx512 {
 
 bool GroupsType(TensorType type);  // Q8_0, Q4_0 and Q4_K
 void GroupedMatmul(const MatmulTask& t, TensorType type);
+// GroupedMatmul with the Q4_K passes' prefetch chosen by the caller; GroupedMatmul takes
+// PrefetchGroupedQ4K(DetectCpuFeatures()) (grouped_sweep.h). For tests, which run both.
+void GroupedMatmulPrefetching(const MatmulTask& t, TensorType type, bool prefetch_q4k);
 
 }  // namespace cascade::cpu::avx512
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/row_groups.h"
@@ -30,6 +31,19 @@ namespace cascade::cpu {
 inline constexpr int64_t kGroupedPrefetchBytes = 9216;
 inline void PrefetchAhead(const uint8_t* block, size_t block_bytes) {
   PrefetchBytes(block + kGroupedPrefetchBytes, block_bytes);
+}
+
+// Whether the Q4_K grouped passes prefetch (above): yes, except on Zen 4 (AMD family 19h
+// with AVX-512; Zen 3, the same family, has none), whose hardware prefetcher keeps up and
+// where the prefetches only cost (kernel_bench, one thread, GFLOP/s, two alternated rounds,
+// 2026-12-03, with -> without): AVX-512 BM_DecodeLayers Q4_K tokens:1 65-67 -> 85-106,
+// tokens:16 201-221 -> 263-265, BM_MatMul Q4_K n:1 90-92 -> 110-135, n:16 278-296 ->
+// 316-318, n:128 279-312 -> 288-305; the AVX2 table there, tokens:1 51-54 -> 81. Where
+// measured elsewhere it is the other way round (Zen 5, above); Zen 3 keeps it, unmeasured.
+// The choice changes no result.
+inline bool PrefetchGroupedQ4K(const CpuFeatures& cpu) {
+  const bool zen4 = cpu.vendor == CpuVendor::kAmd && cpu.family == 0x19 && cpu.avx512f;
+  return !zen4;
 }
 
 // Calls pass.template operator()<T>(g, i) for every group (g: its first row) and every

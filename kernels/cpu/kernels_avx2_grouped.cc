@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "kernels/cpu/avx2_grouped.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/grouped_sweep.h"
 #include "kernels/cpu/grouped_token.h"
 #include "kernels/cpu/row_groups.h"
@@ -98,7 +99,7 @@ inline __m256i SubBlockScale16(__m256i lo, __m256i hi) {
 // gives scale x sum in each row's lane; the mins' term M is 4 vpmaddwd of the rows' min
 // pairs by the token's sub-block sums. Then, as the file-layout kernel does,
 // acc = fma(S, d * d_x, acc), acc = fma(-M, dmin * d_x, acc).
-template <int T>
+template <int T, bool kPrefetch>
 void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs, float* y,
                 int64_t ldy) {
   constexpr size_t kBlock = kRowGroup * sizeof(BlockQ4K);
@@ -109,7 +110,7 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
   __m256 acc[2][T];  // rows 0-7 and 8-15 of each token
   for (int j = 0; j < T; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
-    PrefetchAhead(g, kBlock);
+    if constexpr (kPrefetch) PrefetchAhead(g, kBlock);
     for (int h = 0; h < 2; ++h) {
       // The packed scale and min words of the half's 8 rows -> bytes 0-3 (sub-blocks 0-3)
       // and 4-7, as the AVX-512 kernel unpacks 16 rows'.
@@ -195,14 +196,21 @@ constexpr int kKPass = 8;
 
 bool GroupsType(TensorType type) { return type == TensorType::kQ4_0 || type == TensorType::kQ4_K; }
 
-void GroupedMatmul(const MatmulTask& t, TensorType type) {
+void GroupedMatmulPrefetching(const MatmulTask& t, TensorType type, bool prefetch_q4k) {
   const size_t group_bytes = kRowGroup * t.w_stride;
   if (type == TensorType::kQ4_K) {
     const auto* x = reinterpret_cast<const GroupedKToken*>(t.x);
-    SweepGroups<kKPass, kKPass>(t, [&]<int T>(int64_t g, int64_t i) {
-      KGroupPass<T>(t.w + (g / kRowGroup) * group_bytes, t.k / kQKK, x + i, t.n,
-                    t.y + i * t.ldy + g, t.ldy);
-    });
+    auto sweep = [&]<bool kPrefetch>() {
+      SweepGroups<kKPass, kKPass>(t, [&]<int T>(int64_t g, int64_t i) {
+        KGroupPass<T, kPrefetch>(t.w + (g / kRowGroup) * group_bytes, t.k / kQKK, x + i, t.n,
+                                 t.y + i * t.ldy + g, t.ldy);
+      });
+    };
+    if (prefetch_q4k) {
+      sweep.template operator()<true>();
+    } else {
+      sweep.template operator()<false>();
+    }
     return;
   }
   const auto* x = reinterpret_cast<const GroupedToken*>(t.x);
@@ -210,6 +218,11 @@ void GroupedMatmul(const MatmulTask& t, TensorType type) {
     GroupPass<T>(t.w + (g / kRowGroup) * group_bytes, t.k / kQK, x + i, t.n, t.y + i * t.ldy + g,
                  t.ldy);
   });
+}
+
+void GroupedMatmul(const MatmulTask& t, TensorType type) {
+  static const bool prefetch_q4k = PrefetchGroupedQ4K(DetectCpuFeatures());
+  GroupedMatmulPrefetching(t, type, prefetch_q4k);
 }
 
 }  // namespace cascade::cpu::avx2

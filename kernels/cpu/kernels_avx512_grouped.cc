@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "kernels/cpu/avx512_grouped.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/grouped_sweep.h"
 #include "kernels/cpu/grouped_token.h"
 #include "kernels/cpu/isa_target.h"
@@ -99,7 +100,7 @@ CASCADE_HOT __m512i SubBlockScale(__m512i lo, __m512i hi) {
 
 // Q4_K: one group (g: its super-block 0) x T tokens (x: the tokens' super-block 0, xs tokens
 // apart) over nb super-blocks; y as GroupPass's.
-template <int T>
+template <int T, bool kPrefetch>
 void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs, float* y,
                 int64_t ldy) {
   constexpr size_t kBlock = kRowGroup * sizeof(BlockQ4K);
@@ -109,7 +110,7 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
   __m512 acc[T];
   for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
-    PrefetchAhead(g, kBlock);
+    if constexpr (kPrefetch) PrefetchAhead(g, kBlock);
     // The packed scale and min words of the 16 rows -> bytes 0-3 (sub-blocks 0-3) and 4-7,
     // as ScaleMinBytesK4 (avx512_decode) unpacks one row's.
     const __m512i wa = _mm512_loadu_si512(g + 64);
@@ -189,6 +190,7 @@ struct Q40Format {
     GroupPass<kQ8, T>(g, nb, x, xs, y, ldy);
   }
 };
+template <bool kPrefetch>
 struct Q4KFormat {
   using Token = GroupedKToken;
   static constexpr int64_t kElems = kQKK;
@@ -197,19 +199,24 @@ struct Q4KFormat {
   template <int T>
   static void Pass(const uint8_t* g, int64_t nb, const Token* x, int64_t xs, float* y,
                    int64_t ldy) {
-    KGroupPass<T>(g, nb, x, xs, y, ldy);
+    KGroupPass<T, kPrefetch>(g, nb, x, xs, y, ldy);
   }
 };
 
-// Calls f.template operator()<F>() with the format of a groupable `type`.
+// Calls f.template operator()<F>() with the format of a groupable `type` (Q4_K: prefetching
+// or not).
 template <class Fn>
-void WithFormat(TensorType type, Fn&& f) {
+void WithFormat(TensorType type, bool prefetch_q4k, Fn&& f) {
   switch (type) {
     case TensorType::kQ8_0:
       f.template operator()<Q40Format<true>>();
       return;
     case TensorType::kQ4_K:
-      f.template operator()<Q4KFormat>();
+      if (prefetch_q4k) {
+        f.template operator()<Q4KFormat<true>>();
+      } else {
+        f.template operator()<Q4KFormat<false>>();
+      }
       return;
     default:
       f.template operator()<Q40Format<false>>();
@@ -234,8 +241,13 @@ bool GroupsType(TensorType type) {
   return type == TensorType::kQ8_0 || type == TensorType::kQ4_0 || type == TensorType::kQ4_K;
 }
 
+void GroupedMatmulPrefetching(const MatmulTask& t, TensorType type, bool prefetch_q4k) {
+  WithFormat(type, prefetch_q4k, [&]<class F>() { GroupedMatmulOf<F>(t); });
+}
+
 void GroupedMatmul(const MatmulTask& t, TensorType type) {
-  WithFormat(type, [&]<class F>() { GroupedMatmulOf<F>(t); });
+  static const bool prefetch_q4k = PrefetchGroupedQ4K(DetectCpuFeatures());
+  GroupedMatmulPrefetching(t, type, prefetch_q4k);
 }
 
 }  // namespace cascade::cpu::avx512

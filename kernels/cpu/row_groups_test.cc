@@ -13,7 +13,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/avx2_grouped.h"
+#include "kernels/cpu/avx512_grouped.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/grouped_sweep.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kernels_test_util.h"
 #include "tensor/quant.h"
@@ -270,6 +274,68 @@ TEST(RowGroups, RowRangesGiveTheBitsOfTheWhole) {
       }
     }
   }
+}
+
+// The Q4_K passes prefetch or not by core (grouped_sweep.h); either way the same bits, for
+// one-token passes and passes of several tokens.
+TEST(RowGroups, Q4KPrefetchChoiceChangesNoBit) {
+  bool any = false;
+  for (auto [isa, type] : GroupedCases()) {
+    if (type != TensorType::kQ4_K) continue;
+    any = true;
+    SCOPED_TRACE(CpuIsaName(isa));
+    const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
+    auto with = isa == CpuIsa::kAvx512 ? &cpu::avx512::GroupedMatmulPrefetching
+                                       : &cpu::avx2::GroupedMatmulPrefetching;
+    const int64_t rows = 64, cols = Cols(type, 6);
+    const TestWeight w = MakeWeight(type, rows, cols, 11);
+    const std::vector<uint8_t> g = Grouped(w);
+    for (int64_t n : {1, 3, 4, 9, 16}) {
+      const auto x = Random(n * cols, static_cast<uint32_t>(20 + n));
+      std::vector<uint8_t> prepared(kt.grouped_tokens_bytes(type, n, cols));
+      kt.prepare_grouped(type, x.data(), cols, n, 0, n, prepared.data());
+      cpu::MatmulTask t;
+      t.w = g.data();
+      t.w_stride = w.view.row_bytes();
+      t.k = cols;
+      t.x = prepared.data();
+      t.n = n;
+      t.ldy = rows;
+      t.r0 = 0;
+      t.r1 = rows;
+      std::vector<float> table(n * rows), on(n * rows, -1.0f), off(n * rows, -2.0f);
+      t.y = table.data();
+      kt.grouped_matmul(t, type);
+      t.y = on.data();
+      with(t, type, true);
+      t.y = off.data();
+      with(t, type, false);
+      ASSERT_EQ(std::memcmp(on.data(), table.data(), on.size() * sizeof(float)), 0) << "n " << n;
+      ASSERT_EQ(std::memcmp(off.data(), table.data(), off.size() * sizeof(float)), 0) << "n " << n;
+    }
+  }
+  if (!any) GTEST_SKIP() << "this CPU groups no Q4_K weight";
+}
+
+// Zen 4 (AMD family 19h with AVX-512) runs the Q4_K passes without prefetch; every other
+// core with it.
+TEST(RowGroups, Q4KPrefetchFollowsTheCore) {
+  CpuFeatures zen4;
+  zen4.vendor = CpuVendor::kAmd;
+  zen4.family = 0x19;
+  zen4.avx512f = true;
+  CpuFeatures zen3 = zen4;
+  zen3.avx512f = false;
+  CpuFeatures zen5 = zen4;
+  zen5.family = 0x1A;
+  CpuFeatures intel = zen4;
+  intel.vendor = CpuVendor::kIntel;
+  intel.family = 6;
+  EXPECT_FALSE(cpu::PrefetchGroupedQ4K(zen4));
+  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(zen3));
+  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(zen5));
+  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(intel));
+  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(CpuFeatures{}));
 }
 
 TEST(RowGroups, GetRowsOfAGroupedWeightAreTheFilesRows) {
