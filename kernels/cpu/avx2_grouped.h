@@ -17,7 +17,7 @@
 //
 // Contract: call only where the CPU has AVX2, FMA and F16C. GroupsType(type): whether this
 // kernel takes weights of `type` (Q4_0 and Q4_K; Q8_0's file-layout kernel, already near
-// the memory's rate at decode, was faster). GroupedMatmul as in avx512_grouped.h, on the
+// the memory's rate at decode, was faster). GroupedMatmulFor as in avx512_grouped.h, on the
 // activations grouped_token.h prepares: t.r0 and t.r1 multiples of 16; writes only rows
 // [t.r0, t.r1) of y; thread-safe; no allocation, no scratch.
 #ifndef CASCADE_KERNELS_CPU_AVX2_GROUPED_H_
@@ -32,9 +32,7 @@
 namespace cascade::cpu::avx2 {
 
 bool GroupsType(TensorType type);
-void GroupedMatmul(const MatmulTask& t, TensorType type);
-// GroupedMatmul with the Q4_K passes' prefetch chosen by the caller (avx512_grouped.h).
-void GroupedMatmulPrefetching(const MatmulTask& t, TensorType type, bool prefetch_q4k);
+GroupedMatmulFn GroupedMatmulFor(bool prefetch_q4k);
 
 }  // namespace cascade::cpu::avx2
 

@@ -12,7 +12,9 @@
 // kernel_table.h).
 //
 // Contract: call only where the CPU has AVX-512 F/BW/VL/DQ and VNNI (with AVX2, FMA, F16C).
-// GroupedMatmul: t.w the grouped weight (t.w_stride its row_bytes), t.x the n rows that
+// GroupedMatmulFor(prefetch_q4k): the matmul, its Q4_K passes prefetching ahead or not
+// (the same bits either way; the table takes PrefetchGroupedQ4K's choice, tests run both):
+// t.w the grouped weight (t.w_stride its row_bytes), t.x the n rows that
 // PrepareGroupedTokens (grouped_token.h) prepared (k % 32 == 0; Q4_K: k % 256 == 0), t.r0
 // and t.r1 multiples of 16. Thread-safe: writes only rows [t.r0, t.r1) of y; never
 // allocates; uses no scratch.
@@ -28,10 +30,7 @@
 namespace cascade::cpu::avx512 {
 
 bool GroupsType(TensorType type);  // Q8_0, Q4_0 and Q4_K
-void GroupedMatmul(const MatmulTask& t, TensorType type);
-// GroupedMatmul with the Q4_K passes' prefetch chosen by the caller; GroupedMatmul takes
-// PrefetchGroupedQ4K(DetectCpuFeatures()) (grouped_sweep.h). For tests, which run both.
-void GroupedMatmulPrefetching(const MatmulTask& t, TensorType type, bool prefetch_q4k);
+GroupedMatmulFn GroupedMatmulFor(bool prefetch_q4k);
 
 }  // namespace cascade::cpu::avx512
 

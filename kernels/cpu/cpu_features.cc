@@ -83,6 +83,8 @@ CpuIsa CpuFeatures::best() const {
   return CpuIsa::kScalar;
 }
 
+bool CpuFeatures::zen4() const { return vendor == CpuVendor::kAmd && family == 0x19 && avx512f; }
+
 std::string CpuFeatures::Describe() const {
   std::string s = model_name.empty() ? "unknown CPU" : model_name;
   if (family != 0) {

@@ -32,6 +32,9 @@ struct CpuFeatures {
 
   CpuIsa best() const;
   std::string Describe() const;
+  // AMD family 19h with AVX-512: Zen 4 (Zen 3, the same family, has none), whose 512-bit
+  // operations run as two 256-bit halves; the kernels' per-core choices (kernel_table.h).
+  bool zen4() const;
 };
 
 const CpuFeatures& DetectCpuFeatures();

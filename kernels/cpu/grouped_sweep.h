@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/row_groups.h"
@@ -15,35 +14,22 @@
 
 namespace cascade::cpu {
 
-// The Q4_K grouped kernels, reading super-block b of a group (`block`, block_bytes long),
-// prefetch the bytes kGroupedPrefetchBytes further on (four super-blocks of 16 rows) into
-// L1: the rest of the group, then the next (groups lie back to back). Without it the
-// hardware prefetcher fell behind on Zen 5: TinyLlama Q4_K decode on one thread, 2 rounds,
-// AVX-512 table 27.0-28.1 -> 45.0-45.3 tokens/s, AVX2 table 15.7-17.0 -> 30.4-31.8
-// (kernel_bench BM_DecodeLayers Q4_K, AVX2: 8.7-10.5 -> 18.2-22.8 GiB/s; 4 KiB ahead
-// 21.4-22.7, 16 KiB 15.9-22.1). The Q4_0 / Q8_0 kernels prefetch only in passes of many
-// tokens (AVX-512: 8 or more, AVX2: 4), where each block's arithmetic is long enough for
-// the hardware prefetcher to fall behind too: a 16-token decode step of TinyLlama's layers
-// (a server's 16 streams; BM_DecodeLayers tokens:16, Zen 5) Q4_0 AVX-512 246 -> 470-480
-// GFLOP/s on one thread, 470 -> 700-730 on two, Q8_0 311 -> 340-418, 490-550 -> 660-700;
-// AVX2 Q4_0 118 -> 166-171 on one thread. Their one-token passes (at the memory's rate
-// already) were 0-5% slower with it, and do without.
+// The Q4_K grouped kernels, reading super-block b of a group (`block`, block_bytes long), where
+// PrefetchGroupedQ4K (kernel_table.h) has them (every core but Zen 4), prefetch the bytes
+// kGroupedPrefetchBytes further on (four super-blocks of 16 rows) into L1: the rest of the group,
+// then the next (groups lie back to back). Without it the hardware prefetcher fell behind on Zen 5:
+// TinyLlama Q4_K decode on one thread, 2 rounds, AVX-512 table 27.0-28.1 -> 45.0-45.3 tokens/s,
+// AVX2 table 15.7-17.0 -> 30.4-31.8 (kernel_bench BM_DecodeLayers Q4_K, AVX2: 8.7-10.5 -> 18.2-22.8
+// GiB/s; 4 KiB ahead 21.4-22.7, 16 KiB 15.9-22.1). The Q4_0 / Q8_0 kernels prefetch only in passes
+// of many tokens (AVX-512: 8 or more, AVX2: 4), where each block's arithmetic is long enough for
+// the hardware prefetcher to fall behind too: a 16-token decode step of TinyLlama's layers (a
+// server's 16 streams; BM_DecodeLayers tokens:16, Zen 5) Q4_0 AVX-512 246 -> 470-480 GFLOP/s on one
+// thread, 470 -> 700-730 on two, Q8_0 311 -> 340-418, 490-550 -> 660-700; AVX2 Q4_0 118 -> 166-171
+// on one thread. Their one-token passes (at the memory's rate already) were 0-5% slower with it,
+// and do without.
 inline constexpr int64_t kGroupedPrefetchBytes = 9216;
 inline void PrefetchAhead(const uint8_t* block, size_t block_bytes) {
   PrefetchBytes(block + kGroupedPrefetchBytes, block_bytes);
-}
-
-// Whether the Q4_K grouped passes prefetch (above): yes, except on Zen 4 (AMD family 19h
-// with AVX-512; Zen 3, the same family, has none), whose hardware prefetcher keeps up and
-// where the prefetches only cost (kernel_bench, one thread, GFLOP/s, two alternated rounds,
-// 2026-12-03, with -> without): AVX-512 BM_DecodeLayers Q4_K tokens:1 65-67 -> 85-106,
-// tokens:16 201-221 -> 263-265, BM_MatMul Q4_K n:1 90-92 -> 110-135, n:16 278-296 ->
-// 316-318, n:128 279-312 -> 288-305; the AVX2 table there, tokens:1 51-54 -> 81. Where
-// measured elsewhere it is the other way round (Zen 5, above); Zen 3 keeps it, unmeasured.
-// The choice changes no result.
-inline bool PrefetchGroupedQ4K(const CpuFeatures& cpu) {
-  const bool zen4 = cpu.vendor == CpuVendor::kAmd && cpu.family == 0x19 && cpu.avx512f;
-  return !zen4;
 }
 
 // Calls pass.template operator()<T>(g, i) for every group (g: its first row) and every

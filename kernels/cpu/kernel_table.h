@@ -77,6 +77,9 @@ inline size_t ScratchFloats(int64_t k) {
 
 using MatmulFn = void (*)(const MatmulTask&);
 
+// The grouped matmul (KernelTable::grouped_matmul).
+using GroupedMatmulFn = void (*)(const MatmulTask& t, TensorType type);
+
 struct KernelTable {
   CpuIsa isa;
   // Matmul for a weight type and activation format; null when the pair is unsupported.
@@ -119,7 +122,7 @@ struct KernelTable {
   size_t (*grouped_tokens_bytes)(TensorType type, int64_t n, int64_t k) = nullptr;
   void (*prepare_grouped)(TensorType type, const float* x, int64_t k, int64_t n, int64_t i0,
                           int64_t i1, uint8_t* out) = nullptr;
-  void (*grouped_matmul)(const MatmulTask& t, TensorType type) = nullptr;
+  GroupedMatmulFn grouped_matmul = nullptr;
 };
 
 const KernelTable& ScalarKernels();
@@ -139,6 +142,15 @@ MatmulFn Avx2FloatMatmul(TensorType type, int one_token_rows);
 // 2048-wide layers 15.7-23.0 / 13.5-20.5 GiB/s with 2 rows, 20.3-26.3 / 18.9-22.9 with 8;
 // TinyLlama F16 decode 8.0-9.5 -> 11.3-12.3 tokens/s; plain read 23.5-27.6 GiB/s).
 int OneTokenFloatRows(const CpuFeatures& cpu);
+// Whether the Q4_K grouped passes prefetch 9 KiB ahead into L1 (grouped_sweep.h); the
+// tables take the choice for DetectCpuFeatures() once, and it changes no result. Yes,
+// except on Zen 4, whose hardware prefetcher keeps up and where the prefetches only cost
+// (kernel_bench, one thread, GFLOP/s, two alternated rounds, 2026-12-03, with -> without):
+// AVX-512 BM_DecodeLayers Q4_K tokens:1 65-67 -> 85-106, tokens:16 201-221 -> 263-265,
+// BM_MatMul Q4_K n:1 90-92 -> 110-135, n:16 278-296 -> 316-318, n:128 279-312 -> 288-305;
+// the AVX2 table there, tokens:1 51-54 -> 81. On Zen 5 it is the other way round
+// (TinyLlama Q4_K decode 27-28 -> 45 tokens/s with it); Zen 3 keeps it, unmeasured.
+bool PrefetchGroupedQ4K(const CpuFeatures& cpu);
 
 // Lane reduction shared by every ISA: ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)).
 inline float ReduceLanes8(const float* l) {

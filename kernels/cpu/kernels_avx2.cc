@@ -371,10 +371,9 @@ float SumSquares(const float* x, int64_t n) { return avx2::Dot(x, x, n); }
 
 }  // namespace
 
-int OneTokenFloatRows(const CpuFeatures& cpu) {
-  const bool zen4 = cpu.vendor == CpuVendor::kAmd && cpu.family == 0x19 && cpu.avx512f;
-  return zen4 ? 2 : 8;
-}
+int OneTokenFloatRows(const CpuFeatures& cpu) { return cpu.zen4() ? 2 : 8; }
+
+bool PrefetchGroupedQ4K(const CpuFeatures& cpu) { return !cpu.zen4(); }
 
 MatmulFn Avx2FloatMatmul(TensorType type, int one_token_rows) {
   return one_token_rows == 8 ? FloatWeights<8>(type) : FloatWeights<2>(type);
@@ -412,7 +411,7 @@ const KernelTable& Avx2Kernels() {
     t.groups = &avx2::GroupsType;
     t.grouped_tokens_bytes = &GroupedTokensBytes;
     t.prepare_grouped = &PrepareGroupedTokens;
-    t.grouped_matmul = &avx2::GroupedMatmul;
+    t.grouped_matmul = avx2::GroupedMatmulFor(PrefetchGroupedQ4K(DetectCpuFeatures()));
     return t;
   }();
   return table;

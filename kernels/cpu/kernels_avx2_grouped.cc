@@ -17,7 +17,6 @@
 #include <cstring>
 
 #include "kernels/cpu/avx2_grouped.h"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/grouped_sweep.h"
 #include "kernels/cpu/grouped_token.h"
 #include "kernels/cpu/row_groups.h"
@@ -192,25 +191,15 @@ constexpr int kOnePass = 4;
 // once into an L1 buffer for the tokens to run through one at a time gave 111-124 at 128.
 constexpr int kKPass = 8;
 
-}  // namespace
-
-bool GroupsType(TensorType type) { return type == TensorType::kQ4_0 || type == TensorType::kQ4_K; }
-
-void GroupedMatmulPrefetching(const MatmulTask& t, TensorType type, bool prefetch_q4k) {
+template <bool kPrefetchQ4K>
+void GroupedMatmul(const MatmulTask& t, TensorType type) {
   const size_t group_bytes = kRowGroup * t.w_stride;
   if (type == TensorType::kQ4_K) {
     const auto* x = reinterpret_cast<const GroupedKToken*>(t.x);
-    auto sweep = [&]<bool kPrefetch>() {
-      SweepGroups<kKPass, kKPass>(t, [&]<int T>(int64_t g, int64_t i) {
-        KGroupPass<T, kPrefetch>(t.w + (g / kRowGroup) * group_bytes, t.k / kQKK, x + i, t.n,
-                                 t.y + i * t.ldy + g, t.ldy);
-      });
-    };
-    if (prefetch_q4k) {
-      sweep.template operator()<true>();
-    } else {
-      sweep.template operator()<false>();
-    }
+    SweepGroups<kKPass, kKPass>(t, [&]<int T>(int64_t g, int64_t i) {
+      KGroupPass<T, kPrefetchQ4K>(t.w + (g / kRowGroup) * group_bytes, t.k / kQKK, x + i, t.n,
+                                  t.y + i * t.ldy + g, t.ldy);
+    });
     return;
   }
   const auto* x = reinterpret_cast<const GroupedToken*>(t.x);
@@ -220,9 +209,12 @@ void GroupedMatmulPrefetching(const MatmulTask& t, TensorType type, bool prefetc
   });
 }
 
-void GroupedMatmul(const MatmulTask& t, TensorType type) {
-  static const bool prefetch_q4k = PrefetchGroupedQ4K(DetectCpuFeatures());
-  GroupedMatmulPrefetching(t, type, prefetch_q4k);
+}  // namespace
+
+bool GroupsType(TensorType type) { return type == TensorType::kQ4_0 || type == TensorType::kQ4_K; }
+
+GroupedMatmulFn GroupedMatmulFor(bool prefetch_q4k) {
+  return prefetch_q4k ? &GroupedMatmul<true> : &GroupedMatmul<false>;
 }
 
 }  // namespace cascade::cpu::avx2

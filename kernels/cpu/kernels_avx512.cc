@@ -192,7 +192,7 @@ const KernelTable& Avx512Kernels() {
       t.groups = &avx512::GroupsType;
       t.grouped_tokens_bytes = &GroupedTokensBytes;
       t.prepare_grouped = &PrepareGroupedTokens;
-      t.grouped_matmul = &avx512::GroupedMatmul;
+      t.grouped_matmul = avx512::GroupedMatmulFor(PrefetchGroupedQ4K(DetectCpuFeatures()));
     }
     return t;
   }();

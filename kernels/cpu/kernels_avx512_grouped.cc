@@ -27,7 +27,6 @@
 #include <cstring>
 
 #include "kernels/cpu/avx512_grouped.h"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/grouped_sweep.h"
 #include "kernels/cpu/grouped_token.h"
 #include "kernels/cpu/isa_target.h"
@@ -203,20 +202,15 @@ struct Q4KFormat {
   }
 };
 
-// Calls f.template operator()<F>() with the format of a groupable `type` (Q4_K: prefetching
-// or not).
-template <class Fn>
-void WithFormat(TensorType type, bool prefetch_q4k, Fn&& f) {
+// Calls f.template operator()<F>() with the format of a groupable `type`.
+template <bool kPrefetchQ4K, class Fn>
+void WithFormat(TensorType type, Fn&& f) {
   switch (type) {
     case TensorType::kQ8_0:
       f.template operator()<Q40Format<true>>();
       return;
     case TensorType::kQ4_K:
-      if (prefetch_q4k) {
-        f.template operator()<Q4KFormat<true>>();
-      } else {
-        f.template operator()<Q4KFormat<false>>();
-      }
+      f.template operator()<Q4KFormat<kPrefetchQ4K>>();
       return;
     default:
       f.template operator()<Q40Format<false>>();
@@ -235,19 +229,19 @@ void GroupedMatmulOf(const MatmulTask& t) {
   });
 }
 
+template <bool kPrefetchQ4K>
+void GroupedMatmul(const MatmulTask& t, TensorType type) {
+  WithFormat<kPrefetchQ4K>(type, [&]<class F>() { GroupedMatmulOf<F>(t); });
+}
+
 }  // namespace
 
 bool GroupsType(TensorType type) {
   return type == TensorType::kQ8_0 || type == TensorType::kQ4_0 || type == TensorType::kQ4_K;
 }
 
-void GroupedMatmulPrefetching(const MatmulTask& t, TensorType type, bool prefetch_q4k) {
-  WithFormat(type, prefetch_q4k, [&]<class F>() { GroupedMatmulOf<F>(t); });
-}
-
-void GroupedMatmul(const MatmulTask& t, TensorType type) {
-  static const bool prefetch_q4k = PrefetchGroupedQ4K(DetectCpuFeatures());
-  GroupedMatmulPrefetching(t, type, prefetch_q4k);
+GroupedMatmulFn GroupedMatmulFor(bool prefetch_q4k) {
+  return prefetch_q4k ? &GroupedMatmul<true> : &GroupedMatmul<false>;
 }
 
 }  // namespace cascade::cpu::avx512

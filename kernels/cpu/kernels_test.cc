@@ -408,9 +408,10 @@ TEST(CpuFeatures, FamilyAndModelMatchTheKernelsReading) {
 #endif
 }
 
-// The one-token float tile: 2 rows on Zen 4 (AMD family 19h with AVX-512), 8 elsewhere
-// (kernel_table.h).
-TEST(CpuFeatures, OneTokenFloatTileFollowsTheCore) {
+// The per-core choices (kernel_table.h): on Zen 4 (AMD family 19h with AVX-512) the
+// one-token float tile has 2 rows and the Q4_K grouped passes do not prefetch; elsewhere
+// 8 rows, with prefetch.
+TEST(CpuFeatures, PerCoreChoicesFollowTheCore) {
   CpuFeatures zen4;
   zen4.vendor = CpuVendor::kAmd;
   zen4.family = 0x19;
@@ -427,6 +428,11 @@ TEST(CpuFeatures, OneTokenFloatTileFollowsTheCore) {
   EXPECT_EQ(cpu::OneTokenFloatRows(zen5), 8);
   EXPECT_EQ(cpu::OneTokenFloatRows(intel), 8);
   EXPECT_EQ(cpu::OneTokenFloatRows(CpuFeatures{}), 8);
+  EXPECT_FALSE(cpu::PrefetchGroupedQ4K(zen4));
+  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(zen3));
+  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(zen5));
+  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(intel));
+  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(CpuFeatures{}));
 }
 
 TEST(VectorKernels, MatchReferenceOnEveryPath) {

@@ -16,8 +16,6 @@
 #include "kernels/cpu/avx2_grouped.h"
 #include "kernels/cpu/avx512_grouped.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/grouped_sweep.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kernels_test_util.h"
 #include "tensor/quant.h"
@@ -28,6 +26,22 @@ namespace {
 using testing::MakeWeight;
 using testing::Random;
 using testing::TestWeight;
+
+// The grouped kernel's task over all of w's rows: g its grouped bytes, prepared the n
+// tokens' prepared rows; y is the caller's.
+cpu::MatmulTask GroupedTask(const TestWeight& w, const std::vector<uint8_t>& g,
+                            const std::vector<uint8_t>& prepared, int64_t n) {
+  cpu::MatmulTask t;
+  t.w = g.data();
+  t.w_stride = w.view.row_bytes();
+  t.k = w.view.cols();
+  t.x = prepared.data();
+  t.n = n;
+  t.ldy = w.view.rows();
+  t.r0 = 0;
+  t.r1 = w.view.rows();
+  return t;
+}
 
 std::vector<uint8_t> Grouped(const TestWeight& w) {
   std::vector<uint8_t> out(w.bytes.size());
@@ -244,17 +258,9 @@ TEST(RowGroups, RowRangesGiveTheBitsOfTheWhole) {
       std::vector<uint8_t> prepared(kt.grouped_tokens_bytes(type, n, cols));
       kt.prepare_grouped(type, x.data(), cols, n, 0, n / 2, prepared.data());
       kt.prepare_grouped(type, x.data(), cols, n, n / 2, n, prepared.data());
-      cpu::MatmulTask t;
-      t.w = g.data();
-      t.w_stride = w.view.row_bytes();
-      t.k = cols;
-      t.x = prepared.data();
-      t.n = n;
-      t.ldy = rows;
+      cpu::MatmulTask t = GroupedTask(w, g, prepared, n);
       std::vector<float> whole(n * rows), parts(n * rows, -1.0f);
       t.y = whole.data();
-      t.r0 = 0;
-      t.r1 = rows;
       kt.grouped_matmul(t, type);
       t.y = parts.data();
       for (auto [r0, r1] : {std::pair<int64_t, int64_t>{32, 80}, {0, 16}, {80, 96}}) {
@@ -276,8 +282,8 @@ TEST(RowGroups, RowRangesGiveTheBitsOfTheWhole) {
   }
 }
 
-// The Q4_K passes prefetch or not by core (grouped_sweep.h); either way the same bits, for
-// one-token passes and passes of several tokens.
+// The Q4_K passes prefetch or not by core (kernel_table.h, PrefetchGroupedQ4K); either way
+// the same bits, for one-token passes and passes of several tokens.
 TEST(RowGroups, Q4KPrefetchChoiceChangesNoBit) {
   bool any = false;
   for (auto [isa, type] : GroupedCases()) {
@@ -285,8 +291,8 @@ TEST(RowGroups, Q4KPrefetchChoiceChangesNoBit) {
     any = true;
     SCOPED_TRACE(CpuIsaName(isa));
     const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
-    auto with = isa == CpuIsa::kAvx512 ? &cpu::avx512::GroupedMatmulPrefetching
-                                       : &cpu::avx2::GroupedMatmulPrefetching;
+    auto kernel =
+        isa == CpuIsa::kAvx512 ? &cpu::avx512::GroupedMatmulFor : &cpu::avx2::GroupedMatmulFor;
     const int64_t rows = 64, cols = Cols(type, 6);
     const TestWeight w = MakeWeight(type, rows, cols, 11);
     const std::vector<uint8_t> g = Grouped(w);
@@ -294,48 +300,19 @@ TEST(RowGroups, Q4KPrefetchChoiceChangesNoBit) {
       const auto x = Random(n * cols, static_cast<uint32_t>(20 + n));
       std::vector<uint8_t> prepared(kt.grouped_tokens_bytes(type, n, cols));
       kt.prepare_grouped(type, x.data(), cols, n, 0, n, prepared.data());
-      cpu::MatmulTask t;
-      t.w = g.data();
-      t.w_stride = w.view.row_bytes();
-      t.k = cols;
-      t.x = prepared.data();
-      t.n = n;
-      t.ldy = rows;
-      t.r0 = 0;
-      t.r1 = rows;
+      cpu::MatmulTask t = GroupedTask(w, g, prepared, n);
       std::vector<float> table(n * rows), on(n * rows, -1.0f), off(n * rows, -2.0f);
       t.y = table.data();
       kt.grouped_matmul(t, type);
       t.y = on.data();
-      with(t, type, true);
+      kernel(true)(t, type);
       t.y = off.data();
-      with(t, type, false);
+      kernel(false)(t, type);
       ASSERT_EQ(std::memcmp(on.data(), table.data(), on.size() * sizeof(float)), 0) << "n " << n;
       ASSERT_EQ(std::memcmp(off.data(), table.data(), off.size() * sizeof(float)), 0) << "n " << n;
     }
   }
   if (!any) GTEST_SKIP() << "this CPU groups no Q4_K weight";
-}
-
-// Zen 4 (AMD family 19h with AVX-512) runs the Q4_K passes without prefetch; every other
-// core with it.
-TEST(RowGroups, Q4KPrefetchFollowsTheCore) {
-  CpuFeatures zen4;
-  zen4.vendor = CpuVendor::kAmd;
-  zen4.family = 0x19;
-  zen4.avx512f = true;
-  CpuFeatures zen3 = zen4;
-  zen3.avx512f = false;
-  CpuFeatures zen5 = zen4;
-  zen5.family = 0x1A;
-  CpuFeatures intel = zen4;
-  intel.vendor = CpuVendor::kIntel;
-  intel.family = 6;
-  EXPECT_FALSE(cpu::PrefetchGroupedQ4K(zen4));
-  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(zen3));
-  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(zen5));
-  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(intel));
-  EXPECT_TRUE(cpu::PrefetchGroupedQ4K(CpuFeatures{}));
 }
 
 TEST(RowGroups, GetRowsOfAGroupedWeightAreTheFilesRows) {
