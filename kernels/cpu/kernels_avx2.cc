@@ -21,6 +21,7 @@
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/grouped_token.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/prefetch.h"
 #include "tensor/quant.h"
 
 namespace cascade::cpu {
@@ -103,8 +104,10 @@ inline void F32Tile(const uint8_t* const* w, const float* const* x, int64_t k, f
   // Two steps per iteration: the same order, more loads in flight (decode streams faster).
   for (; e + 16 <= k; e += 16) {
     if (pf != 0 && e % (64 / L::kBytes) == 0) {  // one prefetch per 64 bytes of each row
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w[r]) + e * L::kBytes + pf, _MM_HINT_T1);
+      for (int r = 0; r < R; ++r) {
+        PrefetchBytes<CacheLevel::kL2>(reinterpret_cast<const char*>(w[r]) + e * L::kBytes + pf,
+                                       64);
+      }
     }
     step(e);
     step(e + 8);

@@ -3,8 +3,8 @@
 // the end of a mapping, and changes no result: only where the bytes wait.
 //
 // Where each kernel prefetches, and the measurements that chose it, is written beside the
-// call (grouped_sweep.h, kernels_avx512_decode.cc, kernels_avx512_attention.cc,
-// kernels_avx2_quant.cc, kernels_avx2_kquant.cc).
+// call (grouped_sweep.h, kernel_table.h, kernels_avx512_decode.cc,
+// kernels_avx512_attention.cc, kernels_avx2.cc, kernels_avx2_quant.cc, kernels_avx2_kquant.cc).
 #ifndef CASCADE_KERNELS_CPU_PREFETCH_H_
 #define CASCADE_KERNELS_CPU_PREFETCH_H_
 
