@@ -88,6 +88,7 @@ struct Options {
   int prefill_tokens = 512;
   int repeats = 2;
   bool exact = false;
+  TensorType kv_type = TensorType::kF32;
   // Decode from an empty context (one start token) instead of after the prompt, as
   // llama-bench's generation test does: the same attention work as the peer.
   bool decode_from_empty = false;
@@ -107,6 +108,7 @@ absl::StatusOr<Rates> Measure(const ModelSource& src, int threads, const Options
   StageOptions so;
   so.threads = threads;
   so.quantized_activations = !o.exact;
+  so.kv_type = o.kv_type;
   so.kv_sequences = 1;
   CASCADE_ASSIGN_OR_RETURN(auto stage, Stage::Create(src, so));
   const int32_t vocab = static_cast<int32_t>(src.config().vocab_size);
@@ -181,6 +183,8 @@ int Main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "Runs per measurement; the best is reported");
   app.add_option("--triad-mib", triad_mib, "Size of each triad array");
   app.add_flag("--exact", o.exact, "Float activations for quantized weights");
+  std::string kv_type_arg = "f32";
+  app.add_option("--kv-type", kv_type_arg, "KV cache elements: f32 or f16");
   app.add_flag("--decode-from-empty", o.decode_from_empty,
                "Decode from an empty context (as llama-bench -n does), not after the prompt");
   bool json = false;
@@ -189,6 +193,12 @@ int Main(int argc, char** argv) {
                "--triad-mib 0 skips the bandwidth measurement");
   CLI11_PARSE(app, argc, argv);
 
+  if (auto t = ParseTensorTypeName(kv_type_arg); t && IsKvCacheType(*t)) {
+    o.kv_type = *t;
+  } else {
+    std::fprintf(stderr, "--kv-type: '%s' is not f32 or f16\n", kv_type_arg.c_str());
+    return 2;
+  }
   std::vector<int> thread_counts;
   for (absl::string_view t : absl::StrSplit(threads_arg, ',', absl::SkipEmpty())) {
     thread_counts.push_back(std::max(1, std::atoi(std::string(t).c_str())));
@@ -234,9 +244,10 @@ int Main(int argc, char** argv) {
                   t == 1 ? " " : "s", triad[t], read[t]);
     }
     std::printf(
-        "decode: %d tokens after a %d-token prompt; prefill: %d-token prompt; %s activations\n",
+        "decode: %d tokens after a %d-token prompt; prefill: %d-token prompt; %s activations; "
+        "%s KV cache\n",
         o.decode_tokens, o.prompt_tokens, o.prefill_tokens,
-        o.exact ? "float" : "8-bit (quantized weights)");
+        o.exact ? "float" : "8-bit (quantized weights)", TensorTypeName(o.kv_type));
     std::printf("%-6s %3s | %8s | %9s | %10s | %6s %6s %6s\n", "type", "thr", "decode", "prefill",
                 "prompt-128", "GB/tok", "triad", "bw%");
   }

@@ -32,6 +32,7 @@
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tensor/quant.h"
+#include "util/fp16.h"
 #include "util/thread_pool.h"
 
 namespace cascade {
@@ -188,7 +189,8 @@ BENCHMARK(BM_FmaPeak)->ArgName("bits")->Arg(256)->Arg(512)->UseRealTime()->Unit(
 // (causal prefill: query i attends to i + 1 positions). Blocks are handed out in a
 // shuffled order, as an allocator serving many sequences does. bytes_per_second counts
 // the K and V bytes a step reads once (compare with engine_bench's read rate); GFLOPS
-// counts 4 * heads * head_dim per (query, position).
+// counts 4 * heads * head_dim per (query, position). kv_bits: an F32 (32) or F16 (16)
+// cache.
 void BM_Attention(benchmark::State& state) {
   constexpr int kHeadDim = 64, kLayers = 22;
   const int block = static_cast<int>(state.range(4));
@@ -203,6 +205,8 @@ void BM_Attention(benchmark::State& state) {
   const int64_t kv_dim = kv_heads * kHeadDim;
   CpuBackendOptions opt;
   opt.threads = static_cast<int>(state.range(2));
+  const TensorType kv_type = state.range(5) == 16 ? TensorType::kF16 : TensorType::kF32;
+  const size_t elem = kv_type == TensorType::kF16 ? 2 : 4;
   CpuBackend be(opt);
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -213,11 +217,16 @@ void BM_Attention(benchmark::State& state) {
   std::vector<DeviceBuffer> k(kLayers), v(kLayers);
   for (int l = 0; l < kLayers; ++l) {
     for (DeviceBuffer* b : {&k[l], &v[l]}) {
-      absl::StatusOr<DeviceBuffer> got = be.Allocate(pool_floats * sizeof(float));
+      absl::StatusOr<DeviceBuffer> got = be.Allocate(pool_floats * elem);
       if (!got.ok()) std::abort();
       *b = std::move(*got);
-      float* f = static_cast<float*>(b->data());
-      for (size_t i = 0; i < pool_floats; ++i) f[i] = dist(rng);
+      for (size_t i = 0; i < pool_floats; ++i) {
+        if (kv_type == TensorType::kF16) {
+          static_cast<uint16_t*>(b->data())[i] = FloatToFp16(dist(rng));
+        } else {
+          static_cast<float*>(b->data())[i] = dist(rng);
+        }
+      }
     }
   }
   std::vector<float> q(queries * heads * kHeadDim), out(q.size());
@@ -238,12 +247,13 @@ void BM_Attention(benchmark::State& state) {
   p.head_dim = kHeadDim;
   p.scale = 0.125f;
   p.block_size = block;
+  p.kv_type = kv_type;
   p.queries = aq.data();
   p.n_queries = queries;
   for (auto _ : state) {
     for (int l = 0; l < kLayers; ++l) {
-      p.k_pool = static_cast<const float*>(k[l].data());
-      p.v_pool = static_cast<const float*>(v[l].data());
+      p.k_pool = k[l].data();
+      p.v_pool = v[l].data();
       be.Attention(p);
     }
     benchmark::DoNotOptimize(out.data());
@@ -251,16 +261,19 @@ void BM_Attention(benchmark::State& state) {
   }
   const double iters = static_cast<double>(state.iterations());
   state.SetBytesProcessed(
-      static_cast<int64_t>(iters * kLayers * 2.0 * sequences * ctx * kv_dim * sizeof(float)));
+      static_cast<int64_t>(iters * kLayers * 2.0 * sequences * ctx * kv_dim * elem));
   state.counters["GFLOPS"] = benchmark::Counter(
       iters * kLayers * 4.0 * heads * kHeadDim * static_cast<double>(positions) / 1e9,
       benchmark::Counter::kIsRate);
   state.SetLabel(be.name());
 }
 BENCHMARK(BM_Attention)
-    ->ArgsProduct({{1, 16}, {192}, {1, 2}, {8}, {16, 32, 64}})
-    ->ArgsProduct({{0}, {128}, {1, 2}, {8, 1}, {16, 32}})
-    ->ArgNames({"streams", "ctx", "threads", "group", "block"})
+    ->ArgsProduct({{1, 16}, {192}, {1, 2}, {8}, {16, 32, 64}, {32}})
+    ->ArgsProduct({{0}, {128}, {1, 2}, {8, 1}, {16, 32}, {32}})
+    ->ArgsProduct({{1, 16}, {192}, {1, 2}, {8}, {32}, {16}})
+    ->ArgsProduct({{1, 16}, {1024}, {1, 2}, {8}, {32}, {32, 16}})
+    ->ArgsProduct({{0}, {128}, {1, 2}, {8}, {32}, {16}})
+    ->ArgNames({"streams", "ctx", "threads", "group", "block", "kv_bits"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -4,6 +4,7 @@
 #   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|all]     (default: all)
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
+#   KV_TYPE=f32 bench/run_benchmarks.sh serving   # our KV cache in F32 (default f16, as the peer)
 #   CASCADE_CPU_ISA=avx2 LLAMA_BENCH=/path/to/avx2-only/llama-bench bench/run_benchmarks.sh kernels
 #       # an AVX2-only CPU (Zen 3) on an AVX-512 one: our AVX2 kernels against a llama.cpp
 #       # built with GGML_NATIVE=OFF GGML_AVX512=OFF (its AVX2 kernels)
@@ -264,6 +265,9 @@ if [[ $WHAT == serving || $WHAT == all ]]; then
   # for both), 128 tokens per stream, streamed /v1/completions. llama.cpp's server, when
   # LLAMA_SERVER names one, gets 16 parallel slots with continuous batching on the same
   # file and the same threads; the two take turns, two rounds, after a warm-up each.
+  # KV_TYPE (default f16, the KV cache type llama.cpp's server keeps by default) sets ours.
+  KV_TYPE=${KV_TYPE:-f16}
+  echo "(our KV cache: $KV_TYPE; llama.cpp's: its default, f16)"
   M=$(model tinyllama-1.1b Q4_0)
   free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
   wait_health() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
@@ -272,7 +276,7 @@ if [[ $WHAT == serving || $WHAT == all ]]; then
   run_load() { python3 bench/serving_bench.py --url "http://127.0.0.1:$1" --streams "$2" --prompt-tokens 128 --max-tokens 128 --vocab 32000 --seed "$3"; }
   start_ours() {
     port=$(free_port)
-    "$BIN/cascade" serve --model "$M" --workers 1 --threads 2 --listen "127.0.0.1:$(free_port)" \
+    "$BIN/cascade" serve --model "$M" --workers 1 --threads 2 --kv-type "$KV_TYPE" --listen "127.0.0.1:$(free_port)" \
       --control-listen "127.0.0.1:$(free_port)" --http-listen "127.0.0.1:$port" \
       --max-running 16 >/dev/null 2>&1 &
     pid=$!

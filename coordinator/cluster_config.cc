@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -172,6 +173,15 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   t.push_back(Integer<int64_t>("kv-tokens", &c->plan.kv_tokens, 0, int64_t{1} << 40,
                                "Or for exactly this many token positions (0: use kv-sequences)"));
   t.push_back(Integer("kv-block-size", &c->plan.kv_block_size, 1, 4096, "Tokens per KV block"));
+  t.push_back(Option(
+      "kv-type", "KV cache elements: f32, or f16 (half the memory; keys and values rounded)",
+      [c](const std::string& s) -> absl::Status {
+        const std::optional<TensorType> type = ParseTensorTypeName(s);
+        if (!type || !IsKvCacheType(*type)) return Bad("kv-type", s, "f32 or f16");
+        c->plan.kv_type = *type;
+        return absl::OkStatus();
+      },
+      [c] { return absl::AsciiStrToLower(TensorTypeName(c->plan.kv_type)); }));
   t.push_back(Integer<int64_t>("max-batch-tokens", &c->plan.batch_tokens, 1, kMaxCount,
                                "Tokens per micro-batch"));
   t.push_back(Real("memory-reserve", &c->plan.reserve_fraction, 0, 0.9,

@@ -28,6 +28,7 @@ workers: 3
 min_stages: 2
 kv_sequences: 12
 kv_block_size: 32
+kv_type: F16
 max_batch_tokens: 1024
 prefill_chunk: 128
 max_running: 10
@@ -45,6 +46,7 @@ drain_timeout_s: 2.5
   EXPECT_EQ(c.plan.min_stages, 2);
   EXPECT_EQ(c.plan.kv_sequences, 12);
   EXPECT_EQ(c.plan.kv_block_size, 32);
+  EXPECT_EQ(c.plan.kv_type, TensorType::kF16);
   EXPECT_EQ(c.plan.batch_tokens, 1024);
   EXPECT_EQ(c.scheduler.prefill_chunk, 128);
   EXPECT_EQ(c.scheduler.max_running, 10);
@@ -92,7 +94,7 @@ TEST(ClusterConfig, EveryFlagHasAYamlKeyAndTheReverse) {
     std::string value;
     const std::string def = entry.show();
     for (const char* v : {"7", "0.25", "true", "false", "grpc", "tcp", "cpu", "cuda:2", "x.gguf",
-                          "10.0.0.1:7000"}) {
+                          "10.0.0.1:7000", "f16"}) {
       ClusterConfig probe;
       for (ClusterOption& o : ClusterOptions(&probe)) {
         if (o.flag == entry.flag && o.set(v).ok() && o.show() != def) value = v;
@@ -142,6 +144,8 @@ TEST(ClusterConfig, NamesBadKeysAndValues) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("[1, 4096]"));
   st = LoadClusterFile(Write("plane", "data_plane: carrier-pigeon\n"), &c);
   EXPECT_THAT(std::string(st.message()), HasSubstr("tcp, grpc or mpi"));
+  st = LoadClusterFile(Write("kv", "kv_type: q4_0\n"), &c);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("'q4_0' is not f32 or f16"));
   st = LoadClusterFile(Write("device", "device: tpu\n"), &c);
   EXPECT_THAT(std::string(st.message()), HasSubstr("'tpu'"));
   st = LoadClusterFile(Write("list", "workers: [1, 2]\n"), &c);

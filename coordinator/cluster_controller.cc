@@ -421,6 +421,8 @@ ClusterState ClusterController::LoadPipeline() {
     req.set_last_layer(sp.layers.last);
     req.set_kv_blocks(plan.kv_blocks);
     req.set_kv_block_size(plan.kv_block_size);
+    req.set_kv_type(plan.kv_type == TensorType::kF16 ? v1::KV_CACHE_TYPE_F16
+                                                     : v1::KV_CACHE_TYPE_F32);
     req.set_max_batch_tokens(static_cast<int32_t>(plan.batch_tokens));
     if (i + 1 < S) req.set_next_address(DataAddress(specs[plan.stages[i + 1].worker]));
     req.set_coordinator_address(results_address_);

@@ -36,7 +36,7 @@ uint64_t StageWeights(const ModelProfile& m, LayerRange r) {
 
 StageMemory StageCost(const ModelProfile& m, LayerRange r, const PlanLimits& lim) {
   return EstimateStageMemory(m.config, r, StageWeights(m, r), lim.KvTokens(m.config.context_length),
-                             lim.batch_tokens);
+                             lim.batch_tokens, nullptr, lim.kv_type);
 }
 
 // The share of a layer's bytes that one rank of a split keeps.
@@ -77,7 +77,8 @@ absl::StatusOr<RankCosts> CostsFor(const ModelProfile& m, const PlanLimits& lim,
     for (int l = 0; l < L; ++l) layers += sh ? LayerShare(m, l, shard) : m.layer_bytes[l];
     RankCosts rc;
     rc.avg_layer = static_cast<double>(layers) / L +
-                   static_cast<double>(EstimateStageMemory(c, {0, 1}, 0, kv_tokens, 0, sh).kv_cache);
+                   static_cast<double>(
+                       EstimateStageMemory(c, {0, 1}, 0, kv_tokens, 0, sh, lim.kv_type).kv_cache);
     rc.embedding = sh ? VocabShare(m.embedding_bytes, c, shard) : m.embedding_bytes;
     rc.head = sh ? VocabShare(m.head_bytes, c, shard) : m.head_bytes;
     rc.act_mid = EstimateStageMemory(c, {0, 0}, 0, 0, lim.batch_tokens, sh).activations;
@@ -111,7 +112,7 @@ absl::StatusOr<StageMemory> StageMemoryPerRank(const ModelProfile& m, LayerRange
     if (last) w += VocabShare(m.head_bytes, c, shard);
     if (last && !first && c.tied_embeddings) w += VocabShare(m.embedding_bytes, c, shard);
     const StageMemory mem = EstimateStageMemory(c, r, w, lim.KvTokens(c.context_length),
-                                                lim.batch_tokens, &shard);
+                                                lim.batch_tokens, &shard, lim.kv_type);
     if (mem.total() > worst.total()) worst = mem;
   }
   return worst;
@@ -214,6 +215,10 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
   if (kv_tokens <= 0 || lim.kv_block_size <= 0 || lim.batch_tokens <= 0) {
     return absl::InvalidArgumentError("plan: the KV cache, block and batch sizes must be > 0");
   }
+  if (!IsKvCacheType(lim.kv_type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: a KV cache of ", TensorTypeName(lim.kv_type), " (f32 or f16)"));
+  }
   // Each worker's per-rank costs (tensor-parallel workers pay a share of each).
   std::map<int, RankCosts> costs_by_tp;
   std::vector<RankCosts> cost(workers.size());
@@ -231,8 +236,9 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
   }
   uint64_t layer_sum = 0;
   for (uint64_t b : m.layer_bytes) layer_sum += b;
-  const double avg_layer = static_cast<double>(layer_sum) / L +
-                           static_cast<double>(KvBytesPerToken(m.config, 1)) * kv_tokens;
+  const double avg_layer =
+      static_cast<double>(layer_sum) / L +
+      static_cast<double>(KvBytesPerToken(m.config, 1, lim.kv_type)) * kv_tokens;
   // The output head's work in layers (by weight bytes, which set decode's time per token);
   // with tied embeddings the head multiplies by the embedding matrix.
   const uint64_t head_work =
@@ -297,6 +303,7 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
     Plan plan;
     plan.kv_blocks = (kv_tokens + lim.kv_block_size - 1) / lim.kv_block_size;
     plan.kv_block_size = lim.kv_block_size;
+    plan.kv_type = lim.kv_type;
     plan.batch_tokens = lim.batch_tokens;
     int first = 0;
     bool fits = true;

@@ -69,6 +69,7 @@ struct PlanLimits {
   int kv_sequences = 8;
   int64_t kv_tokens = 0;
   int kv_block_size = kDefaultKvBlockSize;
+  TensorType kv_type = TensorType::kF32;          // the KV cache's elements: F32 or F16
   int64_t batch_tokens = kDefaultMaxBatchTokens;  // tokens per micro-batch
   double reserve_fraction = 0.05;  // of each worker's memory kept free
   int min_stages = 1;  // pipeline over at least this many workers (throughput, tests)
@@ -89,6 +90,7 @@ struct Plan {
   // What every stage is loaded with and the scheduler plans by.
   int64_t kv_blocks = 0;  // per stage
   int kv_block_size = kDefaultKvBlockSize;
+  TensorType kv_type = TensorType::kF32;
   int64_t batch_tokens = kDefaultMaxBatchTokens;
   std::string Table(const ModelProfile& model, const std::vector<WorkerSpec>& workers) const;
 };

@@ -113,6 +113,24 @@ TEST(Planner, KvCacheCountsAgainstMemory) {
   EXPECT_EQ(two->stages.size(), 2u);
 }
 
+TEST(Planner, AnF16KvCacheTakesHalfTheBytesAndTravelsWithThePlan) {
+  PlanLimits huge = Limits();
+  huge.kv_tokens = 32 * 2048;  // 2.75 GiB of F32 KV: two 4 GiB workers
+  auto f32 = MakePlan(TinyLlamaF16(), Workers("a=4GiB,b=4GiB"), huge);
+  huge.kv_type = TensorType::kF16;  // 1.4 GiB: one
+  auto f16 = MakePlan(TinyLlamaF16(), Workers("a=4GiB,b=4GiB"), huge);
+  ASSERT_TRUE(f32.ok() && f16.ok()) << f32.status() << f16.status();
+  EXPECT_EQ(f32->stages.size(), 2u);
+  ASSERT_EQ(f16->stages.size(), 1u);
+  EXPECT_EQ(f16->kv_type, TensorType::kF16);
+  EXPECT_EQ(f32->kv_type, TensorType::kF32);
+  EXPECT_EQ(f16->stages[0].memory.kv_cache, 22ull * 2 * 2 * 256 * 32 * 2048);
+  huge.kv_type = TensorType::kQ8_0;
+  auto bad = MakePlan(TinyLlamaF16(), Workers("a=4GiB,b=4GiB"), huge);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("Q8_0"));
+}
+
 TEST(Planner, ParsesWorkerSpecs) {
   auto w = ParseWorkerSpecs("a=8GiB@100, b=512MiB");
   ASSERT_TRUE(w.ok());

@@ -8,8 +8,8 @@ namespace cascade {
 
 KvCache::KvCache(const KvCacheOptions& options)
     : options_(options),
-      layer_stride_(options.num_blocks * options.block_size * options.n_kv_heads *
-                    options.head_dim) {
+      layer_bytes_(options.num_blocks * options.block_size * options.n_kv_heads * options.head_dim *
+                   static_cast<int64_t>(Traits(options.type).block_bytes)) {
   free_.reserve(options.num_blocks);
   for (int64_t b = options.num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
@@ -19,6 +19,10 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
   if (options.n_layers <= 0 || options.n_kv_heads <= 0 || options.head_dim <= 0 ||
       options.block_size <= 0 || options.num_blocks <= 0 || options.max_positions <= 0) {
     return absl::InvalidArgumentError("KV cache: every dimension must be positive");
+  }
+  if (!IsKvCacheType(options.type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache: element type ", TensorTypeName(options.type), " is not supported (f32 or f16)"));
   }
   std::unique_ptr<KvCache> kv(new KvCache(options));
   const size_t bytes = BytesFor(options) / 2;
@@ -38,8 +42,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
 }
 
 uint64_t KvCache::BytesFor(const KvCacheOptions& o) {
-  return 2ull * sizeof(float) * o.n_layers * o.num_blocks * o.block_size * o.n_kv_heads *
-         o.head_dim;
+  const uint64_t elem = IsKvCacheType(o.type) ? Traits(o.type).block_bytes : sizeof(float);
+  return 2ull * elem * o.n_layers * o.num_blocks * o.block_size * o.n_kv_heads * o.head_dim;
 }
 
 absl::StatusOr<KvCache::Plan> KvCache::PlanBatch(std::span<const TokenSlot> slots) const {

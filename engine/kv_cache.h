@@ -6,8 +6,8 @@
 //
 // Contract:
 // - Memory is allocated once, on the backend's device, by Create: (layers, num_blocks,
-//   block_size, kv_heads, head_dim) floats for K and the same for V. The block bookkeeping
-//   lives on the host.
+//   block_size, kv_heads, head_dim) elements of options.type (F32, or F16 at half the
+//   bytes) for K and the same for V. The block bookkeeping lives on the host.
 // - A sequence's tokens occupy positions [0, length). A batch may append to a sequence
 //   (first position == length) or rewind it (first position < length: later positions
 //   are dropped, e.g. to re-run a step after a failure).
@@ -34,6 +34,7 @@ struct KvCacheOptions {
   int block_size = kDefaultKvBlockSize;
   int64_t num_blocks = 0;
   int64_t max_positions = 0;  // per sequence (the model's context length)
+  TensorType type = TensorType::kF32;  // element type (IsKvCacheType)
 };
 
 class KvCache {
@@ -75,9 +76,9 @@ class KvCache {
   const KvCacheOptions& options() const { return options_; }
 
   int64_t kv_dim() const { return static_cast<int64_t>(options_.n_kv_heads) * options_.head_dim; }
-  // Base of layer l's pools: (num_blocks, block_size, kv_dim).
-  float* keys(int layer) { return k_.as<float>() + layer * layer_stride_; }
-  float* values(int layer) { return v_.as<float>() + layer * layer_stride_; }
+  // Base of layer l's pools: (num_blocks, block_size, kv_dim) elements of options().type.
+  void* keys(int layer) { return k_.as<char>() + layer * layer_bytes_; }
+  void* values(int layer) { return v_.as<char>() + layer * layer_bytes_; }
 
  private:
   struct SeqState {
@@ -88,7 +89,7 @@ class KvCache {
   explicit KvCache(const KvCacheOptions& options);
 
   KvCacheOptions options_;
-  int64_t layer_stride_;
+  int64_t layer_bytes_;
   DeviceBuffer k_, v_;
   std::vector<int32_t> free_;  // stack of free blocks; lowest index on top
   std::map<SeqId, SeqState> seqs_;

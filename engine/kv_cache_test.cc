@@ -33,6 +33,25 @@ Batch Tokens(SeqId seq, int32_t from, int32_t count) {
   return b;
 }
 
+TEST(KvCache, HoldsF32OrF16Only) {
+  static CpuBackend backend({});
+  KvCacheOptions o = Small(4);
+  o.type = TensorType::kF16;
+  auto f16 = KvCache::Create(o, backend);
+  ASSERT_TRUE(f16.ok()) << f16.status();
+  EXPECT_EQ(KvCache::BytesFor(o) * 2, KvCache::BytesFor(Small(4)));
+  // Layer 1 starts half as far in as with F32.
+  o.n_layers = 2;
+  auto two = KvCache::Create(o, backend);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(static_cast<char*>((*two)->keys(1)) - static_cast<char*>((*two)->keys(0)),
+            4 * 4 * 2 * 2);
+  o.type = TensorType::kQ4_0;
+  auto bad = KvCache::Create(o, backend);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("Q4_0"));
+}
+
 TEST(KvCache, PlansThenApplies) {
   auto kv_ptr = Make(4);
   KvCache& kv = *kv_ptr;

@@ -111,6 +111,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   kv.head_dim = static_cast<int>(s->config_.head_dim);
   kv.block_size = options.kv_block_size;
   kv.max_positions = s->config_.context_length;
+  kv.type = options.kv_type;
   const int64_t blocks_per_seq =
       (s->config_.context_length + options.kv_block_size - 1) / options.kv_block_size;
   kv.num_blocks = options.kv_blocks > 0 ? options.kv_blocks
@@ -342,9 +343,10 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
 
   // Store this batch's keys and values, then attend over each sequence's cache.
-  float* kpool = kv_->keys(l);  // (num_blocks * block_size, kv_dim)
-  float* vpool = kv_->values(l);
-  be.StoreKv(k, v, plan.slot_rows.data(), n, kv_dim, kpool, vpool);
+  void* kpool = kv_->keys(l);  // (num_blocks * block_size, kv_dim) of kv_type
+  void* vpool = kv_->values(l);
+  const TensorType kv_type = kv_->options().type;
+  be.StoreKv(k, v, plan.slot_rows.data(), n, kv_dim, kv_type, kpool, vpool);
   std::vector<AttentionQuery> queries(n);
   for (int64_t i = 0; i < n; ++i) {
     queries[i].q = q + i * q_dim;
@@ -360,6 +362,7 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
   ap.block_size = kv_->options().block_size;
   ap.k_pool = kpool;
   ap.v_pool = vpool;
+  ap.kv_type = kv_type;
   ap.queries = queries.data();
   ap.n_queries = n;
   be.Attention(ap);             // (n, q_dim)

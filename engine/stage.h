@@ -48,6 +48,9 @@ struct StageOptions {
   int kv_block_size = kDefaultKvBlockSize;
   int64_t kv_blocks = 0;  // 0: enough for kv_sequences full-context sequences
   int kv_sequences = 1;
+  // The KV cache's element type: F32, or F16 (half the memory and half the bytes attention
+  // reads; keys and values rounded to nearest even when stored).
+  TensorType kv_type = TensorType::kF32;
   int64_t max_batch_tokens = kDefaultMaxBatchTokens;
   // This stage's rank of a tensor-parallel group (rank tp->rank() of tp->size()); null: the
   // whole stage in this process. Its memory kind must be the backend's.

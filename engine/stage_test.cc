@@ -126,6 +126,48 @@ TEST(StageBatching, SequencesDoNotAffectEachOther) {
   EXPECT_EQ(std::memcmp(tail.data(), alone_b.data() + 2 * V, (b.size() - 2) * V * 4), 0);
 }
 
+// An F16 KV cache: the reference logits within 2e-3 (the F32 cache's bound, 1e-3, plus the
+// keys' and values' rounding), the same greedy ids, half the cache's bytes; and sequences
+// still do not affect each other (each row is rounded alone).
+TEST(StageKvF16, TinyLlamaNearReferenceAndBatchInvariant) {
+  const std::string model = testing::SharedPath("models/tiny-llama/tiny-llama-f16.gguf");
+  CASCADE_REQUIRE_SHARED(model);
+  auto src = ModelSource::Open(model);
+  ASSERT_TRUE(src.ok()) << src.status();
+  StageOptions f32_opt, f16_opt;
+  f32_opt.kv_sequences = f16_opt.kv_sequences = 2;
+  f16_opt.kv_type = TensorType::kF16;
+  f16_opt.threads = 2;
+  auto f32 = Stage::Create(**src, f32_opt);
+  auto stage = Stage::Create(**src, f16_opt);
+  ASSERT_TRUE(f32.ok() && stage.ok());
+  EXPECT_EQ(KvCache::BytesFor((*stage)->kv_cache().options()) * 2,
+            KvCache::BytesFor((*f32)->kv_cache().options()));
+  const auto prompt = ReadIds(testing::SharedPath("models/tiny-llama/prompt.ids"));
+  auto want = ReadNpyF32(testing::SharedPath("models/tiny-llama/f16.logits.npy"));
+  ASSERT_TRUE(want.ok());
+  const auto got = AllLogits(**stage, prompt);
+  const double diff = MaxAbsDiff(got, want->data);
+  EXPECT_LT(diff, 2e-3);
+  EXPECT_GT(MaxAbsDiff(got, AllLogits(**f32, prompt)), 0) << "the F16 cache was not used";
+  RecordProperty("max_abs_logit_diff", std::to_string(diff));
+  const auto greedy = ReadIds(testing::SharedPath("models/tiny-llama/f16.greedy32.ids"));
+  EXPECT_EQ(GreedyDecode(**stage, prompt, greedy.size()), greedy);
+
+  const std::vector<int32_t> a = {1, 450, 4996, 17354, 1701};
+  const std::vector<int32_t> b = {1, 9038, 2501, 263};
+  const auto alone_a = AllLogits(**stage, a, 10);
+  const auto alone_b = AllLogits(**stage, b, 11);
+  Batch batch;
+  for (size_t i = 0; i < b.size(); ++i) batch.push_back({b[i], 11, static_cast<int32_t>(i), true});
+  for (size_t i = 0; i < a.size(); ++i) batch.push_back({a[i], 10, static_cast<int32_t>(i), true});
+  std::vector<float> mixed;
+  ASSERT_TRUE((*stage)->Forward(batch, {}, &mixed).ok());
+  const size_t V = 32000;
+  EXPECT_EQ(std::memcmp(mixed.data(), alone_b.data(), b.size() * V * 4), 0);
+  EXPECT_EQ(std::memcmp(mixed.data() + b.size() * V, alone_a.data(), a.size() * V * 4), 0);
+}
+
 TEST(StageValidation, BadBatchesAreRefusedAndChangeNothing) {
   const std::string model = testing::SharedPath("models/stories260K/stories260K.gguf");
   CASCADE_REQUIRE_SHARED(model);

@@ -44,12 +44,16 @@ struct AttentionParams {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
-  float scale = 0;                // usually 1/sqrt(head_dim)
-  int block_size = 0;             // tokens per KV block
-  const float* k_pool = nullptr;  // (num_blocks, block_size, n_kv_heads, head_dim)
-  const float* v_pool = nullptr;  // same layout
+  float scale = 0;               // usually 1/sqrt(head_dim)
+  int block_size = 0;            // tokens per KV block
+  const void* k_pool = nullptr;  // (num_blocks, block_size, n_kv_heads, head_dim) of kv_type
+  const void* v_pool = nullptr;  // same layout
   const AttentionQuery* queries = nullptr;
   int64_t n_queries = 0;
+  // The pools' element type (IsKvCacheType): F32, or F16, which every backend converts to
+  // F32 exactly before the F32 algorithm, so that the result is the F32 kernel's on the
+  // converted cache.
+  TensorType kv_type = TensorType::kF32;
 };
 
 enum class MemoryKind { kHost, kDevice };
@@ -142,10 +146,10 @@ class Backend {
   // x (n, dim) += bias (dim).
   virtual void AddBias(const float* bias, int64_t n, int64_t dim, float* x) = 0;
 
-  // Writes rows k[i], v[i] (n, kv_dim) to row slot_rows[i] of the KV pools
-  // (rows of kv_dim floats).
+  // Writes rows k[i], v[i] (n, kv_dim) to row slot_rows[i] of the KV pools (rows of kv_dim
+  // elements of kv_type, IsKvCacheType; F16: rounded to nearest even, as FloatToFp16).
   virtual void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
-                       int64_t kv_dim, float* k_pool, float* v_pool) = 0;
+                       int64_t kv_dim, TensorType kv_type, void* k_pool, void* v_pool) = 0;
 
   // dst (n, dim) = rows[i] of src (rows, dim), i.e. a gather of activation rows.
   virtual void GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,

@@ -6,8 +6,15 @@
 
 namespace cascade {
 
-uint64_t KvBytesPerToken(const ModelConfig& c, int layers) {
-  return 2ull * sizeof(float) * static_cast<uint64_t>(layers) * static_cast<uint64_t>(c.kv_dim());
+namespace {
+
+uint64_t KvElementBytes(TensorType kv_type) { return kv_type == TensorType::kF16 ? 2 : 4; }
+
+}  // namespace
+
+uint64_t KvBytesPerToken(const ModelConfig& c, int layers, TensorType kv_type) {
+  return 2ull * KvElementBytes(kv_type) * static_cast<uint64_t>(layers) *
+         static_cast<uint64_t>(c.kv_dim());
 }
 
 uint64_t StageWeightBytes(const ModelSource& source, LayerRange range) {
@@ -29,13 +36,14 @@ uint64_t StageWeightBytes(const ModelSource& source, LayerRange range) {
 }
 
 StageMemory EstimateStageMemory(const ModelConfig& c, LayerRange range, uint64_t weight_bytes,
-                                int64_t kv_tokens, int64_t batch_tokens, const TpShard* shard) {
+                                int64_t kv_tokens, int64_t batch_tokens, const TpShard* shard,
+                                TensorType kv_type) {
   StageMemory m;
   m.weights = weight_bytes;
   const int64_t q = shard ? shard->n_heads() * c.head_dim : c.q_dim();
   const int64_t kv = shard ? shard->n_kv_heads() * c.head_dim : c.kv_dim();
   const int64_t ffn = shard ? shard->ffn() : c.ffn_dim;
-  m.kv_cache = 2ull * sizeof(float) * static_cast<uint64_t>(range.size()) *
+  m.kv_cache = 2ull * KvElementBytes(kv_type) * static_cast<uint64_t>(range.size()) *
                static_cast<uint64_t>(kv) * static_cast<uint64_t>(kv_tokens);
   // Per token: x, xb (dim), q, att (q_dim), k, v (kv_dim), two FFN buffers; the last stage
   // adds a row of logits and the activation-quantization scratch is at most one more row.

@@ -24,18 +24,20 @@ struct StageMemory {
   uint64_t total() const { return weights + kv_cache + activations; }
 };
 
-// KV bytes per token position for `layers` layers (F32 keys and values).
-uint64_t KvBytesPerToken(const ModelConfig& c, int layers);
+// KV bytes per token position for `layers` layers, keys and values of kv_type (F32 or F16).
+uint64_t KvBytesPerToken(const ModelConfig& c, int layers, TensorType kv_type);
 
 // Weight bytes of layers [range) plus embedding (first stage) and head (last stage), from
 // the actual tensors of `source`.
 uint64_t StageWeightBytes(const ModelSource& source, LayerRange range);
 
 // With a shard: one rank of a tensor-parallel stage (its KV heads, its activation sizes,
-// its slice of the logits and the gathered whole); `weight_bytes` is then the rank's.
+// its slice of the logits and the gathered whole); `weight_bytes` is then the rank's. The
+// KV cache holds elements of kv_type (F32 or F16).
 StageMemory EstimateStageMemory(const ModelConfig& c, LayerRange range, uint64_t weight_bytes,
                                 int64_t kv_tokens, int64_t batch_tokens,
-                                const TpShard* shard = nullptr);
+                                const TpShard* shard = nullptr,
+                                TensorType kv_type = TensorType::kF32);
 
 }  // namespace cascade
 

@@ -75,6 +75,8 @@ std::optional<TensorType> ParseTensorTypeName(std::string_view name) {
   return std::nullopt;
 }
 
+bool IsKvCacheType(TensorType type) { return type == T::kF32 || type == T::kF16; }
+
 bool IsComputeSupported(TensorType type) {
   switch (type) {
     case T::kF32:

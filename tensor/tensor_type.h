@@ -65,6 +65,10 @@ std::optional<TensorType> ParseTensorTypeName(std::string_view name);
 // True for the types the CPU kernels can use as matmul weights.
 bool IsComputeSupported(TensorType type);
 
+// True for the element types a KV cache can hold: F32 and F16 (half the bytes; keys and
+// values rounded to nearest even on the way in, exact on the way out).
+bool IsKvCacheType(TensorType type);
+
 // Bytes of a row of `elems` elements; false if elems is not a multiple of the block size
 // or the size overflows.
 [[nodiscard]] bool RowBytes(TensorType type, uint64_t elems, uint64_t* bytes);

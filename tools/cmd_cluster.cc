@@ -178,6 +178,7 @@ struct PlanFlags {
   int64_t batch = PlanLimits().batch_tokens;
   int min_stages = 1;
   int tp = 1;
+  std::string kv_type = "f32";
 };
 
 int RunPlan(const PlanFlags& f) {
@@ -213,13 +214,20 @@ int RunPlan(const PlanFlags& f) {
   lim.kv_tokens = ctx * f.kv_sequences;
   lim.batch_tokens = f.batch;
   lim.min_stages = f.min_stages;
+  const std::optional<TensorType> kv_type = ParseTensorTypeName(f.kv_type);
+  if (!kv_type || !IsKvCacheType(*kv_type)) {
+    std::cerr << "cascade plan: --kv-type: '" << f.kv_type << "' is not f32 or f16\n";
+    return 2;
+  }
+  lim.kv_type = *kv_type;
   auto plan = MakePlan(profile, *workers, lim);
   if (!plan.ok()) {
     std::cerr << plan.status().message() << "\n";
     return 1;
   }
-  std::printf("KV cache for %d sequences of %ld tokens; micro-batches of %ld tokens\n",
-              f.kv_sequences, static_cast<long>(ctx), static_cast<long>(f.batch));
+  std::printf("KV cache (%s) for %d sequences of %ld tokens; micro-batches of %ld tokens\n",
+              TensorTypeName(lim.kv_type), f.kv_sequences, static_cast<long>(ctx),
+              static_cast<long>(f.batch));
   std::fputs(plan->Table(profile, *workers).c_str(), stdout);
   return 0;
 }
@@ -301,6 +309,7 @@ void AddPlan(CLI::App& app, Action* action) {
   cmd->add_option("--kv-sequences", f->kv_sequences, "Full-context sequences the KV cache holds")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--ctx", f->ctx, "Context per sequence (default: the model's)");
+  cmd->add_option("--kv-type", f->kv_type, "KV cache elements: f32 or f16");
   cmd->add_option("--batch", f->batch, "Tokens per micro-batch");
   cmd->add_option("--min-stages", f->min_stages, "Use at least this many workers");
   cmd->add_option("--tp", f->tp,

@@ -29,6 +29,7 @@ struct GenerateFlags {
   bool ids = false;
   bool no_echo = false;
   bool exact = false;
+  std::string kv_type = "f32";
   int threads = 0;
   std::string device = "auto";
   std::vector<std::string> stop;
@@ -60,7 +61,13 @@ int RunGenerate(const GenerateFlags& f) {
     std::cerr << "cascade generate: --device: " << device.status().message() << "\n";
     return 2;
   }
+  const std::optional<TensorType> kv_type = ParseTensorTypeName(f.kv_type);
+  if (!kv_type || !IsKvCacheType(*kv_type)) {
+    std::cerr << "cascade generate: --kv-type: '" << f.kv_type << "' is not f32 or f16\n";
+    return 2;
+  }
   StageOptions so;
+  so.kv_type = *kv_type;
   so.threads = f.threads > 0 ? f.threads : DefaultThreads();
   so.quantized_activations = !f.exact;
   so.kv_sequences = 1;
@@ -181,6 +188,8 @@ void AddGenerate(CLI::App& app, Action* action) {
   cmd->add_flag("--no-echo", f->no_echo, "Do not print the prompt before the completion");
   cmd->add_flag("--exact", f->exact,
                 "Compute quantized weights in F32 instead of quantizing activations");
+  cmd->add_option("--kv-type", f->kv_type,
+                  "KV cache elements: f32, or f16 (half the memory; keys and values rounded)");
   cmd->add_option("--threads", f->threads, "Compute threads (default: all cores)");
   cmd->add_option("--device", f->device, "auto (GPU if usable, else CPU), cpu, cuda or cuda:N");
   cmd->callback([f, action] { *action = [f] { return RunGenerate(*f); }; });

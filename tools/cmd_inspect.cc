@@ -77,8 +77,10 @@ int RunInspect(const InspectFlags& f) {
   std::printf("\nmemory for one sequence of %ld tokens, batches of %ld tokens\n",
               static_cast<long>(ctx), static_cast<long>(std::min(f.batch, ctx)));
   std::printf("  weights      %12s\n", HumanBytes(m.weights).c_str());
-  std::printf("  KV cache     %12s  (F32, %s per token)\n", HumanBytes(m.kv_cache).c_str(),
-              HumanBytes(KvBytesPerToken(c, static_cast<int>(c.n_layers))).c_str());
+  std::printf(
+      "  KV cache     %12s  (F32, %s per token; F16: %s)\n", HumanBytes(m.kv_cache).c_str(),
+      HumanBytes(KvBytesPerToken(c, static_cast<int>(c.n_layers), TensorType::kF32)).c_str(),
+      HumanBytes(KvBytesPerToken(c, static_cast<int>(c.n_layers), TensorType::kF16)).c_str());
   std::printf("  activations  %12s\n", HumanBytes(m.activations).c_str());
   std::printf("  total        %12s\n", HumanBytes(m.total()).c_str());
   return 0;

@@ -36,7 +36,8 @@ bool SameStageRequest(const v1::LoadStageRequest& a, const v1::LoadStageRequest&
          a.num_stages() == b.num_stages() && a.first_layer() == b.first_layer() &&
          a.last_layer() == b.last_layer() && a.kv_blocks() == b.kv_blocks() &&
          a.kv_block_size() == b.kv_block_size() && a.max_batch_tokens() == b.max_batch_tokens() &&
-         a.threads() == b.threads() && a.device() == b.device() && a.exact() == b.exact();
+         a.threads() == b.threads() && a.device() == b.device() && a.exact() == b.exact() &&
+         a.kv_type() == b.kv_type();
 }
 
 StageOptions StageOptionsFor(const v1::LoadStageRequest& req, const StageHostOptions& host) {
@@ -47,6 +48,7 @@ StageOptions StageOptionsFor(const v1::LoadStageRequest& req, const StageHostOpt
   so.kv_block_size = req.kv_block_size();
   so.max_batch_tokens = req.max_batch_tokens();
   so.quantized_activations = !req.exact();
+  so.kv_type = req.kv_type() == v1::KV_CACHE_TYPE_F16 ? TensorType::kF16 : TensorType::kF32;
   return so;
 }
 
@@ -90,6 +92,10 @@ absl::Status StageHost::Validate(const v1::LoadStageRequest& req) const {
       req.max_batch_tokens() > (1 << 20) || req.threads() < 0 || req.threads() > 4096) {
     return absl::InvalidArgumentError(
         "kv_blocks, kv_block_size, max_batch_tokens or threads is out of range");
+  }
+  if (req.kv_type() != v1::KV_CACHE_TYPE_F32 && req.kv_type() != v1::KV_CACHE_TYPE_F16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_type ", static_cast<int>(req.kv_type()), " is not F32 or F16"));
   }
   if (!req.device().empty()) {
     if (auto d = ParseDevice(req.device()); !d.ok()) return d.status();

@@ -78,6 +78,20 @@ TEST(StageHost, StatusAndHeartbeatsAnswerWhileALoadIsUnderWay) {
   EXPECT_GT(ok->weight_bytes(), 0u);
 }
 
+TEST(StageHost, AnF16KvCacheIsLoadedAtHalfTheBytes) {
+  FrameRouter router;
+  StageHost host({.threads = 1, .device = {DeviceKind::kCpu, 0}, .model_dir = {}, .tp = nullptr},
+                 &router);
+  auto f32 = host.Load(Request(testing::BundledModel()));
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  auto req = Request(testing::BundledModel());
+  req.set_kv_type(v1::KV_CACHE_TYPE_F16);
+  auto f16 = host.Load(req);
+  ASSERT_TRUE(f16.ok()) << f16.status();
+  EXPECT_GT(f16->kv_bytes(), 0u);
+  EXPECT_EQ(f16->kv_bytes() * 2, f32->kv_bytes());
+}
+
 TEST(StageHost, BadRequestsAreRefusedBeforeAnythingChanges) {
   FrameRouter router;
   StageHost host({.threads = 1, .device = {DeviceKind::kCpu, 0}, .model_dir = {}, .tp = nullptr},
@@ -92,6 +106,9 @@ TEST(StageHost, BadRequestsAreRefusedBeforeAnythingChanges) {
   bad = Request(testing::BundledModel());
   bad.set_coordinator_address("tcp://no-port");
   EXPECT_THAT(std::string(host.Load(bad).status().message()), HasSubstr("tcp://no-port"));
+  bad = Request(testing::BundledModel());
+  bad.set_kv_type(static_cast<v1::KvCacheType>(7));
+  EXPECT_THAT(std::string(host.Load(bad).status().message()), HasSubstr("kv_type 7"));
   // The loaded stage is untouched by the refusals.
   EXPECT_EQ(host.state(), v1::WORKER_STATE_SERVING);
   v1::WorkerStatus st;

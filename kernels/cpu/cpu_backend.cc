@@ -10,8 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kv_block.h"
 #include "kernels/cpu/row_groups.h"
 #include "tensor/quant.h"
+#include "util/fp16.h"
 #include "util/logging.h"
 #include "util/status_macros.h"
 #include "util/system_memory.h"
@@ -60,10 +62,25 @@ void CpuBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
 }
 
 void CpuBackend::StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
-                         int64_t kv_dim, float* k_pool, float* v_pool) {
+                         int64_t kv_dim, TensorType kv_type, void* k_pool, void* v_pool) {
+  if (kv_type == TensorType::kF16) {
+    uint16_t* kp = static_cast<uint16_t*>(k_pool);
+    uint16_t* vp = static_cast<uint16_t*>(v_pool);
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t* kr = kp + slot_rows[i] * kv_dim;
+      uint16_t* vr = vp + slot_rows[i] * kv_dim;
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        kr[j] = FloatToFp16(k[i * kv_dim + j]);
+        vr[j] = FloatToFp16(v[i * kv_dim + j]);
+      }
+    }
+    return;
+  }
+  float* kp = static_cast<float*>(k_pool);
+  float* vp = static_cast<float*>(v_pool);
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(k_pool + slot_rows[i] * kv_dim, k + i * kv_dim, kv_dim * sizeof(float));
-    std::memcpy(v_pool + slot_rows[i] * kv_dim, v + i * kv_dim, kv_dim * sizeof(float));
+    std::memcpy(kp + slot_rows[i] * kv_dim, k + i * kv_dim, kv_dim * sizeof(float));
+    std::memcpy(vp + slot_rows[i] * kv_dim, v + i * kv_dim, kv_dim * sizeof(float));
   }
 }
 
@@ -348,7 +365,8 @@ void CpuBackend::Attention(const AttentionParams& p) {
   // One (query, KV head) per task: the group's heads share the K/V loads; each head walks
   // its sequence's blocks in order with an online softmax, so its result does not depend
   // on the rest of the batch or on the split.
-  EnsureThreadScratch(static_cast<size_t>(group) * p.block_size);  // a group's scores
+  // A group's scores, and an F16 block converted.
+  EnsureThreadScratch(static_cast<size_t>(group) * p.block_size + cpu::KvBlockScratchFloats(p));
   auto body = [&](int64_t b, int64_t e, int thread) {
     for (int64_t task = b; task < e; ++task) {
       kt.attention_group(p, p.queries[task / p.n_kv_heads], static_cast<int>(task % p.n_kv_heads),

@@ -99,7 +99,8 @@ struct KernelTable {
   // Attention of one query for the heads that share KV head `kv_head` (a GQA group), over
   // the query's sequence, with an online softmax over KV blocks in order. Each head's
   // result depends only on its own q, the cache and the parameters. `scratch` holds
-  // (n_heads / n_kv_heads) * block_size floats.
+  // (n_heads / n_kv_heads) * block_size + KvBlockScratchFloats(p) floats (kv_block.h: an
+  // F16 cache's block is converted there, exactly, and the F32 algorithm runs on it).
   void (*attention_group)(const AttentionParams& p, const AttentionQuery& q, int kv_head,
                           float* scratch);
   // Float activations packed once per matmul and shared by its threads (null where the

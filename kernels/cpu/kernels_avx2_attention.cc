@@ -16,7 +16,9 @@
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kv_block.h"
 #include "kernels/cpu/softmax_block.h"
+#include "util/fp16.h"
 
 namespace cascade::cpu::avx2 {
 namespace {
@@ -139,6 +141,16 @@ inline void Scores8(const float* q, const float* k, int64_t stride, int64_t n, f
   _mm256_storeu_ps(s, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
 }
 
+// dst[i] = src[i] (F16) as a float, i < n: F16C, exact as Fp16ToFloat.
+void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+  for (; i < n; ++i) dst[i] = Fp16ToFloat(src[i]);
+}
+
 }  // namespace
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
@@ -161,7 +173,6 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
 void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scratch) {
   const int group = p.n_heads / p.n_kv_heads;
   const int64_t hd = p.head_dim;
-  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * hd;  // per token
   const int h0 = kvh * group;
   constexpr int kMaxGroup = 64;
   if (group > kMaxGroup) {  // no model we run has such groups; stay correct anyway
@@ -177,9 +188,11 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
   for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
     const int32_t block = q.blocks[start / p.block_size];
     const int count = std::min(p.block_size, q.n_ctx - start);
-    const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride + kvh * hd;
-    const float* k = p.k_pool + base;
-    const float* v = p.v_pool + base;
+    const KvRows rows =
+        KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, scratch + group * p.block_size);
+    const float* k = rows.k;
+    const float* v = rows.v;
+    const int64_t kv_stride = rows.stride;  // floats between positions
     // Scores of every head of the group, 8 positions at a time (the block's K rows stay in
     // L1 for the group's heads).
     for (int g = 0; g < group; ++g) {

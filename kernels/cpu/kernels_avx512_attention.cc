@@ -19,6 +19,9 @@
 // ms, Zen 5, 4 alternated pairs). kernel_bench BM_Attention measures it (docs/benchmarks.md,
 // 2026-12-02: 1.1-1.6x the kernel before with TinyLlama's heads; a 16-stream decode step
 // then waits on memory: each KV head's rows are 256 of every 1024 bytes).
+// An F16 cache (kv_block.h): each block's K and V rows of the KV head are widened into
+// scratch first (vcvtph2ps, exact), the next block's F16 rows prefetched, and the same
+// code runs on the floats.
 //
 // Compiled for AVX-512 F/BW/VL/DQ in one region after every include (isa_target.h).
 
@@ -32,6 +35,7 @@
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/isa_target.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kv_block.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/softmax_block.h"
 
@@ -168,10 +172,19 @@ CASCADE_HOT void AccumulateHeads(const float* const* w, float* const* out, const
   }
 }
 
-// Prefetches `count` rows of `hd` floats, `stride` floats apart, into L1.
-void PrefetchRows(const float* rows, int64_t stride, int count, int64_t hd) {
-  for (int j = 0; j < count; ++j) {
-    PrefetchBytes(rows + j * stride, static_cast<size_t>(hd) * sizeof(float));
+// Prefetches positions [j0, j0 + count) of `block`'s rows of KV head kvh in `pool` into L1.
+void PrefetchRows(const AttentionParams& p, const void* pool, int32_t block, int kvh, int j0,
+                  int count) {
+  const size_t bytes = static_cast<size_t>(p.head_dim) * (p.kv_type == TensorType::kF16 ? 2 : 4);
+  for (int j = j0; j < j0 + count; ++j) PrefetchBytes(KvRowAddress(p, pool, block, kvh, j), bytes);
+}
+
+// dst[i] = src[i] (F16) as a float, i < n: exact, as Fp16ToFloat.
+void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    const __mmask16 keep = static_cast<__mmask16>((1u << m) - 1);
+    _mm512_mask_storeu_ps(dst + i, keep, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(keep, src + i)));
   }
 }
 
@@ -186,7 +199,6 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     avx2.attention_group(p, q, kvh, scratch);
     return;
   }
-  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * hd;  // per token
   const int h0 = kvh * group;
   float m[kMaxGroup], l[kMaxGroup], c[kMaxGroup];
   bool rescale[kMaxGroup];
@@ -202,15 +214,19 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
   for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
     const int32_t block = q.blocks[start / p.block_size];
     const int count = std::min(p.block_size, q.n_ctx - start);
-    const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride + kvh * hd;
-    const float* k = p.k_pool + base;
-    const float* v = p.v_pool + base;
-    PrefetchRows(v, kv_stride, count, hd);
+    if (p.kv_type == TensorType::kF32) PrefetchRows(p, p.v_pool, block, kvh, 0, count);
     if (start + p.block_size < q.n_ctx) {
       const int32_t next = q.blocks[start / p.block_size + 1];
-      PrefetchRows(p.k_pool + static_cast<int64_t>(next) * p.block_size * kv_stride + kvh * hd,
-                   kv_stride, std::min(p.block_size, q.n_ctx - start - p.block_size), hd);
+      const int next_count = std::min(p.block_size, q.n_ctx - start - p.block_size);
+      PrefetchRows(p, p.k_pool, next, kvh, 0, next_count);
+      // An F16 block is converted whole (K and V) before its scores: its V rows too.
+      if (p.kv_type == TensorType::kF16) PrefetchRows(p, p.v_pool, next, kvh, 0, next_count);
     }
+    const KvRows rows =
+        KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, scratch + group * p.block_size);
+    const float* k = rows.k;
+    const float* v = rows.v;
+    const int64_t kv_stride = rows.stride;  // floats between positions
     // Scores: two heads at a time (a last odd head, or a group of one, with itself in the
     // other half), 8 positions at a time; positions past the last 8 as AVX2 computes them
     // (the table's dot is AVX2's Dot).

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kv_block.h"
 #include "tensor/quant.h"
 #include "util/fp16.h"
 
@@ -258,10 +259,15 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Fp16ToFloat(src[i]);
+}
+
 // One head at a time: scores of a KV block, then the online-softmax update.
-void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scores) {
+void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scratch) {
   const int group = p.n_heads / p.n_kv_heads;
-  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;  // per token
+  float* scores = scratch;
+  float* kv_buf = scratch + static_cast<int64_t>(group) * p.block_size;  // F16 rows as floats
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
     const float* qh = q.q + static_cast<int64_t>(h) * p.head_dim;
     float* out = q.out + static_cast<int64_t>(h) * p.head_dim;
@@ -270,11 +276,10 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
       const int32_t block = q.blocks[start / p.block_size];
       const int count = std::min(p.block_size, q.n_ctx - start);
-      const int64_t base = static_cast<int64_t>(block) * p.block_size * kv_stride +
-                           static_cast<int64_t>(kvh) * p.head_dim;
+      const KvRows rows = KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, kv_buf);
       float bmax = -INFINITY;
       for (int j = 0; j < count; ++j) {
-        scores[j] = DotF32(qh, p.k_pool + base + j * kv_stride, p.head_dim) * p.scale;
+        scores[j] = DotF32(qh, rows.k + j * rows.stride, p.head_dim) * p.scale;
         bmax = std::max(bmax, scores[j]);
       }
       const float m_new = std::max(m, bmax);
@@ -284,7 +289,7 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
       for (int j = 0; j < count; ++j) {
         const float w = std::exp(scores[j] - m_new);
         l += w;
-        Axpy(w, p.v_pool + base + j * kv_stride, out, p.head_dim);
+        Axpy(w, rows.v + j * rows.stride, out, p.head_dim);
       }
       m = m_new;
     }

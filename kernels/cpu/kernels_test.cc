@@ -542,6 +542,76 @@ TEST(Attention, MatchesReferenceAndIsBatchInvariant) {
   }
 }
 
+// An F16 KV cache: StoreKv rounds each element as FloatToFp16, and attention over it is,
+// bit for bit, the F32 kernel over the same values widened back to F32, on every ISA, at
+// head sizes that take each kernel's paths (64 and 128: the query kept in registers; 40:
+// any multiple of 8; 20: AVX-512 hands it to AVX2), with block ends that are not multiples
+// of 8, alone or batched over threads. AVX2 and AVX-512 agree bit for bit on it too.
+TEST(Attention, F16CacheIsTheF32KernelOnTheRoundedCache) {
+  struct Shape {
+    int n_heads, n_kv, hd, bs;
+  };
+  for (const Shape sh :
+       {Shape{8, 2, 64, 16}, Shape{4, 1, 128, 12}, Shape{6, 3, 40, 16}, Shape{2, 2, 20, 8}}) {
+    const int kv = sh.n_kv * sh.hd, pool_blocks = 12;
+    const int64_t rows = static_cast<int64_t>(pool_blocks) * sh.bs;
+    const auto k_src = Random(rows * kv, 11), v_src = Random(rows * kv, 12);
+    // The cache written through StoreKv, rows in a scattered order.
+    std::vector<int64_t> slot(rows);
+    for (int64_t i = 0; i < rows; ++i) slot[i] = (i * 7) % rows;  // rows is not a multiple of 7
+    std::vector<uint16_t> k16(rows * kv), v16(rows * kv);
+    std::vector<float> k32(rows * kv), v32(rows * kv);  // the F16 values, widened
+    {
+      CpuBackend be(CpuBackendOptions{});
+      be.StoreKv(k_src.data(), v_src.data(), slot.data(), rows, kv, TensorType::kF16, k16.data(),
+                 v16.data());
+    }
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int e = 0; e < kv; ++e) {
+        const int64_t at = slot[i] * kv + e;
+        ASSERT_EQ(k16[at], FloatToFp16(k_src[i * kv + e]));
+        ASSERT_EQ(v16[at], FloatToFp16(v_src[i * kv + e]));
+        k32[at] = Fp16ToFloat(k16[at]);
+        v32[at] = Fp16ToFloat(v16[at]);
+      }
+    }
+    const std::vector<std::vector<int32_t>> tables = {{5, 2, 11, 0}, {9}, {3, 4, 6, 7, 8, 10}};
+    const std::vector<int32_t> ctx = {3 * sh.bs + 5, sh.bs - 3, 6 * sh.bs - 1};
+    const int nq = 3;
+    const auto q = Random(static_cast<int64_t>(nq) * sh.n_heads * sh.hd, 13);
+    std::vector<float> avx2_out, avx512_out;
+    for (CpuIsa isa : AvailableIsas()) {
+      for (int threads : {1, 2}) {
+        CpuBackendOptions opt;
+        opt.max_isa = isa;
+        opt.threads = threads;
+        CpuBackend be(opt);
+        std::vector<float> from16(static_cast<size_t>(nq) * sh.n_heads * sh.hd, -1.0f);
+        std::vector<float> from32(from16.size(), -2.0f);
+        auto run = [&](const void* kp, const void* vp, TensorType type, float* out) {
+          std::vector<AttentionQuery> qs(nq);
+          for (int i = 0; i < nq; ++i) {
+            qs[i] = {q.data() + i * sh.n_heads * sh.hd, out + i * sh.n_heads * sh.hd,
+                     tables[i].data(), ctx[i]};
+          }
+          AttentionParams p{sh.n_heads, sh.n_kv, sh.hd, 0.2f, sh.bs, kp, vp, qs.data(), nq};
+          p.kv_type = type;
+          be.Attention(p);
+        };
+        run(k16.data(), v16.data(), TensorType::kF16, from16.data());
+        run(k32.data(), v32.data(), TensorType::kF32, from32.data());
+        EXPECT_EQ(from16, from32) << CpuIsaName(isa) << ", head size " << sh.hd << ", " << threads
+                                  << " threads";
+        if (isa == CpuIsa::kAvx2) avx2_out = from16;
+        if (isa == CpuIsa::kAvx512) avx512_out = from16;
+      }
+    }
+    if (!avx2_out.empty() && !avx512_out.empty()) {
+      EXPECT_EQ(avx2_out, avx512_out) << "head size " << sh.hd;
+    }
+  }
+}
+
 // RmsNorm, Rope and SiluMul on every path against float64, and invariant to the batch.
 TEST(ElementwiseKernels, MatchReferenceOnEveryPath) {
   const int64_t n = 5, dim = 100;

@@ -180,12 +180,13 @@ void CudaBackend::AddBias(const float* bias, int64_t n, int64_t dim, float* x) {
 }
 
 void CudaBackend::StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
-                          int64_t kv_dim, float* k_pool, float* v_pool) {
+                          int64_t kv_dim, TensorType kv_type, void* k_pool, void* v_pool) {
   if (n == 0 || impl_->Failed()) return;
   size_t off = 0;
   const int64_t* d_rows = impl_->Stage(slot_rows, n, &off);
   if (d_rows == nullptr) return;
-  impl_->Check(cuda::StoreKv(k, v, d_rows, n, kv_dim, k_pool, v_pool, impl_->stream));
+  impl_->Check(cuda::StoreKv(k, v, d_rows, n, kv_dim, kv_type == TensorType::kF16, k_pool, v_pool,
+                             impl_->stream));
 }
 
 void CudaBackend::GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,
@@ -213,8 +214,8 @@ void CudaBackend::Attention(const AttentionParams& p) {
   const int32_t* d_blocks = impl_->Stage(blocks.data(), static_cast<int64_t>(blocks.size()), &off);
   if (d_queries == nullptr || d_blocks == nullptr) return;
   impl_->Check(cuda::Attention(d_queries, p.n_queries, d_blocks, p.n_heads, p.n_kv_heads,
-                               p.head_dim, p.scale, p.block_size, p.k_pool, p.v_pool,
-                               impl_->stream));
+                               p.head_dim, p.scale, p.block_size, p.kv_type == TensorType::kF16,
+                               p.k_pool, p.v_pool, impl_->stream));
 }
 
 void CudaBackend::Softmax(float* x, int64_t n, int64_t dim) {

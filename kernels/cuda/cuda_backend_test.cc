@@ -127,5 +127,47 @@ TEST(CudaBackend, NormRopeAttentionMatchCpu) {
   EXPECT_TRUE((*gpu)->Health().ok());
 }
 
+// An F16 KV cache on the GPU: StoreKv rounds as the CPU does (the same halves, bit for
+// bit), and attention over it matches the CPU's over the same cache.
+TEST(CudaBackend, F16KvCacheMatchesCpu) {
+  REQUIRE_GPU();
+  auto gpu = CudaBackend::Create({});
+  ASSERT_TRUE(gpu.ok());
+  CpuBackend cpu({});
+  const int n_heads = 8, n_kv = 2, hd = 64, bs = 16, ctx = 37;
+  const int64_t kv = n_kv * hd, rows = 4 * bs;
+  const auto k = Random(rows * kv, 11), v = Random(rows * kv, 12);
+  std::vector<int64_t> slots(rows);
+  for (int64_t i = 0; i < rows; ++i) slots[i] = (i * 5) % rows;
+  std::vector<uint16_t> ck(rows * kv), cv(rows * kv);
+  cpu.StoreKv(k.data(), v.data(), slots.data(), rows, kv, TensorType::kF16, ck.data(), cv.data());
+  auto dk = Upload(**gpu, k), dv = Upload(**gpu, v);
+  DeviceArray gk{std::move(*(*gpu)->Allocate(ck.size() * 2))};
+  DeviceArray gv{std::move(*(*gpu)->Allocate(cv.size() * 2))};
+  (*gpu)->StoreKv(dk.get(), dv.get(), slots.data(), rows, kv, TensorType::kF16, gk.get(), gv.get());
+  std::vector<uint16_t> hk(ck.size()), hv(cv.size());
+  (*gpu)->CopyToHost(hk.data(), gk.get(), hk.size() * 2);
+  (*gpu)->CopyToHost(hv.data(), gv.get(), hv.size() * 2);
+  EXPECT_EQ(hk, ck);
+  EXPECT_EQ(hv, cv);
+
+  const std::vector<int32_t> blocks = {3, 1, 0};
+  auto q = Random(n_heads * hd, 13);
+  std::vector<float> out(n_heads * hd);
+  AttentionQuery cq{q.data(), out.data(), blocks.data(), ctx};
+  AttentionParams cp{n_heads, n_kv, hd, 0.125f, bs, ck.data(), cv.data(), &cq, 1};
+  cp.kv_type = TensorType::kF16;
+  cpu.Attention(cp);
+  auto dq = Upload(**gpu, q);
+  DeviceArray dout{std::move(*(*gpu)->Allocate(out.size() * 4))};
+  AttentionQuery gq{dq.get(), dout.get(), blocks.data(), ctx};
+  AttentionParams gp{n_heads, n_kv, hd, 0.125f, bs, gk.get(), gv.get(), &gq, 1};
+  gp.kv_type = TensorType::kF16;
+  (*gpu)->Attention(gp);
+  auto gout = Download(**gpu, dout, out.size());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(gout[i], out[i], 1e-5);
+  EXPECT_TRUE((*gpu)->Health().ok());
+}
+
 }  // namespace
 }  // namespace cascade

@@ -201,12 +201,19 @@ __global__ void AddBiasKernel(const float* bias, int64_t count, int64_t dim, flo
   if (i < count) x[i] += bias[i % dim];
 }
 
+// A KV cache element: F32 as is, F16 rounded to nearest even on the way in, exact out.
+__device__ __forceinline__ void StoreElem(float* p, float x) { *p = x; }
+__device__ __forceinline__ void StoreElem(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ float LoadElem(const float* p) { return *p; }
+__device__ __forceinline__ float LoadElem(const __half* p) { return __half2float(*p); }
+
+template <typename T>
 __global__ void StoreKvKernel(const float* k, const float* v, const int64_t* slot_rows,
-                              int64_t kv_dim, float* k_pool, float* v_pool) {
+                              int64_t kv_dim, T* k_pool, T* v_pool) {
   const int64_t i = blockIdx.x;
   for (int64_t j = threadIdx.x; j < kv_dim; j += blockDim.x) {
-    k_pool[slot_rows[i] * kv_dim + j] = k[i * kv_dim + j];
-    v_pool[slot_rows[i] * kv_dim + j] = v[i * kv_dim + j];
+    StoreElem(k_pool + slot_rows[i] * kv_dim + j, k[i * kv_dim + j]);
+    StoreElem(v_pool + slot_rows[i] * kv_dim + j, v[i * kv_dim + j]);
   }
 }
 
@@ -217,9 +224,10 @@ __global__ void GatherRowsKernel(const float* src, const int64_t* rows, int64_t 
 
 // One thread block per (query, head); one thread per output dimension. Positions are
 // visited in order with an online softmax, as on the CPU.
+template <typename T>
 __global__ void AttentionKernel(const DeviceQuery* queries, const int32_t* blocks, int n_heads,
                                 int n_kv_heads, int head_dim, float scale, int block_size,
-                                const float* k_pool, const float* v_pool) {
+                                const T* k_pool, const T* v_pool) {
   __shared__ float shared[32];
   const DeviceQuery qd = queries[blockIdx.x];
   const int h = blockIdx.y;
@@ -232,12 +240,12 @@ __global__ void AttentionKernel(const DeviceQuery* queries, const int32_t* block
     const int32_t block = blocks[qd.blocks_offset + p / block_size];
     const int64_t row = (static_cast<int64_t>(block) * block_size + p % block_size) * kv_stride +
                         static_cast<int64_t>(kvh) * head_dim;
-    const float s = BlockSum(d < head_dim ? qv * k_pool[row + d] : 0.0f, shared) * scale;
+    const float s = BlockSum(d < head_dim ? qv * LoadElem(k_pool + row + d) : 0.0f, shared) * scale;
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new);
     const float w = expf(s - m_new);
     l = l * corr + w;
-    acc = acc * corr + (d < head_dim ? w * v_pool[row + d] : 0.0f);
+    acc = acc * corr + (d < head_dim ? w * LoadElem(v_pool + row + d) : 0.0f);
     m = m_new;
   }
   if (d < head_dim) qd.out[h * head_dim + d] = l > 0 ? acc / l : 0.0f;
@@ -361,8 +369,14 @@ cudaError_t AddBias(const float* bias, int64_t n, int64_t dim, float* x, cudaStr
 }
 
 cudaError_t StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
-                    int64_t kv_dim, float* k_pool, float* v_pool, cudaStream_t s) {
-  StoreKvKernel<<<static_cast<unsigned>(n), 128, 0, s>>>(k, v, slot_rows, kv_dim, k_pool, v_pool);
+                    int64_t kv_dim, bool f16, void* k_pool, void* v_pool, cudaStream_t s) {
+  if (f16) {
+    StoreKvKernel<<<static_cast<unsigned>(n), 128, 0, s>>>(
+        k, v, slot_rows, kv_dim, static_cast<__half*>(k_pool), static_cast<__half*>(v_pool));
+  } else {
+    StoreKvKernel<<<static_cast<unsigned>(n), 128, 0, s>>>(
+        k, v, slot_rows, kv_dim, static_cast<float*>(k_pool), static_cast<float*>(v_pool));
+  }
   return cudaGetLastError();
 }
 
@@ -374,10 +388,17 @@ cudaError_t GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t
 
 cudaError_t Attention(const DeviceQuery* queries, int64_t n_queries, const int32_t* blocks,
                       int n_heads, int n_kv_heads, int head_dim, float scale, int block_size,
-                      const float* k_pool, const float* v_pool, cudaStream_t s) {
+                      bool f16, const void* k_pool, const void* v_pool, cudaStream_t s) {
   dim3 grid(static_cast<unsigned>(n_queries), static_cast<unsigned>(n_heads));
-  AttentionKernel<<<grid, ThreadsFor(head_dim), 0, s>>>(
-      queries, blocks, n_heads, n_kv_heads, head_dim, scale, block_size, k_pool, v_pool);
+  if (f16) {
+    AttentionKernel<<<grid, ThreadsFor(head_dim), 0, s>>>(
+        queries, blocks, n_heads, n_kv_heads, head_dim, scale, block_size,
+        static_cast<const __half*>(k_pool), static_cast<const __half*>(v_pool));
+  } else {
+    AttentionKernel<<<grid, ThreadsFor(head_dim), 0, s>>>(
+        queries, blocks, n_heads, n_kv_heads, head_dim, scale, block_size,
+        static_cast<const float*>(k_pool), static_cast<const float*>(v_pool));
+  }
   return cudaGetLastError();
 }
 
