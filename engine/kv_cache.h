@@ -6,7 +6,7 @@
 //
 // Contract:
 // - Memory is allocated once, on the backend's device, by Create: (layers, num_blocks,
-//   block_size, kv_heads, head_dim) elements of options.type (F32, or F16 at half the
+//   kv_heads, block_size, head_dim) elements of options.type (F32, or F16 at half the
 //   bytes) for K and the same for V. The block bookkeeping lives on the host.
 // - A sequence's tokens occupy positions [0, length). A batch may append to a sequence
 //   (first position == length) or rewind it (first position < length: later positions
@@ -76,7 +76,11 @@ class KvCache {
   const KvCacheOptions& options() const { return options_; }
 
   int64_t kv_dim() const { return static_cast<int64_t>(options_.n_kv_heads) * options_.head_dim; }
-  // Base of layer l's pools: (num_blocks, block_size, kv_dim) elements of options().type.
+  // Where the pools keep their elements (backend.h).
+  KvLayout layout() const {
+    return {options_.n_kv_heads, options_.head_dim, options_.block_size, options_.type};
+  }
+  // Base of layer l's pools, laid out as layout() says.
   void* keys(int layer) { return k_.as<char>() + layer * layer_bytes_; }
   void* values(int layer) { return v_.as<char>() + layer * layer_bytes_; }
 

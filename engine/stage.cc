@@ -343,10 +343,9 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
 
   // Store this batch's keys and values, then attend over each sequence's cache.
-  void* kpool = kv_->keys(l);  // (num_blocks * block_size, kv_dim) of kv_type
+  void* kpool = kv_->keys(l);  // kv_->layout()
   void* vpool = kv_->values(l);
-  const TensorType kv_type = kv_->options().type;
-  be.StoreKv(k, v, plan.slot_rows.data(), n, kv_dim, kv_type, kpool, vpool);
+  be.StoreKv(k, v, plan.slot_rows.data(), n, kv_->layout(), kpool, vpool);
   std::vector<AttentionQuery> queries(n);
   for (int64_t i = 0; i < n; ++i) {
     queries[i].q = q + i * q_dim;
@@ -362,7 +361,7 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
   ap.block_size = kv_->options().block_size;
   ap.k_pool = kpool;
   ap.v_pool = vpool;
-  ap.kv_type = kv_type;
+  ap.kv_type = kv_->options().type;
   ap.queries = queries.data();
   ap.n_queries = n;
   be.Attention(ap);             // (n, q_dim)

@@ -40,20 +40,42 @@ struct AttentionQuery {
   int32_t n_ctx = 0;                // positions to attend to (query position + 1)
 };
 
+// Where a KV pool (the keys, or the values) keeps its elements: (num_blocks, n_kv_heads,
+// block_size, head_dim) elements of `type` (IsKvCacheType), so that a block's positions of
+// one KV head lie together (attention reads them together: 8 KiB in one run for a block of
+// 32 positions of head size 64 in F32, where a (block, position, head) layout spreads them
+// over 32 rows n_kv_heads * head_dim apart, which the hardware prefetchers do not follow).
+// A slot row is block * block_size + position (KvCache::Plan::slot_rows).
+struct KvLayout {
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;
+  TensorType type = TensorType::kF32;
+
+  // Element offset of (slot row, KV head kvh, element 0).
+  int64_t Offset(int64_t slot_row, int kvh) const {
+    const int64_t block = slot_row / block_size, pos = slot_row % block_size;
+    return ((block * n_kv_heads + kvh) * block_size + pos) * head_dim;
+  }
+  size_t element_bytes() const { return type == TensorType::kF16 ? 2 : 4; }
+};
+
 struct AttentionParams {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
   float scale = 0;               // usually 1/sqrt(head_dim)
   int block_size = 0;            // tokens per KV block
-  const void* k_pool = nullptr;  // (num_blocks, block_size, n_kv_heads, head_dim) of kv_type
-  const void* v_pool = nullptr;  // same layout
+  const void* k_pool = nullptr;  // kv_layout()
+  const void* v_pool = nullptr;  // the same
   const AttentionQuery* queries = nullptr;
   int64_t n_queries = 0;
   // The pools' element type (IsKvCacheType): F32, or F16, which every backend converts to
   // F32 exactly before the F32 algorithm, so that the result is the F32 kernel's on the
   // converted cache.
   TensorType kv_type = TensorType::kF32;
+
+  KvLayout kv_layout() const { return {n_kv_heads, head_dim, block_size, kv_type}; }
 };
 
 enum class MemoryKind { kHost, kDevice };
@@ -146,10 +168,11 @@ class Backend {
   // x (n, dim) += bias (dim).
   virtual void AddBias(const float* bias, int64_t n, int64_t dim, float* x) = 0;
 
-  // Writes rows k[i], v[i] (n, kv_dim) to row slot_rows[i] of the KV pools (rows of kv_dim
-  // elements of kv_type, IsKvCacheType; F16: rounded to nearest even, as FloatToFp16).
+  // Writes rows k[i], v[i] (n, n_kv_heads * head_dim) to slot row slot_rows[i] of the KV
+  // pools, laid out as `layout` says (F16: each element rounded to nearest even, as
+  // FloatToFp16).
   virtual void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
-                       int64_t kv_dim, TensorType kv_type, void* k_pool, void* v_pool) = 0;
+                       const KvLayout& layout, void* k_pool, void* v_pool) = 0;
 
   // dst (n, dim) = rows[i] of src (rows, dim), i.e. a gather of activation rows.
   virtual void GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,

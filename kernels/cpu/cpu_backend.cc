@@ -62,25 +62,25 @@ void CpuBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
 }
 
 void CpuBackend::StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
-                         int64_t kv_dim, TensorType kv_type, void* k_pool, void* v_pool) {
-  if (kv_type == TensorType::kF16) {
-    uint16_t* kp = static_cast<uint16_t*>(k_pool);
-    uint16_t* vp = static_cast<uint16_t*>(v_pool);
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t* kr = kp + slot_rows[i] * kv_dim;
-      uint16_t* vr = vp + slot_rows[i] * kv_dim;
-      for (int64_t j = 0; j < kv_dim; ++j) {
-        kr[j] = FloatToFp16(k[i * kv_dim + j]);
-        vr[j] = FloatToFp16(v[i * kv_dim + j]);
+                         const KvLayout& layout, void* k_pool, void* v_pool) {
+  const int64_t hd = layout.head_dim, kv_dim = layout.n_kv_heads * hd;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int h = 0; h < layout.n_kv_heads; ++h) {
+      const int64_t at = layout.Offset(slot_rows[i], h);
+      const float* ks = k + i * kv_dim + h * hd;
+      const float* vs = v + i * kv_dim + h * hd;
+      if (layout.type == TensorType::kF16) {
+        uint16_t* kd = static_cast<uint16_t*>(k_pool) + at;
+        uint16_t* vd = static_cast<uint16_t*>(v_pool) + at;
+        for (int64_t e = 0; e < hd; ++e) {
+          kd[e] = FloatToFp16(ks[e]);
+          vd[e] = FloatToFp16(vs[e]);
+        }
+      } else {
+        std::memcpy(static_cast<float*>(k_pool) + at, ks, hd * sizeof(float));
+        std::memcpy(static_cast<float*>(v_pool) + at, vs, hd * sizeof(float));
       }
     }
-    return;
-  }
-  float* kp = static_cast<float*>(k_pool);
-  float* vp = static_cast<float*>(v_pool);
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(kp + slot_rows[i] * kv_dim, k + i * kv_dim, kv_dim * sizeof(float));
-    std::memcpy(vp + slot_rows[i] * kv_dim, v + i * kv_dim, kv_dim * sizeof(float));
   }
 }
 

@@ -57,8 +57,8 @@ class CpuBackend final : public Backend {
   // A copy of the weight (CpuBackendOptions::copy_weights), owned by this backend until it is
   // destroyed; or, with copy_weights off, the view unchanged (zero copy).
   absl::StatusOr<TensorView> UploadWeight(const TensorView& host) override;
-  void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n, int64_t kv_dim,
-               TensorType kv_type, void* k_pool, void* v_pool) override;
+  void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
+               const KvLayout& layout, void* k_pool, void* v_pool) override;
   void GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,
                   float* dst) override;
   CpuIsa isa() const { return isa_; }

@@ -32,7 +32,7 @@ TEST(CpuBackend, AttentionMatchesNaiveSoftmax) {
       std::vector<double> s(ctx);
       double mx = -1e30;
       for (int t = 0; t < ctx; ++t) {
-        const float* k = k_pool.data() + (blocks[t / bs] * bs + t % bs) * kv + kvh * hd;
+        const float* k = k_pool.data() + ((blocks[t / bs] * n_kv + kvh) * bs + t % bs) * hd;
         double d = 0;
         for (int e = 0; e < hd; ++e) d += q[h * hd + e] * static_cast<double>(k[e]);
         s[t] = d * 0.25;
@@ -43,7 +43,7 @@ TEST(CpuBackend, AttentionMatchesNaiveSoftmax) {
       for (int e = 0; e < hd; ++e) {
         double want = 0;
         for (int t = 0; t < ctx; ++t) {
-          want += s[t] / sum * v_pool[(blocks[t / bs] * bs + t % bs) * kv + kvh * hd + e];
+          want += s[t] / sum * v_pool[((blocks[t / bs] * n_kv + kvh) * bs + t % bs) * hd + e];
         }
         EXPECT_NEAR(out[h * hd + e], want, 1e-5) << be.name();
       }

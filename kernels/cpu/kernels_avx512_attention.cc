@@ -13,15 +13,13 @@
 //   does it.
 // The softmax bookkeeping (running max, std::exp correction, sums in position order) is
 // AVX2's, per head; the heads' sums run side by side, not one after another (each a chain
-// of dependent adds). Before a block's scores it prefetches the block's V rows and the next
-// block's K rows into L1 (a block's rows lie 1 KiB apart in the pool, too sparse for the
-// hardware prefetcher: TinyLlama 16-stream serving, inter-token p50 64.9-70.6 -> 62.7-64.3
-// ms, Zen 5, 4 alternated pairs). kernel_bench BM_Attention measures it (docs/benchmarks.md,
-// 2026-12-02: 1.1-1.6x the kernel before with TinyLlama's heads; a 16-stream decode step
-// then waits on memory: each KV head's rows are 256 of every 1024 bytes).
-// An F16 cache (kv_block.h): each block's K and V rows of the KV head are widened into
-// scratch first (vcvtph2ps, exact), the next block's F16 rows prefetched, and the same
-// code runs on the floats.
+// of dependent adds). A block's positions of one KV head lie together (KvLayout), which
+// the hardware prefetcher follows; before a block it prefetches the first 1 KiB of the
+// next block's K and V rows. (With the earlier (block, position, head) layout, whose rows
+// lay 1 KiB apart, it prefetched whole blocks; in this layout that filled the miss buffers:
+// 25% of BM_Attention streams:16 ctx:1024 cycles waited in the prefetch loop, Zen 4,
+// 2026-12-03.) An F16 cache (kv_block.h): each block's K and V rows of the KV head are
+// widened into scratch first (vcvtph2ps, exact), and the same code runs on the floats.
 //
 // Compiled for AVX-512 F/BW/VL/DQ in one region after every include (isa_target.h).
 
@@ -172,12 +170,10 @@ CASCADE_HOT void AccumulateHeads(const float* const* w, float* const* out, const
   }
 }
 
-// Prefetches positions [j0, j0 + count) of `block`'s rows of KV head kvh in `pool` into L1.
-void PrefetchRows(const AttentionParams& p, const void* pool, int32_t block, int kvh, int j0,
-                  int count) {
-  const size_t bytes = static_cast<size_t>(p.head_dim) * (p.kv_type == TensorType::kF16 ? 2 : 4);
-  for (int j = j0; j < j0 + count; ++j) PrefetchBytes(KvRowAddress(p, pool, block, kvh, j), bytes);
-}
+// Bytes of the next block's K and V rows (of the KV head) prefetched before a block:
+// blocks lie anywhere in the pool, so a block's first lines always miss; once they are on
+// the way the hardware prefetcher follows the rest (KvLayout keeps them together).
+constexpr size_t kNextBlockPrefetchBytes = 1024;
 
 // dst[i] = src[i] (F16) as a float, i < n: exact, as Fp16ToFloat.
 void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
@@ -214,13 +210,10 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
   for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
     const int32_t block = q.blocks[start / p.block_size];
     const int count = std::min(p.block_size, q.n_ctx - start);
-    if (p.kv_type == TensorType::kF32) PrefetchRows(p, p.v_pool, block, kvh, 0, count);
-    if (start + p.block_size < q.n_ctx) {
+    if (start + p.block_size < q.n_ctx) {  // the next block's first lines (see above)
       const int32_t next = q.blocks[start / p.block_size + 1];
-      const int next_count = std::min(p.block_size, q.n_ctx - start - p.block_size);
-      PrefetchRows(p, p.k_pool, next, kvh, 0, next_count);
-      // An F16 block is converted whole (K and V) before its scores: its V rows too.
-      if (p.kv_type == TensorType::kF16) PrefetchRows(p, p.v_pool, next, kvh, 0, next_count);
+      PrefetchBytes(KvBlockAddress(p, p.k_pool, next, kvh), kNextBlockPrefetchBytes);
+      PrefetchBytes(KvBlockAddress(p, p.v_pool, next, kvh), kNextBlockPrefetchBytes);
     }
     const KvRows rows =
         KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, scratch + group * p.block_size);

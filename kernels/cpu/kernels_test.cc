@@ -521,7 +521,7 @@ TEST(Attention, MatchesReferenceAndIsBatchInvariant) {
         std::vector<double> s(query_ctx[i]);
         double mx = -1e300;
         for (int t = 0; t < query_ctx[i]; ++t) {
-          const float* kr = k_pool.data() + (blocks[t / bs] * bs + t % bs) * kv + kvh * hd;
+          const float* kr = k_pool.data() + ((blocks[t / bs] * n_kv + kvh) * bs + t % bs) * hd;
           double d = 0;
           for (int e = 0; e < hd; ++e) d += static_cast<double>(qh[e]) * kr[e];
           s[t] = d * scale;
@@ -532,7 +532,7 @@ TEST(Attention, MatchesReferenceAndIsBatchInvariant) {
         for (int e = 0; e < hd; ++e) {
           double acc = 0;
           for (int t = 0; t < query_ctx[i]; ++t) {
-            acc += s[t] / sum * v_pool[(blocks[t / bs] * bs + t % bs) * kv + kvh * hd + e];
+            acc += s[t] / sum * v_pool[((blocks[t / bs] * n_kv + kvh) * bs + t % bs) * hd + e];
           }
           want[(i * n_heads + h) * hd + e] = acc;
         }
@@ -563,16 +563,20 @@ TEST(Attention, F16CacheIsTheF32KernelOnTheRoundedCache) {
     std::vector<float> k32(rows * kv), v32(rows * kv);  // the F16 values, widened
     {
       CpuBackend be(CpuBackendOptions{});
-      be.StoreKv(k_src.data(), v_src.data(), slot.data(), rows, kv, TensorType::kF16, k16.data(),
-                 v16.data());
+      be.StoreKv(k_src.data(), v_src.data(), slot.data(), rows,
+                 KvLayout{sh.n_kv, sh.hd, sh.bs, TensorType::kF16}, k16.data(), v16.data());
     }
+    // Element e of head h of slot row r lies at ((r / bs * n_kv + h) * bs + r % bs) * hd + e.
     for (int64_t i = 0; i < rows; ++i) {
-      for (int e = 0; e < kv; ++e) {
-        const int64_t at = slot[i] * kv + e;
-        ASSERT_EQ(k16[at], FloatToFp16(k_src[i * kv + e]));
-        ASSERT_EQ(v16[at], FloatToFp16(v_src[i * kv + e]));
-        k32[at] = Fp16ToFloat(k16[at]);
-        v32[at] = Fp16ToFloat(v16[at]);
+      for (int h = 0; h < sh.n_kv; ++h) {
+        for (int e = 0; e < sh.hd; ++e) {
+          const int64_t at =
+              ((slot[i] / sh.bs * sh.n_kv + h) * sh.bs + slot[i] % sh.bs) * sh.hd + e;
+          ASSERT_EQ(k16[at], FloatToFp16(k_src[i * kv + h * sh.hd + e]));
+          ASSERT_EQ(v16[at], FloatToFp16(v_src[i * kv + h * sh.hd + e]));
+          k32[at] = Fp16ToFloat(k16[at]);
+          v32[at] = Fp16ToFloat(v16[at]);
+        }
       }
     }
     const std::vector<std::vector<int32_t>> tables = {{5, 2, 11, 0}, {9}, {3, 4, 6, 7, 8, 10}};

@@ -1,10 +1,10 @@
 // Internal: one KV block's rows of one KV head, as the attention kernels read them.
 //
 // Contract: KvBlockRows returns the K and V rows of positions [0, count) of `block` for KV
-// head `kvh` as floats, `stride` floats apart: with an F32 cache the pool's own rows (no
-// copy; stride n_kv_heads * head_dim), with an F16 cache the rows converted into buf
-// (2 * block_size * head_dim floats: K, then V; stride head_dim) by ToFloat, which must
-// convert exactly (as Fp16ToFloat). The F32 algorithm then runs on either, so an F16
+// head `kvh` as floats, `stride` (head_dim) floats apart: with an F32 cache the pool's own
+// rows (no copy; KvLayout keeps them together), with an F16 cache the rows converted into
+// buf (2 * block_size * head_dim floats: K, then V) by ToFloat, which must convert exactly
+// (as Fp16ToFloat). The F32 algorithm then runs on either, so an F16
 // cache's result is the F32 kernel's on the converted values, bit for bit across ISAs.
 // Header-only, pure, thread-safe (it writes only buf).
 #ifndef CASCADE_KERNELS_CPU_KV_BLOCK_H_
@@ -30,41 +30,37 @@ inline size_t KvBlockScratchFloats(const AttentionParams& p) {
              : 0;
 }
 
-// Element offset of (block, position 0, kvh, element 0) in a pool.
+// Element offset of (block, kvh, position 0, element 0) in a pool.
 inline int64_t KvBlockBase(const AttentionParams& p, int32_t block, int kvh) {
-  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
-  return static_cast<int64_t>(block) * p.block_size * kv_stride +
-         static_cast<int64_t>(kvh) * p.head_dim;
+  return p.kv_layout().Offset(static_cast<int64_t>(block) * p.block_size, kvh);
 }
 
 // ToFloat(src, n, dst): dst[i] = the F16 value src[i] as a float, for i < n.
 template <void (*ToFloat)(const uint16_t*, int64_t, float*)>
 KvRows KvBlockRows(const AttentionParams& p, int32_t block, int kvh, int count, float* buf) {
-  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
+  const int64_t hd = p.head_dim;
   const int64_t base = KvBlockBase(p, block, kvh);
   if (p.kv_type != TensorType::kF16) {
     return {static_cast<const float*>(p.k_pool) + base, static_cast<const float*>(p.v_pool) + base,
-            kv_stride};
+            hd};
   }
-  const int64_t hd = p.head_dim;
   float* k = buf;
   float* v = buf + static_cast<int64_t>(p.block_size) * hd;
-  const uint16_t* ks = static_cast<const uint16_t*>(p.k_pool) + base;
-  const uint16_t* vs = static_cast<const uint16_t*>(p.v_pool) + base;
-  for (int j = 0; j < count; ++j) {
-    ToFloat(ks + j * kv_stride, hd, k + j * hd);
-    ToFloat(vs + j * kv_stride, hd, v + j * hd);
-  }
+  ToFloat(static_cast<const uint16_t*>(p.k_pool) + base, count * hd, k);
+  ToFloat(static_cast<const uint16_t*>(p.v_pool) + base, count * hd, v);
   return {k, v, hd};
 }
 
-// The first byte of (block, position j, kvh) in a pool of p.kv_type, for prefetching.
-inline const void* KvRowAddress(const AttentionParams& p, const void* pool, int32_t block, int kvh,
-                                int j) {
-  const int64_t kv_stride = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
-  const size_t elem = p.kv_type == TensorType::kF16 ? 2 : 4;
+// The first byte of `block`'s positions of KV head kvh in a pool, and how many bytes
+// `count` of them take (for prefetching).
+inline const void* KvBlockAddress(const AttentionParams& p, const void* pool, int32_t block,
+                                  int kvh) {
   return static_cast<const char*>(pool) +
-         (KvBlockBase(p, block, kvh) + j * kv_stride) * static_cast<int64_t>(elem);
+         KvBlockBase(p, block, kvh) * static_cast<int64_t>(p.kv_layout().element_bytes());
+}
+inline size_t KvBlockBytes(const AttentionParams& p, int count) {
+  return static_cast<size_t>(count) * static_cast<size_t>(p.head_dim) *
+         p.kv_layout().element_bytes();
 }
 
 }  // namespace cascade::cpu

@@ -180,13 +180,13 @@ void CudaBackend::AddBias(const float* bias, int64_t n, int64_t dim, float* x) {
 }
 
 void CudaBackend::StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
-                          int64_t kv_dim, TensorType kv_type, void* k_pool, void* v_pool) {
+                          const KvLayout& layout, void* k_pool, void* v_pool) {
   if (n == 0 || impl_->Failed()) return;
   size_t off = 0;
   const int64_t* d_rows = impl_->Stage(slot_rows, n, &off);
   if (d_rows == nullptr) return;
-  impl_->Check(cuda::StoreKv(k, v, d_rows, n, kv_dim, kv_type == TensorType::kF16, k_pool, v_pool,
-                             impl_->stream));
+  impl_->Check(cuda::StoreKv(k, v, d_rows, n, layout.n_kv_heads, layout.head_dim, layout.block_size,
+                             layout.type == TensorType::kF16, k_pool, v_pool, impl_->stream));
 }
 
 void CudaBackend::GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,

@@ -43,8 +43,8 @@ class CudaBackend final : public Backend {
   void SiluMul(const float* gate, const float* up, int64_t count, float* out) override;
   void Add(const float* x, int64_t count, float* y) override;
   void AddBias(const float* bias, int64_t n, int64_t dim, float* x) override;
-  void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n, int64_t kv_dim,
-               TensorType kv_type, void* k_pool, void* v_pool) override;
+  void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
+               const KvLayout& layout, void* k_pool, void* v_pool) override;
   void GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim,
                   float* dst) override;
   void Attention(const AttentionParams& p) override;

@@ -140,11 +140,12 @@ TEST(CudaBackend, F16KvCacheMatchesCpu) {
   std::vector<int64_t> slots(rows);
   for (int64_t i = 0; i < rows; ++i) slots[i] = (i * 5) % rows;
   std::vector<uint16_t> ck(rows * kv), cv(rows * kv);
-  cpu.StoreKv(k.data(), v.data(), slots.data(), rows, kv, TensorType::kF16, ck.data(), cv.data());
+  const KvLayout layout{n_kv, hd, bs, TensorType::kF16};
+  cpu.StoreKv(k.data(), v.data(), slots.data(), rows, layout, ck.data(), cv.data());
   auto dk = Upload(**gpu, k), dv = Upload(**gpu, v);
   DeviceArray gk{std::move(*(*gpu)->Allocate(ck.size() * 2))};
   DeviceArray gv{std::move(*(*gpu)->Allocate(cv.size() * 2))};
-  (*gpu)->StoreKv(dk.get(), dv.get(), slots.data(), rows, kv, TensorType::kF16, gk.get(), gv.get());
+  (*gpu)->StoreKv(dk.get(), dv.get(), slots.data(), rows, layout, gk.get(), gv.get());
   std::vector<uint16_t> hk(ck.size()), hv(cv.size());
   (*gpu)->CopyToHost(hk.data(), gk.get(), hk.size() * 2);
   (*gpu)->CopyToHost(hv.data(), gv.get(), hv.size() * 2);

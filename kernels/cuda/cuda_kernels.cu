@@ -207,13 +207,19 @@ __device__ __forceinline__ void StoreElem(__half* p, float x) { *p = __float2hal
 __device__ __forceinline__ float LoadElem(const float* p) { return *p; }
 __device__ __forceinline__ float LoadElem(const __half* p) { return __half2float(*p); }
 
+// Token i's keys and values (n_kv_heads * head_dim) to its slot row, in the (block, KV
+// head, position, element) layout of KvLayout.
 template <typename T>
 __global__ void StoreKvKernel(const float* k, const float* v, const int64_t* slot_rows,
-                              int64_t kv_dim, T* k_pool, T* v_pool) {
+                              int n_kv_heads, int head_dim, int block_size, T* k_pool, T* v_pool) {
   const int64_t i = blockIdx.x;
+  const int64_t kv_dim = static_cast<int64_t>(n_kv_heads) * head_dim;
+  const int64_t block = slot_rows[i] / block_size, pos = slot_rows[i] % block_size;
   for (int64_t j = threadIdx.x; j < kv_dim; j += blockDim.x) {
-    StoreElem(k_pool + slot_rows[i] * kv_dim + j, k[i * kv_dim + j]);
-    StoreElem(v_pool + slot_rows[i] * kv_dim + j, v[i * kv_dim + j]);
+    const int64_t h = j / head_dim, e = j % head_dim;
+    const int64_t at = ((block * n_kv_heads + h) * block_size + pos) * head_dim + e;
+    StoreElem(k_pool + at, k[i * kv_dim + j]);
+    StoreElem(v_pool + at, v[i * kv_dim + j]);
   }
 }
 
@@ -232,14 +238,13 @@ __global__ void AttentionKernel(const DeviceQuery* queries, const int32_t* block
   const DeviceQuery qd = queries[blockIdx.x];
   const int h = blockIdx.y;
   const int kvh = h / (n_heads / n_kv_heads);
-  const int64_t kv_stride = static_cast<int64_t>(n_kv_heads) * head_dim;
   const int d = threadIdx.x;
   const float qv = d < head_dim ? qd.q[h * head_dim + d] : 0.0f;
   float m = -INFINITY, l = 0.0f, acc = 0.0f;
   for (int32_t p = 0; p < qd.n_ctx; ++p) {
     const int32_t block = blocks[qd.blocks_offset + p / block_size];
-    const int64_t row = (static_cast<int64_t>(block) * block_size + p % block_size) * kv_stride +
-                        static_cast<int64_t>(kvh) * head_dim;
+    const int64_t row =
+        ((static_cast<int64_t>(block) * n_kv_heads + kvh) * block_size + p % block_size) * head_dim;
     const float s = BlockSum(d < head_dim ? qv * LoadElem(k_pool + row + d) : 0.0f, shared) * scale;
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new);
@@ -369,13 +374,16 @@ cudaError_t AddBias(const float* bias, int64_t n, int64_t dim, float* x, cudaStr
 }
 
 cudaError_t StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
-                    int64_t kv_dim, bool f16, void* k_pool, void* v_pool, cudaStream_t s) {
+                    int n_kv_heads, int head_dim, int block_size, bool f16, void* k_pool,
+                    void* v_pool, cudaStream_t s) {
   if (f16) {
     StoreKvKernel<<<static_cast<unsigned>(n), 128, 0, s>>>(
-        k, v, slot_rows, kv_dim, static_cast<__half*>(k_pool), static_cast<__half*>(v_pool));
+        k, v, slot_rows, n_kv_heads, head_dim, block_size, static_cast<__half*>(k_pool),
+        static_cast<__half*>(v_pool));
   } else {
     StoreKvKernel<<<static_cast<unsigned>(n), 128, 0, s>>>(
-        k, v, slot_rows, kv_dim, static_cast<float*>(k_pool), static_cast<float*>(v_pool));
+        k, v, slot_rows, n_kv_heads, head_dim, block_size, static_cast<float*>(k_pool),
+        static_cast<float*>(v_pool));
   }
   return cudaGetLastError();
 }

@@ -35,7 +35,8 @@ cudaError_t SiluMul(const float* gate, const float* up, int64_t count, float* ou
 cudaError_t Add(const float* x, int64_t count, float* y, cudaStream_t stream);
 cudaError_t AddBias(const float* bias, int64_t n, int64_t dim, float* x, cudaStream_t stream);
 cudaError_t StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
-                    int64_t kv_dim, bool f16, void* k_pool, void* v_pool, cudaStream_t stream);
+                    int n_kv_heads, int head_dim, int block_size, bool f16, void* k_pool,
+                    void* v_pool, cudaStream_t stream);
 cudaError_t GatherRows(const float* src, const int64_t* rows, int64_t n, int64_t dim, float* dst,
                        cudaStream_t stream);
 cudaError_t Attention(const DeviceQuery* queries, int64_t n_queries, const int32_t* blocks,
