@@ -13,13 +13,15 @@
 //   does it.
 // The softmax bookkeeping (running max, std::exp correction, sums in position order) is
 // AVX2's, per head; the heads' sums run side by side, not one after another (each a chain
-// of dependent adds). A block's positions of one KV head lie together (KvLayout), which
-// the hardware prefetcher follows; before a block it prefetches the first 1 KiB of the
-// next block's K and V rows. (With the earlier (block, position, head) layout, whose rows
-// lay 1 KiB apart, it prefetched whole blocks; in this layout that filled the miss buffers:
-// 25% of BM_Attention streams:16 ctx:1024 cycles waited in the prefetch loop, Zen 4,
-// 2026-12-03.) An F16 cache (kv_block.h): each block's K and V rows of the KV head are
-// widened into scratch first (vcvtph2ps, exact), and the same code runs on the floats.
+// of dependent adds). A block's positions of one KV head lie together (KvLayout); before
+// a block it prefetches the next block's K and V rows of the head into L2 (blocks lie
+// anywhere in the pool, so the hardware prefetcher cannot run ahead across them). Into L1
+// those prefetches filled the miss buffers (25% of BM_Attention streams:16 ctx:1024
+// cycles waited in the prefetch loop); the first KiB alone into L1 gained nothing; into
+// L2, streams:16 ctx:1024 one thread 115-136 -> 98-100 ms (F32), 101-115 -> 78-84 ms
+// (F16), Zen 4, 2026-12-03. An F16 cache (kv_block.h): each block's K and V rows of the KV
+// head are widened into scratch first (vcvtph2ps, exact), and the same code runs on the
+// floats.
 //
 // Compiled for AVX-512 F/BW/VL/DQ in one region after every include (isa_target.h).
 
@@ -170,11 +172,6 @@ CASCADE_HOT void AccumulateHeads(const float* const* w, float* const* out, const
   }
 }
 
-// Bytes of the next block's K and V rows (of the KV head) prefetched before a block:
-// blocks lie anywhere in the pool, so a block's first lines always miss; once they are on
-// the way the hardware prefetcher follows the rest (KvLayout keeps them together).
-constexpr size_t kNextBlockPrefetchBytes = 1024;
-
 // dst[i] = src[i] (F16) as a float, i < n: exact, as Fp16ToFloat.
 void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; i += 16) {
@@ -210,10 +207,11 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
   for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
     const int32_t block = q.blocks[start / p.block_size];
     const int count = std::min(p.block_size, q.n_ctx - start);
-    if (start + p.block_size < q.n_ctx) {  // the next block's first lines (see above)
+    if (start + p.block_size < q.n_ctx) {  // the next block, into L2 (see above)
       const int32_t next = q.blocks[start / p.block_size + 1];
-      PrefetchBytes(KvBlockAddress(p, p.k_pool, next, kvh), kNextBlockPrefetchBytes);
-      PrefetchBytes(KvBlockAddress(p, p.v_pool, next, kvh), kNextBlockPrefetchBytes);
+      const size_t bytes = KvBlockBytes(p, std::min(p.block_size, q.n_ctx - start - p.block_size));
+      PrefetchBytes<CacheLevel::kL2>(KvBlockAddress(p, p.k_pool, next, kvh), bytes);
+      PrefetchBytes<CacheLevel::kL2>(KvBlockAddress(p, p.v_pool, next, kvh), bytes);
     }
     const KvRows rows =
         KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, scratch + group * p.block_size);
