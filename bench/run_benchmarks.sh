@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
-#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|all]     (default: all)
+#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|all]     (default: all)
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
 #   KV_TYPE=f32 bench/run_benchmarks.sh serving   # our KV cache in F32 (default f16, as the peer)
+#   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh longctx   # decode at depth 1024
 #   CASCADE_CPU_ISA=avx2 LLAMA_BENCH=/path/to/avx2-only/llama-bench bench/run_benchmarks.sh kernels
 #       # an AVX2-only CPU (Zen 3) on an AVX-512 one: our AVX2 kernels against a llama.cpp
 #       # built with GGML_NATIVE=OFF GGML_AVX512=OFF (its AVX2 kernels)
@@ -258,6 +259,10 @@ if [[ $WHAT == kernels || $WHAT == all ]]; then
   fi
 fi
 
+# Servers for (e) and (f): a free port, and waiting until one answers /health.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_health() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
+
 if [[ $WHAT == serving || $WHAT == all ]]; then
   echo
   echo "== (e) serving: 16 streams against 1 through the HTTP API; TinyLlama-1.1B Q4_0, 2 threads =="
@@ -269,8 +274,6 @@ if [[ $WHAT == serving || $WHAT == all ]]; then
   KV_TYPE=${KV_TYPE:-f16}
   echo "(our KV cache: $KV_TYPE; llama.cpp's: its default, f16)"
   M=$(model tinyllama-1.1b Q4_0)
-  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-  wait_health() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
   # Every run draws prompts from its own seed (the same for both servers): a prompt seen
   # before would let llama.cpp's server reuse its KV cache (cache_prompt) and skip prefill.
   run_load() { python3 bench/serving_bench.py --url "http://127.0.0.1:$1" --streams "$2" --prompt-tokens 128 --max-tokens 128 --vocab 32000 --seed "$3"; }
@@ -321,6 +324,57 @@ if ("peer", 16) in rows:
     print(f"1 stream,   ours / llama.cpp: {best('ours', 1, 'tokens_per_s') / best('peer', 1, 'tokens_per_s'):.2f}x (target >= 1.2)")
     ours99 = min(r['itl_p99_s'] for r in rows[('ours', 16)]); peer99 = min(r['itl_p99_s'] for r in rows[('peer', 16)])
     print(f"16 streams, inter-token p99: ours {ours99 * 1000:.0f} ms, llama.cpp {peer99 * 1000:.0f} ms (target: ours no worse)")
+PY
+  rm -f "$results"
+fi
+
+if [[ $WHAT == longctx || $WHAT == all ]]; then
+  echo
+  echo "== (f) one stream at depth: a 1024-token prompt, then 128 tokens; TinyLlama-1.1B Q4_0, 2 threads =="
+  # Decode over a long context, where attention reads the KV cache: ours with an F32 and
+  # an F16 cache, llama.cpp's server (one slot, its F16 cache) with LLAMA_SERVER; two
+  # rounds each, prompts from fresh seeds (no prompt cache hit), after a warm-up.
+  M=$(model tinyllama-1.1b Q4_0)
+  results=$(mktemp)
+  who_list=(f32 f16)
+  [[ -n ${LLAMA_SERVER:-} ]] && who_list+=(peer)
+  for round in 1 2; do
+    for who in "${who_list[@]}"; do
+      port=$(free_port)
+      if [[ $who == peer ]]; then
+        "$LLAMA_SERVER" -m "$M" -t 2 -tb 2 -np 1 -c 2048 --port "$port" >/dev/null 2>&1 &
+      else
+        "$BIN/cascade" serve --model "$M" --workers 1 --threads 2 --kv-type "$who" \
+          --listen "127.0.0.1:$(free_port)" --control-listen "127.0.0.1:$(free_port)" \
+          --http-listen "127.0.0.1:$port" >/dev/null 2>&1 &
+      fi
+      pid=$!
+      wait_health "$port"
+      python3 bench/serving_bench.py --url "http://127.0.0.1:$port" --streams 1 --prompt-tokens 64 \
+        --max-tokens 16 --vocab 32000 --seed 1 >/dev/null
+      echo "$who $(python3 bench/serving_bench.py --url "http://127.0.0.1:$port" --streams 1 \
+        --prompt-tokens 1024 --max-tokens 128 --vocab 32000 --seed $((round + 10)))" >> "$results"
+      kill "$pid"; wait "$pid" 2>/dev/null || true
+    done
+  done
+  python3 - "$results" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    who, js = line.split(" ", 1)
+    rows.setdefault(who, []).append(json.loads(js))
+def rng(who, key, scale=1.0, fmt="{:.1f}"):
+    v = [r[key] * scale for r in rows[who]]
+    return fmt.format(min(v)) + "-" + fmt.format(max(v))
+print(f"{'':14} {'TTFT s':>12} {'ITL p50 ms':>12} {'ITL p99 ms':>12} {'tokens/s':>12}")
+for who, name in (("f32", "ours, F32 KV"), ("f16", "ours, F16 KV"), ("peer", "llama.cpp")):
+    if who in rows:
+        print(f"{name:14} {rng(who, 'ttft_p50_s', fmt='{:.2f}'):>12} {rng(who, 'itl_p50_s', 1000):>12} "
+              f"{rng(who, 'itl_p99_s', 1000):>12} {rng(who, 'tokens_per_s'):>12}")
+if "peer" in rows:
+    for who in ("f32", "f16"):
+        ratio = min(r['itl_p50_s'] for r in rows['peer']) / min(r['itl_p50_s'] for r in rows[who])
+        print(f"decode at depth ({who} KV), ours / llama.cpp: {ratio:.2f}x (inter-token p50)")
 PY
   rm -f "$results"
 fi
