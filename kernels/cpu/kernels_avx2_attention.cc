@@ -17,7 +17,6 @@
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kv_block.h"
-#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/softmax_block.h"
 #include "util/fp16.h"
 
@@ -189,12 +188,8 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
   for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
     const int32_t block = q.blocks[start / p.block_size];
     const int count = std::min(p.block_size, q.n_ctx - start);
-    if (start + p.block_size < q.n_ctx) {  // the next block, into L2 (as AVX-512 does)
-      const int32_t next = q.blocks[start / p.block_size + 1];
-      const size_t bytes = KvBlockBytes(p, std::min(p.block_size, q.n_ctx - start - p.block_size));
-      PrefetchBytes<CacheLevel::kL2>(KvBlockAddress(p, p.k_pool, next, kvh), bytes);
-      PrefetchBytes<CacheLevel::kL2>(KvBlockAddress(p, p.v_pool, next, kvh), bytes);
-    }
+    // The next block, into L2, a slice before each head's scores (kv_block.h).
+    const NextBlockPrefetch next(p, q, start, kvh, group);
     const KvRows rows =
         KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, scratch + group * p.block_size);
     const float* k = rows.k;
@@ -203,6 +198,7 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     // Scores of every head of the group, 8 positions at a time (the block's K rows stay in
     // L1 for the group's heads).
     for (int g = 0; g < group; ++g) {
+      next.Issue(g);
       const float* qg = q.q + (h0 + g) * hd;
       float* sg = scratch + g * p.block_size;
       int j = 0;

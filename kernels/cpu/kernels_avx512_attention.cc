@@ -13,15 +13,14 @@
 //   does it.
 // The softmax bookkeeping (running max, std::exp correction, sums in position order) is
 // AVX2's, per head; the heads' sums run side by side, not one after another (each a chain
-// of dependent adds). A block's positions of one KV head lie together (KvLayout); before
-// a block it prefetches the next block's K and V rows of the head into L2 (blocks lie
-// anywhere in the pool, so the hardware prefetcher cannot run ahead across them). Into L1
-// those prefetches filled the miss buffers (25% of BM_Attention streams:16 ctx:1024
-// cycles waited in the prefetch loop); the first KiB alone into L1 gained nothing; into
-// L2, streams:16 ctx:1024 one thread 115-136 -> 98-100 ms (F32), 101-115 -> 78-84 ms
-// (F16), Zen 4, 2026-12-03. An F16 cache (kv_block.h): each block's K and V rows of the KV
-// head are widened into scratch first (vcvtph2ps, exact), and the same code runs on the
-// floats.
+// of dependent adds). A block's positions of one KV head lie together (KvLayout); while
+// it works on a block it prefetches the next block's K and V rows of the head into L2, a
+// slice before each pair of heads' scores (kv_block.h). Measured with BM_Attention
+// streams:16 ctx:1024, one thread, Zen 4, 2026-12-03: the whole next block into L1 filled
+// the miss buffers (25% of the cycles waited in the prefetch loop); into L2 in one burst,
+// F32 115-136 -> 98-100 ms, F16 101-115 -> 78-84; in slices, 78-84 (F32) and 70-74 (F16).
+// An F16 cache (kv_block.h): each block's K and V rows of the KV head are widened into
+// scratch first (vcvtph2ps, exact), and the same code runs on the floats.
 //
 // Compiled for AVX-512 F/BW/VL/DQ in one region after every include (isa_target.h).
 
@@ -207,12 +206,8 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
   for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
     const int32_t block = q.blocks[start / p.block_size];
     const int count = std::min(p.block_size, q.n_ctx - start);
-    if (start + p.block_size < q.n_ctx) {  // the next block, into L2 (see above)
-      const int32_t next = q.blocks[start / p.block_size + 1];
-      const size_t bytes = KvBlockBytes(p, std::min(p.block_size, q.n_ctx - start - p.block_size));
-      PrefetchBytes<CacheLevel::kL2>(KvBlockAddress(p, p.k_pool, next, kvh), bytes);
-      PrefetchBytes<CacheLevel::kL2>(KvBlockAddress(p, p.v_pool, next, kvh), bytes);
-    }
+    // The next block, into L2, a slice before each pair of heads' scores.
+    const NextBlockPrefetch next(p, q, start, kvh, (group + 1) / 2);
     const KvRows rows =
         KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, scratch + group * p.block_size);
     const float* k = rows.k;
@@ -223,6 +218,7 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     // (the table's dot is AVX2's Dot).
     const int full = count / 8 * 8;
     for (int g = 0; g < group; g += 2) {
+      next.Issue(g / 2);
       const bool pair = g + 1 < group;
       const float* qa = q.q + (h0 + g) * hd;
       const float* qb = pair ? qa + hd : qa;

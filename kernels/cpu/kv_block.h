@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/prefetch.h"
 
 namespace cascade::cpu {
 
@@ -62,6 +63,39 @@ inline size_t KvBlockBytes(const AttentionParams& p, int count) {
   return static_cast<size_t>(count) * static_cast<size_t>(p.head_dim) *
          p.kv_layout().element_bytes();
 }
+
+// The block after the one starting at position `start` of q's sequence (if any), K and V
+// rows of KV head kvh, prefetched into L2 in `slices` pieces while the kernel works on the
+// current block: Issue(i) before step i of `slices` steps. A sequence's blocks lie anywhere
+// in the pool, so the hardware prefetcher cannot run ahead across them; the whole next
+// block into L1 filled the miss buffers, and into L2 in one burst at the block's start it
+// still stalled there (docs/benchmarks.md, 2026-12-03).
+class NextBlockPrefetch {
+ public:
+  NextBlockPrefetch(const AttentionParams& p, const AttentionQuery& q, int32_t start, int kvh,
+                    int slices) {
+    if (start + p.block_size >= q.n_ctx) return;
+    const int32_t next = q.blocks[start / p.block_size + 1];
+    bytes_ = KvBlockBytes(p, q.n_ctx - start - p.block_size < p.block_size
+                                 ? q.n_ctx - start - p.block_size
+                                 : p.block_size);
+    k_ = static_cast<const char*>(KvBlockAddress(p, p.k_pool, next, kvh));
+    v_ = static_cast<const char*>(KvBlockAddress(p, p.v_pool, next, kvh));
+    slice_ = (bytes_ + static_cast<size_t>(slices) - 1) / static_cast<size_t>(slices);
+  }
+  void Issue(int i) const {
+    const size_t from = slice_ * static_cast<size_t>(i);
+    if (from >= bytes_) return;
+    const size_t n = bytes_ - from < slice_ ? bytes_ - from : slice_;
+    PrefetchBytes<CacheLevel::kL2>(k_ + from, n);
+    PrefetchBytes<CacheLevel::kL2>(v_ + from, n);
+  }
+
+ private:
+  const char* k_ = nullptr;
+  const char* v_ = nullptr;
+  size_t bytes_ = 0, slice_ = 0;
+};
 
 }  // namespace cascade::cpu
 

@@ -23,6 +23,10 @@ inline void PrefetchBytes(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (size_t off = 0; off < bytes; off += 64) {
     __builtin_prefetch(c + off, 0, kLevel == CacheLevel::kL1 ? 3 : 2);
+    // A loop of prefetches alone has no effect the compiler must keep: where it can prove
+    // the loop ends (bytes bounded by what it knows), GCC deletes it whole. The empty asm
+    // statement, which takes the address, keeps it.
+    asm volatile("" : : "r"(c + off));
   }
 }
 
