@@ -193,7 +193,7 @@ int Main(int argc, char** argv) {
                "--triad-mib 0 skips the bandwidth measurement");
   CLI11_PARSE(app, argc, argv);
 
-  if (auto t = ParseTensorTypeName(kv_type_arg); t && IsKvCacheType(*t)) {
+  if (auto t = ParseKvCacheType(kv_type_arg)) {
     o.kv_type = *t;
   } else {
     std::fprintf(stderr, "--kv-type: '%s' is not f32 or f16\n", kv_type_arg.c_str());

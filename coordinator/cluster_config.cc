@@ -176,8 +176,8 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   t.push_back(Option(
       "kv-type", "KV cache elements: f32, or f16 (half the memory; keys and values rounded)",
       [c](const std::string& s) -> absl::Status {
-        const std::optional<TensorType> type = ParseTensorTypeName(s);
-        if (!type || !IsKvCacheType(*type)) return Bad("kv-type", s, "f32 or f16");
+        const std::optional<TensorType> type = ParseKvCacheType(s);
+        if (!type) return Bad("kv-type", s, "f32 or f16");
         c->plan.kv_type = *type;
         return absl::OkStatus();
       },

@@ -9,7 +9,7 @@ namespace cascade {
 KvCache::KvCache(const KvCacheOptions& options)
     : options_(options),
       layer_bytes_(options.num_blocks * options.block_size * options.n_kv_heads * options.head_dim *
-                   static_cast<int64_t>(Traits(options.type).block_bytes)) {
+                   static_cast<int64_t>(KvElementBytes(options.type))) {
   free_.reserve(options.num_blocks);
   for (int64_t b = options.num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
@@ -42,8 +42,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
 }
 
 uint64_t KvCache::BytesFor(const KvCacheOptions& o) {
-  const uint64_t elem = IsKvCacheType(o.type) ? Traits(o.type).block_bytes : sizeof(float);
-  return 2ull * elem * o.n_layers * o.num_blocks * o.block_size * o.n_kv_heads * o.head_dim;
+  return 2ull * KvElementBytes(o.type) * o.n_layers * o.num_blocks * o.block_size * o.n_kv_heads *
+         o.head_dim;
 }
 
 absl::StatusOr<KvCache::Plan> KvCache::PlanBatch(std::span<const TokenSlot> slots) const {

@@ -57,7 +57,7 @@ struct KvLayout {
     const int64_t block = slot_row / block_size, pos = slot_row % block_size;
     return ((block * n_kv_heads + kvh) * block_size + pos) * head_dim;
   }
-  size_t element_bytes() const { return type == TensorType::kF16 ? 2 : 4; }
+  size_t element_bytes() const { return KvElementBytes(type); }
 };
 
 struct AttentionParams {

@@ -6,12 +6,6 @@
 
 namespace cascade {
 
-namespace {
-
-uint64_t KvElementBytes(TensorType kv_type) { return kv_type == TensorType::kF16 ? 2 : 4; }
-
-}  // namespace
-
 uint64_t KvBytesPerToken(const ModelConfig& c, int layers, TensorType kv_type) {
   return 2ull * KvElementBytes(kv_type) * static_cast<uint64_t>(layers) *
          static_cast<uint64_t>(c.kv_dim());

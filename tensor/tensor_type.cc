@@ -77,6 +77,12 @@ std::optional<TensorType> ParseTensorTypeName(std::string_view name) {
 
 bool IsKvCacheType(TensorType type) { return type == T::kF32 || type == T::kF16; }
 
+std::optional<TensorType> ParseKvCacheType(std::string_view name) {
+  const std::optional<TensorType> type = ParseTensorTypeName(name);
+  if (!type || !IsKvCacheType(*type)) return std::nullopt;
+  return type;
+}
+
 bool IsComputeSupported(TensorType type) {
   switch (type) {
     case T::kF32:

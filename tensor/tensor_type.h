@@ -6,6 +6,7 @@
 #ifndef CASCADE_TENSOR_TENSOR_TYPE_H_
 #define CASCADE_TENSOR_TENSOR_TYPE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -68,6 +69,10 @@ bool IsComputeSupported(TensorType type);
 // True for the element types a KV cache can hold: F32 and F16 (half the bytes; keys and
 // values rounded to nearest even on the way in, exact on the way out).
 bool IsKvCacheType(TensorType type);
+// Bytes of one KV cache element (4 for F32, 2 for F16); type must be IsKvCacheType.
+inline size_t KvElementBytes(TensorType type) { return type == TensorType::kF16 ? 2 : 4; }
+// A KV cache type from a user's name ("f32", "F16"; any case), or nullopt for any other.
+std::optional<TensorType> ParseKvCacheType(std::string_view name);
 
 // Bytes of a row of `elems` elements; false if elems is not a multiple of the block size
 // or the size overflows.

@@ -214,8 +214,8 @@ int RunPlan(const PlanFlags& f) {
   lim.kv_tokens = ctx * f.kv_sequences;
   lim.batch_tokens = f.batch;
   lim.min_stages = f.min_stages;
-  const std::optional<TensorType> kv_type = ParseTensorTypeName(f.kv_type);
-  if (!kv_type || !IsKvCacheType(*kv_type)) {
+  const std::optional<TensorType> kv_type = ParseKvCacheType(f.kv_type);
+  if (!kv_type) {
     std::cerr << "cascade plan: --kv-type: '" << f.kv_type << "' is not f32 or f16\n";
     return 2;
   }

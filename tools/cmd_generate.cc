@@ -61,8 +61,8 @@ int RunGenerate(const GenerateFlags& f) {
     std::cerr << "cascade generate: --device: " << device.status().message() << "\n";
     return 2;
   }
-  const std::optional<TensorType> kv_type = ParseTensorTypeName(f.kv_type);
-  if (!kv_type || !IsKvCacheType(*kv_type)) {
+  const std::optional<TensorType> kv_type = ParseKvCacheType(f.kv_type);
+  if (!kv_type) {
     std::cerr << "cascade generate: --kv-type: '" << f.kv_type << "' is not f32 or f16\n";
     return 2;
   }
