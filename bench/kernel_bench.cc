@@ -273,6 +273,7 @@ BENCHMARK(BM_Attention)
     ->ArgsProduct({{1, 16}, {192}, {1, 2}, {8}, {32}, {16}})
     ->ArgsProduct({{1, 16}, {1024}, {1, 2}, {8}, {32}, {32, 16}})
     ->ArgsProduct({{0}, {128}, {1, 2}, {8}, {32}, {16}})
+    ->ArgsProduct({{0}, {512}, {1, 2}, {8}, {32}, {32, 16}})
     ->ArgNames({"streams", "ctx", "threads", "group", "block", "kv_bits"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

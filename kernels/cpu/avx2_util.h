@@ -27,7 +27,8 @@ void QuantizeQ8_0Row(const float* x, int64_t k, void* out);
 void QuantizeQ8KRow(const float* x, int64_t k, void* out);
 // kernels_avx2_attention.cc
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
-void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kv_head, float* scratch);
+void AttentionGroup(const AttentionParams& p, const AttentionQuery* qs, int n, int kv_head,
+                    float* scratch);
 
 // ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)), the canonical lane reduction.
 inline float Hsum8(__m256 v) {

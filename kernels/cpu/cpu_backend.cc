@@ -361,16 +361,29 @@ void CpuBackend::AddBias(const float* bias, int64_t n, int64_t dim, float* x) {
 void CpuBackend::Attention(const AttentionParams& p) {
   const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
   const int group = p.n_heads / p.n_kv_heads;
-  const int64_t tasks = p.n_queries * p.n_kv_heads;
-  // One (query, KV head) per task: the group's heads share the K/V loads; each head walks
-  // its sequence's blocks in order with an online softmax, so its result does not depend
-  // on the rest of the batch or on the split.
+  // Tiles: runs of up to kAttentionTile consecutive queries of one sequence (a prompt's
+  // positions), which the kernel takes block by block together.
+  std::vector<int64_t> tiles;  // first query of each, then n_queries
+  for (int64_t i = 0; i < p.n_queries; ++i) {
+    if (tiles.empty() || i - tiles.back() == cpu::kAttentionTile ||
+        p.queries[i].blocks != p.queries[tiles.back()].blocks) {
+      tiles.push_back(i);
+    }
+  }
+  const int64_t n_tiles = static_cast<int64_t>(tiles.size());
+  tiles.push_back(p.n_queries);
+  const int64_t tasks = n_tiles * p.n_kv_heads;
+  // One (tile, KV head) per task: the group's heads share the K/V loads; each head of each
+  // query walks its sequence's blocks in order with an online softmax, so its result does
+  // not depend on the rest of the batch, the tiles or the split.
   // A group's scores, and an F16 block converted.
   EnsureThreadScratch(static_cast<size_t>(group) * p.block_size + cpu::KvBlockScratchFloats(p));
   auto body = [&](int64_t b, int64_t e, int thread) {
     for (int64_t task = b; task < e; ++task) {
-      kt.attention_group(p, p.queries[task / p.n_kv_heads], static_cast<int>(task % p.n_kv_heads),
-                         thread_scratch_[thread].data.get());
+      const int64_t tile = task / p.n_kv_heads;
+      kt.attention_group(p, p.queries + tiles[tile],
+                         static_cast<int>(tiles[tile + 1] - tiles[tile]),
+                         static_cast<int>(task % p.n_kv_heads), thread_scratch_[thread].data.get());
     }
   };
   int64_t work = 0;

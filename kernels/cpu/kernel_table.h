@@ -77,6 +77,10 @@ inline size_t ScratchFloats(int64_t k) {
 
 using MatmulFn = void (*)(const MatmulTask&);
 
+// Queries of one sequence that KernelTable::attention_group takes at once: 16 prompt
+// positions share each K/V block while it is in L1.
+inline constexpr int kAttentionTile = 16;
+
 // The grouped matmul (KernelTable::grouped_matmul).
 using GroupedMatmulFn = void (*)(const MatmulTask& t, TensorType type);
 
@@ -96,12 +100,17 @@ struct KernelTable {
   float (*sum_squares)(const float* x, int64_t n);
   // out[i] = silu(gate[i]) * up[i]; out may alias gate.
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
-  // Attention of one query for the heads that share KV head `kv_head` (a GQA group), over
-  // the query's sequence, with an online softmax over KV blocks in order. Each head's
-  // result depends only on its own q, the cache and the parameters. `scratch` holds
-  // (n_heads / n_kv_heads) * block_size + KvBlockScratchFloats(p) floats (kv_block.h: an
-  // F16 cache's block is converted there, exactly, and the F32 algorithm runs on it).
-  void (*attention_group)(const AttentionParams& p, const AttentionQuery& q, int kv_head,
+  // Attention of queries qs[0..n) (1 <= n <= kAttentionTile) of one sequence (the same
+  // block table; any n_ctx each) for the heads that share KV head `kv_head` (a GQA group),
+  // each with an online softmax over its KV blocks in order. Each head's result depends
+  // only on its own q, the cache and the parameters: the same bits whatever the other
+  // queries of the tile, or alone (n = 1). The kernels walk the blocks once for the tile,
+  // every query in turn on a block while it is in L1 (and converted once, for an F16
+  // cache), where one query at a time re-read the whole prefix per query of a prompt.
+  // `scratch` holds (n_heads / n_kv_heads) * block_size + KvBlockScratchFloats(p) floats
+  // (kv_block.h: an F16 cache's block is converted there, exactly, and the F32 algorithm
+  // runs on it).
+  void (*attention_group)(const AttentionParams& p, const AttentionQuery* qs, int n, int kv_head,
                           float* scratch);
   // Float activations packed once per matmul and shared by its threads (null where the
   // ISA's float matmul packs none). packed_f32_floats(n, k): the floats n activation rows

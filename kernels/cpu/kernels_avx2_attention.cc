@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/kernel_table.h"
@@ -170,77 +171,81 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
-void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scratch) {
-  const int group = p.n_heads / p.n_kv_heads;
+namespace {
+
+// One query's step over one KV block for the group's heads (h0 ..): rows holds the block's
+// K and V rows, count of them this query's; m and l are its heads' running maxima and sums;
+// next.Issue(*slice) before each head's scores.
+void QueryBlock(const AttentionParams& p, const AttentionQuery& q, int h0, int group,
+                const KvRows& rows, int count, float* m, float* l, const NextBlockPrefetch& next,
+                int* slice, float* scratch) {
   const int64_t hd = p.head_dim;
-  const int h0 = kvh * group;
-  constexpr int kMaxGroup = 64;
-  if (group > kMaxGroup) {  // no model we run has such groups; stay correct anyway
-    ScalarKernels().attention_group(p, q, kvh, scratch);
+  const float* k = rows.k;
+  const float* v = rows.v;
+  const int64_t kv_stride = rows.stride;  // floats between positions
+  // Scores of every head of the group, 8 positions at a time (the block's K rows stay in
+  // L1 for the group's heads).
+  for (int g = 0; g < group; ++g) {
+    next.Issue((*slice)++);
+    const float* qg = q.q + (h0 + g) * hd;
+    float* sg = scratch + g * p.block_size;
+    int j = 0;
+    for (; j + 8 <= count; j += 8) Scores8(qg, k + j * kv_stride, kv_stride, hd, p.scale, sg + j);
+    for (; j < count; ++j) sg[j] = Dot(qg, k + j * kv_stride, hd) * p.scale;
+  }
+  // Per head: the block's max, the correction of what came before, the weights
+  // exp(s - m_new) in place (softmax_block.h); then the heads' sums.
+  float c[kMaxAttentionGroup];
+  bool rescale[kMaxAttentionGroup];
+  for (int g = 0; g < group; ++g) {
+    float* s = scratch + g * p.block_size;
+    const __m256 mv = _mm256_set1_ps(EnterBlock(s, count, &m[g], &l[g], &c[g], &rescale[g]));
+    int j = 0;
+    for (; j + 8 <= count; j += 8) {
+      _mm256_storeu_ps(s + j, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
+    }
+    if (j < count) {
+      const __m256i mask = TailMask(count - j);
+      _mm256_maskstore_ps(s + j, mask, Exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, mask), mv)));
+    }
+  }
+  AddBlockSums(scratch, p.block_size, group, count, l);
+  // The value rows into the outputs: two heads per load of a row where head_dim is a
+  // multiple of 32, else one head at a time.
+  int g = 0;
+  if (hd % 32 == 0) {
+    for (; g + 2 <= group; g += 2) {
+      AccumulateTwoHeads(scratch + g * p.block_size, scratch + (g + 1) * p.block_size, c[g],
+                         c[g + 1], rescale[g], rescale[g + 1], v, kv_stride, count,
+                         q.out + (h0 + g) * hd, q.out + (h0 + g + 1) * hd, hd);
+    }
+  }
+  for (; g < group; ++g) {
+    float* out = q.out + (h0 + g) * hd;
+    if (rescale[g]) Scale(c[g], out, hd);
+    AccumulateRows(scratch + g * p.block_size, v, kv_stride, count, out, hd);
+  }
+}
+
+}  // namespace
+
+void AttentionGroup(const AttentionParams& p, const AttentionQuery* qs, int n, int kvh,
+                    float* scratch) {
+  const int group = p.n_heads / p.n_kv_heads;
+  if (group > kMaxAttentionGroup) {  // no model we run has such groups; stay correct anyway
+    ScalarKernels().attention_group(p, qs, n, kvh, scratch);
     return;
   }
-  float m[kMaxGroup], l[kMaxGroup];
-  for (int g = 0; g < group; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-    std::fill(q.out + (h0 + g) * hd, q.out + (h0 + g + 1) * hd, 0.0f);
-  }
-  for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
-    const int32_t block = q.blocks[start / p.block_size];
-    const int count = std::min(p.block_size, q.n_ctx - start);
-    // The next block, into L2, a slice before each head's scores (kv_block.h).
-    const NextBlockPrefetch next(p, q, start, kvh, group);
-    const KvRows rows =
-        KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, scratch + group * p.block_size);
-    const float* k = rows.k;
-    const float* v = rows.v;
-    const int64_t kv_stride = rows.stride;  // floats between positions
-    // Scores of every head of the group, 8 positions at a time (the block's K rows stay in
-    // L1 for the group's heads).
-    for (int g = 0; g < group; ++g) {
-      next.Issue(g);
-      const float* qg = q.q + (h0 + g) * hd;
-      float* sg = scratch + g * p.block_size;
-      int j = 0;
-      for (; j + 8 <= count; j += 8) Scores8(qg, k + j * kv_stride, kv_stride, hd, p.scale, sg + j);
-      for (; j < count; ++j) sg[j] = Dot(qg, k + j * kv_stride, hd) * p.scale;
-    }
-    // Per head: the block's max, the correction of what came before, the weights
-    // exp(s - m_new) in place (softmax_block.h); then the heads' sums.
-    float c[kMaxGroup];
-    bool rescale[kMaxGroup];
-    for (int g = 0; g < group; ++g) {
-      float* s = scratch + g * p.block_size;
-      const __m256 mv = _mm256_set1_ps(EnterBlock(s, count, &m[g], &l[g], &c[g], &rescale[g]));
-      int j = 0;
-      for (; j + 8 <= count; j += 8) {
-        _mm256_storeu_ps(s + j, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
-      }
-      if (j < count) {
-        const __m256i mask = TailMask(count - j);
-        _mm256_maskstore_ps(s + j, mask, Exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, mask), mv)));
-      }
-    }
-    AddBlockSums(scratch, p.block_size, group, count, l);
-    // The value rows into the outputs: two heads per load of a row where head_dim is a
-    // multiple of 32, else one head at a time.
-    int g = 0;
-    if (hd % 32 == 0) {
-      for (; g + 2 <= group; g += 2) {
-        AccumulateTwoHeads(scratch + g * p.block_size, scratch + (g + 1) * p.block_size, c[g],
-                           c[g + 1], rescale[g], rescale[g + 1], v, kv_stride, count,
-                           q.out + (h0 + g) * hd, q.out + (h0 + g + 1) * hd, hd);
-      }
-    }
-    for (; g < group; ++g) {
-      float* out = q.out + (h0 + g) * hd;
-      if (rescale[g]) Scale(c[g], out, hd);
-      AccumulateRows(scratch + g * p.block_size, v, kv_stride, count, out, hd);
-    }
-  }
-  for (int g = 0; g < group; ++g) {
-    if (l[g] > 0) Scale(1.0f / l[g], q.out + (h0 + g) * hd, hd);
-  }
+  const int h0 = kvh * group;
+  // Block after block of the sequence, each query of the tile in turn on it while it is in
+  // L1 (attention_tile.h).
+  AttentionTile<&HalfRowToFloat>(
+      p, qs, n, kvh, group, scratch,
+      [&](const AttentionQuery& q, const KvRows& rows, int count, float* m, float* l,
+          const NextBlockPrefetch& next, int* slice) {
+        QueryBlock(p, q, h0, group, rows, count, m, l, next, slice, scratch);
+      },
+      [&](float c, float* x, int64_t len) { Scale(c, x, len); });
 }
 
 }  // namespace cascade::cpu::avx2

@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/avx512_attention.h"
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/isa_target.h"
@@ -180,92 +181,95 @@ void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
   }
 }
 
+// One query's step over one KV block for the group's heads (h0 ..): rows holds the block's
+// K and V rows, count of them this query's; m and l are its heads' running maxima and sums;
+// next.Issue(*slice) before each pair of heads' scores.
+void QueryBlock(const AttentionParams& p, const AttentionQuery& q, int h0, int group,
+                const KvRows& rows, int count, float* m, float* l, const NextBlockPrefetch& next,
+                int* slice, float* scratch) {
+  const KernelTable& avx2 = Avx2Kernels();
+  const int64_t hd = p.head_dim;
+  const float* k = rows.k;
+  const float* v = rows.v;
+  const int64_t kv_stride = rows.stride;  // floats between positions
+  // Scores: two heads at a time (a last odd head, or a group of one, with itself in the
+  // other half), 8 positions at a time; positions past the last 8 as AVX2 computes them
+  // (the table's dot is AVX2's Dot).
+  const int full = count / 8 * 8;
+  for (int g = 0; g < group; g += 2) {
+    next.Issue((*slice)++);
+    const bool pair = g + 1 < group;
+    const float* qa = q.q + (h0 + g) * hd;
+    const float* qb = pair ? qa + hd : qa;
+    float* sa = scratch + g * p.block_size;
+    float* sb = pair ? sa + p.block_size : sa;
+    if (hd == 64) {
+      ScoresRuns8x2<8>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
+    } else if (hd == 128) {
+      ScoresRuns8x2<16>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
+    } else {
+      ScoresRuns8x2<0>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
+    }
+    for (int j = full; j < count; ++j) {
+      sa[j] = avx2.dot(qa, k + j * kv_stride, hd) * p.scale;
+      if (pair) sb[j] = avx2.dot(qb, k + j * kv_stride, hd) * p.scale;
+    }
+  }
+  // The online softmax per head, AVX2's operations (softmax_block.h): the block's max,
+  // the correction of what came before, exp of the shifted scores in place; then the
+  // heads' sums.
+  float c[kMaxAttentionGroup];
+  bool rescale[kMaxAttentionGroup];
+  float* out[kMaxAttentionGroup];
+  const float* w[kMaxAttentionGroup];
+  for (int g = 0; g < group; ++g) {
+    float* s = scratch + g * p.block_size;
+    ExpShifted(s, count, EnterBlock(s, count, &m[g], &l[g], &c[g], &rescale[g]));
+    out[g] = q.out + (h0 + g) * hd;
+    w[g] = s;
+  }
+  AddBlockSums(scratch, p.block_size, group, count, l);
+  // The value rows into the heads' outputs, up to 4 heads per load of a row.
+  int g = 0;
+  for (; g + 4 <= group; g += 4) {
+    AccumulateHeads<4>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
+  }
+  switch (group - g) {
+    case 3:
+      AccumulateHeads<3>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
+      break;
+    case 2:
+      AccumulateHeads<2>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
+      break;
+    case 1:
+      AccumulateHeads<1>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace
 
-void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scratch) {
+void AttentionGroup(const AttentionParams& p, const AttentionQuery* qs, int n, int kvh,
+                    float* scratch) {
   const KernelTable& avx2 = Avx2Kernels();
   const int group = p.n_heads / p.n_kv_heads;
   const int64_t hd = p.head_dim;
-  constexpr int kMaxGroup = 64;
-  if (group > kMaxGroup || hd % 8 != 0) {  // as AVX2 does it (no model we run has these)
-    avx2.attention_group(p, q, kvh, scratch);
+  if (group > kMaxAttentionGroup || hd % 8 != 0) {  // as AVX2 does it (no model we run has these)
+    avx2.attention_group(p, qs, n, kvh, scratch);
     return;
   }
   const int h0 = kvh * group;
-  float m[kMaxGroup], l[kMaxGroup], c[kMaxGroup];
-  bool rescale[kMaxGroup];
-  float* out[kMaxGroup];
-  const float* w[kMaxGroup];
-  for (int g = 0; g < group; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-    out[g] = q.out + (h0 + g) * hd;
-    w[g] = scratch + g * p.block_size;
-    std::fill(out[g], out[g] + hd, 0.0f);
-  }
-  for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
-    const int32_t block = q.blocks[start / p.block_size];
-    const int count = std::min(p.block_size, q.n_ctx - start);
-    // The next block, into L2, a slice before each pair of heads' scores.
-    const NextBlockPrefetch next(p, q, start, kvh, (group + 1) / 2);
-    const KvRows rows =
-        KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, scratch + group * p.block_size);
-    const float* k = rows.k;
-    const float* v = rows.v;
-    const int64_t kv_stride = rows.stride;  // floats between positions
-    // Scores: two heads at a time (a last odd head, or a group of one, with itself in the
-    // other half), 8 positions at a time; positions past the last 8 as AVX2 computes them
-    // (the table's dot is AVX2's Dot).
-    const int full = count / 8 * 8;
-    for (int g = 0; g < group; g += 2) {
-      next.Issue(g / 2);
-      const bool pair = g + 1 < group;
-      const float* qa = q.q + (h0 + g) * hd;
-      const float* qb = pair ? qa + hd : qa;
-      float* sa = scratch + g * p.block_size;
-      float* sb = pair ? sa + p.block_size : sa;
-      if (hd == 64) {
-        ScoresRuns8x2<8>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
-      } else if (hd == 128) {
-        ScoresRuns8x2<16>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
-      } else {
-        ScoresRuns8x2<0>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
-      }
-      for (int j = full; j < count; ++j) {
-        sa[j] = avx2.dot(qa, k + j * kv_stride, hd) * p.scale;
-        if (pair) sb[j] = avx2.dot(qb, k + j * kv_stride, hd) * p.scale;
-      }
-    }
-    // The online softmax per head, AVX2's operations (softmax_block.h): the block's max,
-    // the correction of what came before, exp of the shifted scores in place; then the
-    // heads' sums.
-    for (int g = 0; g < group; ++g) {
-      float* s = scratch + g * p.block_size;
-      ExpShifted(s, count, EnterBlock(s, count, &m[g], &l[g], &c[g], &rescale[g]));
-    }
-    AddBlockSums(scratch, p.block_size, group, count, l);
-    // The value rows into the heads' outputs, up to 4 heads per load of a row.
-    int g = 0;
-    for (; g + 4 <= group; g += 4) {
-      AccumulateHeads<4>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
-    }
-    switch (group - g) {
-      case 3:
-        AccumulateHeads<3>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
-        break;
-      case 2:
-        AccumulateHeads<2>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
-        break;
-      case 1:
-        AccumulateHeads<1>(w + g, out + g, c + g, rescale + g, v, kv_stride, count, hd);
-        break;
-      default:
-        break;
-    }
-  }
-  for (int g = 0; g < group; ++g) {
-    if (l[g] > 0) avx2.scale(1.0f / l[g], out[g], hd);
-  }
+  // Block after block of the sequence, each query of the tile in turn on it while it is in
+  // L1 (attention_tile.h).
+  AttentionTile<&HalfRowToFloat>(
+      p, qs, n, kvh, (group + 1) / 2, scratch,
+      [&](const AttentionQuery& q, const KvRows& rows, int count, float* m, float* l,
+          const NextBlockPrefetch& next, int* slice) {
+        QueryBlock(p, q, h0, group, rows, count, m, l, next, slice, scratch);
+      },
+      [&](float c, float* x, int64_t len) { avx2.scale(c, x, len); });
 }
 
 }  // namespace cascade::cpu::avx512

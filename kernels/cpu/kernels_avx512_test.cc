@@ -543,8 +543,8 @@ TEST(Avx512Attention, MatchesTheAvx2KernelBitForBit) {
     AttentionParams p{sh.n_heads, sh.n_kv, sh.hd, 0.125f, sh.block_size, k_pool.data(),
                       v_pool.data(), &query_want, 1};
     for (int kvh = 0; kvh < sh.n_kv; ++kvh) {
-      cpu::Avx2Kernels().attention_group(p, query_want, kvh, scratch.data());
-      cpu::Avx512Kernels().attention_group(p, query_got, kvh, scratch.data());
+      cpu::Avx2Kernels().attention_group(p, &query_want, 1, kvh, scratch.data());
+      cpu::Avx512Kernels().attention_group(p, &query_got, 1, kvh, scratch.data());
     }
     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
         << "heads " << sh.n_heads << "/" << sh.n_kv << " head_dim " << sh.hd << " ctx "

@@ -264,7 +264,8 @@ void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
 }
 
 // One head at a time: scores of a KV block, then the online-softmax update.
-void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, float* scratch) {
+void AttentionQueryGroup(const AttentionParams& p, const AttentionQuery& q, int kvh,
+                         float* scratch) {
   const int group = p.n_heads / p.n_kv_heads;
   float* scores = scratch;
   float* kv_buf = scratch + static_cast<int64_t>(group) * p.block_size;  // F16 rows as floats
@@ -295,6 +296,12 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery& q, int kvh, 
     }
     if (l > 0) Scale(1.0f / l, out, p.head_dim);
   }
+}
+
+// The reference takes a tile's queries one after another.
+void AttentionGroup(const AttentionParams& p, const AttentionQuery* qs, int n, int kvh,
+                    float* scratch) {
+  for (int i = 0; i < n; ++i) AttentionQueryGroup(p, qs[i], kvh, scratch);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -612,6 +613,92 @@ TEST(Attention, F16CacheIsTheF32KernelOnTheRoundedCache) {
     }
     if (!avx2_out.empty() && !avx512_out.empty()) {
       EXPECT_EQ(avx2_out, avx512_out) << "head size " << sh.hd;
+    }
+  }
+}
+
+// A prompt's queries go to the kernels in tiles of up to kAttentionTile positions of one
+// sequence, which walk the KV blocks once for the tile: every query's result is, bit for
+// bit, the one it gets alone, on every ISA, F32 and F16 caches, over tiles that are full,
+// partial, broken by another sequence's query, with positions in any order and contexts
+// that end inside a block; AVX2 and AVX-512 agree on them.
+TEST(Attention, PromptTilesAreTheQueriesAlone) {
+  struct Shape {
+    int n_heads, n_kv, hd, bs;
+  };
+  for (const Shape sh : {Shape{32, 4, 64, 32}, Shape{6, 2, 40, 16}, Shape{4, 1, 128, 12},
+                         Shape{2, 2, 20, 8}, Shape{5, 1, 64, 16}}) {
+    const int kv = sh.n_kv * sh.hd, pool_blocks = 16;
+    const int64_t pool = static_cast<int64_t>(pool_blocks) * sh.bs * kv;
+    const auto k32 = Random(pool, 21), v32 = Random(pool, 22);
+    std::vector<uint16_t> k16(pool), v16(pool);
+    for (int64_t i = 0; i < pool; ++i) {
+      k16[i] = FloatToFp16(k32[i]);
+      v16[i] = FloatToFp16(v32[i]);
+    }
+    const std::vector<int32_t> prompt_table = {9, 2, 14, 0, 7, 11, 4, 12};
+    const std::vector<int32_t> other_table = {5, 3};
+    // The prompt's positions 0..36 (three tiles, the last partial), another sequence's
+    // decode query between positions 20 and 21, then positions in a shuffled order.
+    std::vector<AttentionQuery> qs;
+    std::vector<int32_t> ctx;
+    std::vector<const int32_t*> table;
+    for (int32_t pos = 0; pos < 37; ++pos) {
+      ctx.push_back(pos + 1);
+      table.push_back(prompt_table.data());
+      if (pos == 20) {
+        ctx.push_back(sh.bs + 3);
+        table.push_back(other_table.data());
+      }
+    }
+    for (int32_t c : {5 * sh.bs + 1, 3, 4 * sh.bs, 2 * sh.bs + 7, 1, 6 * sh.bs - 2}) {
+      ctx.push_back(c);
+      table.push_back(prompt_table.data());
+    }
+    const int nq = static_cast<int>(ctx.size());
+    const int64_t q_floats = static_cast<int64_t>(sh.n_heads) * sh.hd;
+    const auto q = Random(nq * q_floats, 23);
+    std::map<CpuIsa, std::vector<float>> tiled_by_isa;
+    for (const TensorType type : {TensorType::kF32, TensorType::kF16}) {
+      const void* kp = type == TensorType::kF16 ? static_cast<const void*>(k16.data()) : k32.data();
+      const void* vp = type == TensorType::kF16 ? static_cast<const void*>(v16.data()) : v32.data();
+      for (CpuIsa isa : AvailableIsas()) {
+        std::vector<float> alone(nq * q_floats, -1.0f);
+        for (int threads : {1, 2}) {
+          CpuBackendOptions opt;
+          opt.max_isa = isa;
+          opt.threads = threads;
+          CpuBackend be(opt);
+          std::vector<float> tiled(nq * q_floats, -2.0f);
+          auto query = [&](int i, std::vector<float>& out) {
+            return AttentionQuery{q.data() + i * q_floats, out.data() + i * q_floats, table[i],
+                                  ctx[i]};
+          };
+          AttentionParams p{sh.n_heads, sh.n_kv, sh.hd, 0.2f, sh.bs, kp, vp, nullptr, 0};
+          p.kv_type = type;
+          if (threads == 1) {
+            for (int i = 0; i < nq; ++i) {
+              const AttentionQuery one = query(i, alone);
+              p.queries = &one;
+              p.n_queries = 1;
+              be.Attention(p);
+            }
+          }
+          for (int i = 0; i < nq; ++i) qs.push_back(query(i, tiled));
+          p.queries = qs.data();
+          p.n_queries = nq;
+          be.Attention(p);
+          qs.clear();
+          ASSERT_EQ(tiled, alone) << CpuIsaName(isa) << ", " << TensorTypeName(type) << ", heads "
+                                  << sh.n_heads << "/" << sh.n_kv << ", head size " << sh.hd << ", "
+                                  << threads << " threads";
+          if (type == TensorType::kF16) tiled_by_isa[isa] = tiled;
+        }
+      }
+    }
+    if (tiled_by_isa.count(CpuIsa::kAvx2) != 0 && tiled_by_isa.count(CpuIsa::kAvx512) != 0) {
+      EXPECT_EQ(tiled_by_isa[CpuIsa::kAvx2], tiled_by_isa[CpuIsa::kAvx512])
+          << "head size " << sh.hd;
     }
   }
 }
