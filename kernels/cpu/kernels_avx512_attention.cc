@@ -1,10 +1,12 @@
 // AVX-512 attention over the paged KV cache: kernels_avx2_attention.cc's algorithm and
 // order in 16-float registers, bit for bit its results (the AVX-512 table's contract):
 // - scores of two heads of the group at once, head g in the low and g + 1 in the high
-//   256-bit half of each register, sharing every K load (AVX2: one head, 8 FMAs per
-//   position and step); each half is reduced exactly as the AVX2 Scores8 reduces its
-//   register, then times the scale; at head sizes 64 and 128 the pair's query stays in
-//   registers for the whole block;
+//   256-bit half of each register, and two such pairs per broadcast K row (AVX2: one
+//   head, 8 FMAs per position and step); each half is reduced exactly as the AVX2 Scores8
+//   reduces its register, then times the scale; the block's maximum per head with vector
+//   maxima (softmax_block.h says why that is the same value). Both 2026-12-03, Zen 4,
+//   BM_Attention one thread: a 512-token prompt 512-541 -> 390-472 ms, 16 streams at
+//   depth 1024 74-88 -> 68-82 ms;
 // - exp of 16 scores per instruction, lane by lane the AVX2 Exp8 (same constants and
 //   operations);
 // - the value rows accumulated into the outputs of up to 4 heads per load of a row, 16
@@ -102,37 +104,65 @@ CASCADE_HOT __m512 PairQuery(const float* qa, const float* qb, int64_t e) {
                             _mm256_loadu_ps(qb + e), 1);
 }
 
-// Scores of two heads' queries (qa, qb) against the K rows k + j * stride, j < count / 8 * 8,
-// times scale, into sa[j] and sb[j]: per head and row AVX2's Scores8 bit for bit (8 FMA
-// lanes in element order over the n = 8m elements, then the same transposed reduction),
-// 8 rows at a time. With E > 0 (n = 8E) the pair's query stays in registers for all of
-// them; E = 0 takes any n and loads it as it goes. A head without a partner passes itself
-// as qb and sb = sa: both halves then compute the same bits, and the second store
-// rewrites them.
-template <int E>
-CASCADE_HOT void ScoresRuns8x2(const float* qa, const float* qb, const float* k, int64_t stride,
-                               int64_t n, int count, float scale, float* sa, float* sb) {
-  __m512 qv[E > 0 ? E : 1];
+// Scores of P pairs of heads' queries (qa[x], qb[x]) against the K rows k + j * stride,
+// j < count / 8 * 8, times scale, into sa[x][j] and sb[x][j]: per head and row AVX2's
+// Scores8 bit for bit (8 FMA lanes in element order over the n = 8m elements, then the
+// same transposed reduction), 8 rows at a time. Each K row's 8 elements are broadcast once
+// for the P pairs: with one pair the loop issued a load for every FMA, and Zen 4 has two
+// 256-bit loads a cycle for its one 512-bit FMA. With E > 0 (n = 8E) the pairs' queries
+// are paired once per call; E = 0 takes any n and pairs them as it goes. A head without a
+// partner passes itself as qb and sb = sa: both halves then compute the same bits, and the
+// second store rewrites them.
+template <int E, int P>
+CASCADE_HOT void ScoresRuns8(const float* const* qa, const float* const* qb, const float* k,
+                             int64_t stride, int64_t n, int count, float scale, float* const* sa,
+                             float* const* sb) {
+  __m512 qv[P][E > 0 ? E : 1];
   if constexpr (E > 0) {
-    for (int i = 0; i < E; ++i) qv[i] = PairQuery(qa, qb, 8 * i);
+    for (int x = 0; x < P; ++x) {
+      for (int i = 0; i < E; ++i) qv[x][i] = PairQuery(qa[x], qb[x], 8 * i);
+    }
   }
   for (int j = 0; j + 8 <= count; j += 8) {
     const float* kj = k + j * stride;
-    __m512 acc[8];
-    for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
-    auto step = [&](__m512 q, int64_t e) {  // elements [e, e + 8) of the 8 rows
+    __m512 acc[P][8];
+    for (int x = 0; x < P; ++x) {
+      for (int r = 0; r < 8; ++r) acc[x][r] = _mm512_setzero_ps();
+    }
+    auto step = [&](const __m512* q, int64_t e) {  // elements [e, e + 8) of the 8 rows
       for (int r = 0; r < 8; ++r) {
-        acc[r] = _mm512_fmadd_ps(q, _mm512_broadcast_f32x8(_mm256_loadu_ps(kj + r * stride + e)),
-                                 acc[r]);
+        const __m512 kr = _mm512_broadcast_f32x8(_mm256_loadu_ps(kj + r * stride + e));
+        for (int x = 0; x < P; ++x) acc[x][r] = _mm512_fmadd_ps(q[x], kr, acc[x][r]);
       }
     };
     if constexpr (E > 0) {
-      for (int i = 0; i < E; ++i) step(qv[i], 8 * i);
+      for (int i = 0; i < E; ++i) {
+        __m512 q[P];
+        for (int x = 0; x < P; ++x) q[x] = qv[x][i];
+        step(q, 8 * i);
+      }
     } else {
-      for (int64_t e = 0; e < n; e += 8) step(PairQuery(qa, qb, e), e);
+      for (int64_t e = 0; e < n; e += 8) {
+        __m512 q[P];
+        for (int x = 0; x < P; ++x) q[x] = PairQuery(qa[x], qb[x], e);
+        step(q, e);
+      }
     }
-    ReduceScores8x2(acc, scale, sa + j, sb + j);
+    for (int x = 0; x < P; ++x) ReduceScores8x2(acc[x], scale, sa[x] + j, sb[x] + j);
   }
+}
+
+// The largest of s[0..count): for finite scores the value the scalar loop of EnterBlock
+// finds (softmax_block.h).
+CASCADE_HOT float BlockMax(const float* s, int count) {
+  const __m512 lowest = _mm512_set1_ps(-INFINITY);
+  __m512 mx = lowest;
+  for (int j = 0; j < count; j += 16) {
+    const __mmask16 keep = count - j >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                           : static_cast<__mmask16>((1u << (count - j)) - 1);
+    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(lowest, keep, s + j));
+  }
+  return _mm512_reduce_max_ps(mx);
 }
 
 // For H heads h of one KV group: out_h (n floats) = (rescale_h ? out_h * c_h : out_h) +
@@ -183,7 +213,7 @@ void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
 
 // One query's step over one KV block for the group's heads (h0 ..): rows holds the block's
 // K and V rows, count of them this query's; m and l are its heads' running maxima and sums;
-// next.Issue(*slice) before each pair of heads' scores.
+// next.Issue(*slice) once per pair of heads' scores.
 void QueryBlock(const AttentionParams& p, const AttentionQuery& q, int h0, int group,
                 const KvRows& rows, int count, float* m, float* l, const NextBlockPrefetch& next,
                 int* slice, float* scratch) {
@@ -192,29 +222,42 @@ void QueryBlock(const AttentionParams& p, const AttentionQuery& q, int h0, int g
   const float* k = rows.k;
   const float* v = rows.v;
   const int64_t kv_stride = rows.stride;  // floats between positions
-  // Scores: two heads at a time (a last odd head, or a group of one, with itself in the
-  // other half), 8 positions at a time; positions past the last 8 as AVX2 computes them
-  // (the table's dot is AVX2's Dot).
+  // Scores: two pairs of heads at a time, then a last pair (or a last odd head, or a group
+  // of one, with itself in the other half), 8 positions at a time; positions past the last
+  // 8 as AVX2 computes them (the table's dot is AVX2's Dot).
   const int full = count / 8 * 8;
-  for (int g = 0; g < group; g += 2) {
-    next.Issue((*slice)++);
-    const bool pair = g + 1 < group;
-    const float* qa = q.q + (h0 + g) * hd;
-    const float* qb = pair ? qa + hd : qa;
-    float* sa = scratch + g * p.block_size;
-    float* sb = pair ? sa + p.block_size : sa;
+  auto scores = [&]<int P>(int g) {
+    const float* qa[P];
+    const float* qb[P];
+    float* sa[P];
+    float* sb[P];
+    next.Issue((*slice)++);  // the next block's slices spread out: one per pair of heads
+    for (int x = 0; x < P; ++x) {
+      const int ga = g + 2 * x;
+      const bool pair = ga + 1 < group;
+      qa[x] = q.q + (h0 + ga) * hd;
+      qb[x] = pair ? qa[x] + hd : qa[x];
+      sa[x] = scratch + ga * p.block_size;
+      sb[x] = pair ? sa[x] + p.block_size : sa[x];
+    }
     if (hd == 64) {
-      ScoresRuns8x2<8>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
+      ScoresRuns8<8, P>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
     } else if (hd == 128) {
-      ScoresRuns8x2<16>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
+      ScoresRuns8<16, P>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
     } else {
-      ScoresRuns8x2<0>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
+      ScoresRuns8<0, P>(qa, qb, k, kv_stride, hd, count, p.scale, sa, sb);
     }
-    for (int j = full; j < count; ++j) {
-      sa[j] = avx2.dot(qa, k + j * kv_stride, hd) * p.scale;
-      if (pair) sb[j] = avx2.dot(qb, k + j * kv_stride, hd) * p.scale;
+    for (int x = 1; x < P; ++x) next.Issue((*slice)++);
+    for (int x = 0; x < P; ++x) {
+      for (int j = full; j < count; ++j) {
+        sa[x][j] = avx2.dot(qa[x], k + j * kv_stride, hd) * p.scale;
+        if (sb[x] != sa[x]) sb[x][j] = avx2.dot(qb[x], k + j * kv_stride, hd) * p.scale;
+      }
     }
-  }
+  };
+  int gs = 0;
+  for (; gs + 4 <= group; gs += 4) scores.template operator()<2>(gs);
+  for (; gs < group; gs += 2) scores.template operator()<1>(gs);
   // The online softmax per head, AVX2's operations (softmax_block.h): the block's max,
   // the correction of what came before, exp of the shifted scores in place; then the
   // heads' sums.
@@ -224,7 +267,7 @@ void QueryBlock(const AttentionParams& p, const AttentionQuery& q, int h0, int g
   const float* w[kMaxAttentionGroup];
   for (int g = 0; g < group; ++g) {
     float* s = scratch + g * p.block_size;
-    ExpShifted(s, count, EnterBlock(s, count, &m[g], &l[g], &c[g], &rescale[g]));
+    ExpShifted(s, count, EnterBlockMax(BlockMax(s, count), &m[g], &l[g], &c[g], &rescale[g]));
     out[g] = q.out + (h0 + g) * hd;
     w[g] = s;
   }
@@ -266,9 +309,8 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery* qs, int n, i
   AttentionTile<&HalfRowToFloat>(
       p, qs, n, kvh, (group + 1) / 2, scratch,
       [&](const AttentionQuery& q, const KvRows& rows, int count, float* m, float* l,
-          const NextBlockPrefetch& next, int* slice) {
-        QueryBlock(p, q, h0, group, rows, count, m, l, next, slice, scratch);
-      },
+          const NextBlockPrefetch& next,
+          int* slice) { QueryBlock(p, q, h0, group, rows, count, m, l, next, slice, scratch); },
       [&](float c, float* x, int64_t len) { avx2.scale(c, x, len); });
 }
 

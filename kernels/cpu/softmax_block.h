@@ -15,13 +15,13 @@
 namespace cascade::cpu {
 namespace {
 
-// A head enters a block whose scores are s[0..count): its running max *m becomes
-// max(*m, the block's max), which is returned; *c = exp(m_old - m_new) corrects what came
-// before, *rescale says whether there is anything before (the output still all zeros
-// otherwise), and the running sum *l is corrected (*l *= *c).
-inline float EnterBlock(const float* s, int count, float* m, float* l, float* c, bool* rescale) {
-  float bmax = -INFINITY;
-  for (int j = 0; j < count; ++j) bmax = std::max(bmax, s[j]);
+// A head enters a block whose scores' maximum is bmax: its running max *m becomes
+// max(*m, bmax), which is returned; *c = exp(m_old - m_new) corrects what came before,
+// *rescale says whether there is anything before (the output still all zeros otherwise),
+// and the running sum *l is corrected (*l *= *c). For finite scores the block's maximum
+// is the same value in any order of comparison (a -0 / +0 tie changes no exp below), so
+// each kernel finds it with its own vector instructions.
+inline float EnterBlockMax(float bmax, float* m, float* l, float* c, bool* rescale) {
   const float m_new = std::max(*m, bmax);
   *c = std::exp(*m - m_new);
   *rescale = *l > 0;
