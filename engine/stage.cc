@@ -329,9 +329,11 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
 
   // Attention block (this rank's heads, when split).
   be.RmsNorm(x, w.attn_norm.as<float>(), n, dim, eps, xb);  // (n, dim)
-  be.MatMul(w.wq, xb, n, q);                                // (n, q_dim)
-  be.MatMul(w.wk, xb, n, k);                                // (n, kv_dim)
-  be.MatMul(w.wv, xb, n, v);                                // (n, kv_dim)
+  {  // q (n, q_dim), k and v (n, kv_dim): one pass over the normed input
+    const TensorView* const qkv[] = {&w.wq, &w.wk, &w.wv};
+    float* const out[] = {q, k, v};
+    be.MatMulShared(qkv, 3, xb, n, out);
+  }
   if (w.bq.data() != nullptr) {
     be.AddBias(w.bq.as<float>(), n, q_dim, q);
     be.AddBias(w.bk.as<float>(), n, kv_dim, k);
@@ -371,8 +373,11 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
 
   // Feed-forward block (SwiGLU).
   be.RmsNorm(x, w.ffn_norm.as<float>(), n, dim, eps, xb);
-  be.MatMul(w.w_gate, xb, n, hb);  // (n, ffn)
-  be.MatMul(w.w_up, xb, n, hb2);   // (n, ffn)
+  {  // hb, hb2 (n, ffn)
+    const TensorView* const gate_up[] = {&w.w_gate, &w.w_up};
+    float* const out[] = {hb, hb2};
+    be.MatMulShared(gate_up, 2, xb, n, out);
+  }
   be.SiluMul(hb, hb2, n * ffn, hb);
   be.MatMul(w.w_down, hb, n, xb);  // (n, dim); a partial sum when split by columns
   if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(xb, n * dim));

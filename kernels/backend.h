@@ -146,6 +146,14 @@ class Backend {
 
   // y (n, w.rows) = x (n, w.cols) . W^T for a weight of any compute-supported type.
   virtual void MatMul(const TensorView& w, const float* x, int64_t n, float* y) = 0;
+  // y[i] (n, w[i].rows) = x (n, cols) . W[i]^T for `count` weights that read the same
+  // input (a layer's Q, K and V; gate and up): bit for bit MatMul of each in turn, which
+  // is what this default does. A backend may run them as one (the CPU backend prepares
+  // the activations once and splits all their rows over its threads in one region).
+  virtual void MatMulShared(const TensorView* const* w, int count, const float* x, int64_t n,
+                            float* const* y) {
+    for (int i = 0; i < count; ++i) MatMul(*w[i], x, n, y[i]);
+  }
 
   // out (n, w.cols) = rows ids[0..n) of W, dequantized to F32. ids must be < w.rows.
   virtual void GetRows(const TensorView& w, const int32_t* ids, int64_t n, float* out) = 0;

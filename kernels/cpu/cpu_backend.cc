@@ -181,23 +181,6 @@ void CpuBackend::SplitRows(int64_t rows, int64_t work, int64_t n, int64_t unit,
   pool_.ParallelForDynamic(rows, grain, run);
 }
 
-void CpuBackend::MatMulGrouped(const TensorView& w, const float* x, int64_t n, float* y) {
-  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
-  const int64_t k = w.cols(), rows = w.rows();
-  // The activations prepared once, for every thread.
-  const size_t bytes = kt.grouped_tokens_bytes(w.type, n, k);
-  if (act_scratch_.size() < bytes) act_scratch_.resize(bytes);
-  uint8_t* xp = act_scratch_.data();
-  ForTokens(n, k, [&](int64_t b, int64_t e) { kt.prepare_grouped(w.type, x, k, n, b, e, xp); });
-  const cpu::MatmulTask whole = TaskOf(w, xp, 0, n, y);
-  SplitRows(rows, rows * k * n, n, cpu::kRowGroup, [] {}, [&](int64_t r0, int64_t r1, int) {
-    cpu::MatmulTask t = whole;
-    t.r0 = r0;
-    t.r1 = r1;
-    kt.grouped_matmul(t, w.type);
-  });
-}
-
 cpu::MatmulTask CpuBackend::TaskOf(const TensorView& w, const uint8_t* x, size_t x_stride,
                                    int64_t n, float* y) {
   cpu::MatmulTask t;
@@ -221,19 +204,41 @@ void CpuBackend::ForTokens(int64_t n, int64_t k, absl::FunctionRef<void(int64_t,
 }
 
 void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y) {
-  if (n <= 0) return;
-  if (w.layout == WeightLayout::kRowGroups16) {
-    MatMulGrouped(w, x, n, y);
+  const TensorView* const ws[] = {&w};
+  float* const ys[] = {y};
+  MatMulShared(ws, 1, x, n, ys);
+}
+
+void CpuBackend::MatMulShared(const TensorView* const* w, int count, const float* x, int64_t n,
+                              float* const* y) {
+  if (n <= 0 || count <= 0) return;
+  const TensorView& w0 = *w[0];
+  bool alike = count <= kMaxShared;
+  for (int i = 1; i < count && alike; ++i) {
+    alike = w[i]->type == w0.type && w[i]->layout == w0.layout && w[i]->cols() == w0.cols();
+  }
+  if (!alike) {
+    for (int i = 0; i < count; ++i) MatMulShared(&w[i], 1, x, n, &y[i]);
     return;
   }
   const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
-  const int64_t k = w.cols(), rows = w.rows();
-  const cpu::ActFormat fmt = cpu::ActFormatFor(w.type, options_.quantized_activations);
-  const cpu::MatmulFn fn = kt.matmul(w.type, fmt);
-  // Prepare activations: quantize each row once for all weight rows.
+  const int64_t k = w0.cols();
+  const bool grouped = w0.layout == WeightLayout::kRowGroups16;
+  const cpu::ActFormat fmt = cpu::ActFormatFor(w0.type, options_.quantized_activations);
+  const cpu::MatmulFn fn = grouped ? nullptr : kt.matmul(w0.type, fmt);
+  // Prepare activations: quantized (or, for grouped weights, laid out for the grouped
+  // kernels) once for all weight rows.
   const uint8_t* xp = reinterpret_cast<const uint8_t*>(x);
   size_t x_stride = static_cast<size_t>(k) * sizeof(float);
-  if (fmt != cpu::ActFormat::kF32) {
+  if (grouped) {
+    const size_t bytes = kt.grouped_tokens_bytes(w0.type, n, k);
+    if (act_scratch_.size() < bytes) act_scratch_.resize(bytes);
+    uint8_t* prepared = act_scratch_.data();
+    ForTokens(n, k,
+              [&](int64_t b, int64_t e) { kt.prepare_grouped(w0.type, x, k, n, b, e, prepared); });
+    xp = prepared;
+    x_stride = 0;
+  } else if (fmt != cpu::ActFormat::kF32) {
     x_stride = cpu::ActRowBytes(fmt, k);
     if (act_scratch_.size() < x_stride * n) act_scratch_.resize(x_stride * n);
     auto quant = fmt == cpu::ActFormat::kQ8_0 ? kt.quantize_q8_0 : kt.quantize_q8k;
@@ -243,12 +248,12 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     xp = act_scratch_.data();
   }
   // Per-thread scratch: weight panels converted or dequantized, packed activations.
-  EnsureThreadScratch(cpu::ScratchFloats(k));
+  if (!grouped) EnsureThreadScratch(cpu::ScratchFloats(k));
   const float* packed_x = nullptr;
   // Float prefill split over threads: the activations are first packed once, by all
   // threads together.
   auto pack = [&] {
-    const size_t packed = fmt == cpu::ActFormat::kF32 && kt.packed_f32_floats != nullptr
+    const size_t packed = !grouped && fmt == cpu::ActFormat::kF32 && kt.packed_f32_floats != nullptr
                               ? kt.packed_f32_floats(n, k)
                               : 0;
     if (packed == 0) return;
@@ -263,14 +268,32 @@ void CpuBackend::MatMul(const TensorView& w, const float* x, int64_t n, float* y
     });
     packed_x = packed_act_.data.get();
   };
-  const cpu::MatmulTask whole = TaskOf(w, xp, x_stride, n, y);
-  SplitRows(rows, rows * k * n, n, 8, pack, [&](int64_t r0, int64_t r1, int thread) {
-    cpu::MatmulTask t = whole;
-    t.r0 = r0;
-    t.r1 = r1;
-    t.scratch = thread_scratch_[thread].data.get();
-    t.packed_x = packed_x;
-    fn(t);
+  // The weights' rows one after another, each from a multiple of the kernels' row tile,
+  // so that every range a thread gets starts where the kernel can start; every output row
+  // is computed the same whatever range it falls in.
+  const int64_t unit = grouped ? cpu::kRowGroup : 8;
+  cpu::MatmulTask whole[kMaxShared];
+  int64_t first[kMaxShared];
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    whole[i] = TaskOf(*w[i], xp, x_stride, n, y[i]);
+    first[i] = total;
+    total += (w[i]->rows() + unit - 1) / unit * unit;
+  }
+  SplitRows(total, total * k * n, n, unit, pack, [&](int64_t r0, int64_t r1, int thread) {
+    for (int i = 0; i < count; ++i) {
+      cpu::MatmulTask t = whole[i];
+      t.r0 = std::max<int64_t>(r0 - first[i], 0);
+      t.r1 = std::min<int64_t>(r1 - first[i], w[i]->rows());
+      if (t.r0 >= t.r1) continue;
+      if (grouped) {
+        kt.grouped_matmul(t, w0.type);
+      } else {
+        t.scratch = thread_scratch_[thread].data.get();
+        t.packed_x = packed_x;
+        fn(t);
+      }
+    }
   });
 }
 

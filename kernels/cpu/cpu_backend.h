@@ -64,6 +64,11 @@ class CpuBackend final : public Backend {
   CpuIsa isa() const { return isa_; }
 
   void MatMul(const TensorView& w, const float* x, int64_t n, float* y) override;
+  // Weights of one type, layout and row length (at most kMaxShared of them) in one
+  // parallel region, the activations prepared once; others one after another.
+  void MatMulShared(const TensorView* const* w, int count, const float* x, int64_t n,
+                    float* const* y) override;
+  static constexpr int kMaxShared = 4;
   void GetRows(const TensorView& w, const int32_t* ids, int64_t n, float* out) override;
   void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
                float* out) override;
@@ -99,7 +104,6 @@ class CpuBackend final : public Backend {
   void SplitRows(int64_t rows, int64_t work, int64_t n, int64_t unit,
                  absl::FunctionRef<void()> before_split,
                  absl::FunctionRef<void(int64_t, int64_t, int)> run);
-  void MatMulGrouped(const TensorView& w, const float* x, int64_t n, float* y);
   // The matmul of w by n prepared activation rows (x, x_stride bytes apart) into y, all
   // rows (the caller sets its row range and scratch).
   static cpu::MatmulTask TaskOf(const TensorView& w, const uint8_t* x, size_t x_stride,

@@ -158,6 +158,64 @@ INSTANTIATE_TEST_SUITE_P(
         MatmulCase{TensorType::kQ6_K, 256, false, 1e-6}),
     CaseName);
 
+// Weights that read the same input (a layer's Q, K and V) run as one: bit for bit each
+// MatMul alone, for every type, in the file's layout and as uploaded (grouped where the
+// ISA groups the type), with row counts that are not multiples of the kernels' row tiles,
+// 1-3 threads and decode and prefill token counts; weights of mixed types or lengths fall
+// back to one after another.
+TEST(MatMulShared, IsEachMatMulAlone) {
+  const int64_t rows[] = {37, 20, 53};
+  for (const auto& [type, k] :
+       {std::pair{TensorType::kF32, int64_t{172}}, std::pair{TensorType::kF16, int64_t{1100}},
+        std::pair{TensorType::kQ8_0, int64_t{256}}, std::pair{TensorType::kQ4_0, int64_t{1088}},
+        std::pair{TensorType::kQ4_K, int64_t{512}}, std::pair{TensorType::kQ6_K, int64_t{256}}}) {
+    std::vector<TestWeight> ws;
+    for (int i = 0; i < 3; ++i) ws.push_back(MakeWeight(type, rows[i], k, 40 + i));
+    const TestWeight odd = MakeWeight(TensorType::kF32, 24, k, 50);  // another type
+    const int64_t max_n = 35;
+    const auto x = Random(max_n * k, 51);
+    for (CpuIsa isa : AvailableIsas()) {
+      for (int threads : {1, 2, 3}) {
+        for (bool upload : {false, true}) {
+          CpuBackendOptions opt;
+          opt.threads = threads;
+          opt.max_isa = isa;
+          opt.quantized_activations = true;
+          CpuBackend be(opt);
+          std::vector<TensorView> views;
+          for (const TestWeight& w : ws) {
+            views.push_back(upload ? be.UploadWeight(w.view).value() : w.view);
+          }
+          views.push_back(upload ? be.UploadWeight(odd.view).value() : odd.view);
+          for (int64_t n : {1, 3, 16, 35}) {
+            // The three alike, then two of them with the other type between them.
+            for (const std::vector<int>& pick :
+                 {std::vector<int>{0, 1, 2}, std::vector<int>{2, 3, 0}}) {
+              std::vector<std::vector<float>> want, got;
+              std::vector<const TensorView*> wp;
+              std::vector<float*> yp;
+              for (int i : pick) {
+                const int64_t r = views[i].rows();
+                want.emplace_back(n * r, -1.0f);
+                got.emplace_back(n * r, -2.0f);
+                be.MatMul(views[i], x.data(), n, want.back().data());
+                wp.push_back(&views[i]);
+              }
+              for (auto& g : got) yp.push_back(g.data());
+              be.MatMulShared(wp.data(), static_cast<int>(wp.size()), x.data(), n, yp.data());
+              for (size_t i = 0; i < pick.size(); ++i) {
+                ASSERT_EQ(got[i], want[i])
+                    << TensorTypeName(type) << " on " << be.name() << ", n " << n << ", "
+                    << (upload ? "uploaded" : "in place") << ", weight " << pick[i];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Activations whose quantization hits ties, zeros, equal magnitudes of both signs and
 // tiny or huge scales.
 std::vector<float> HardActivations(int64_t k, uint32_t seed) {
