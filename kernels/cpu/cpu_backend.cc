@@ -386,7 +386,10 @@ void CpuBackend::Attention(const AttentionParams& p) {
   const int group = p.n_heads / p.n_kv_heads;
   // Tiles: runs of up to kAttentionTile consecutive queries of one sequence (a prompt's
   // positions), which the kernel takes block by block together.
-  std::vector<int64_t> tiles;  // first query of each, then n_queries
+  // First query of each, then n_queries; the member keeps its capacity, so that a layer's
+  // attention allocates nothing once the largest batch has been seen.
+  std::vector<int64_t>& tiles = attention_tiles_;
+  tiles.clear();
   for (int64_t i = 0; i < p.n_queries; ++i) {
     if (tiles.empty() || i - tiles.back() == cpu::kAttentionTile ||
         p.queries[i].blocks != p.queries[tiles.back()].blocks) {

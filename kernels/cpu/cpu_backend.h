@@ -85,6 +85,7 @@ class CpuBackend final : public Backend {
   CpuIsa isa_;
   ThreadPool pool_;
   std::vector<uint8_t> act_scratch_;  // prepared activations
+  std::vector<int64_t> attention_tiles_;  // Attention's tile starts; capacity kept
   struct FreeDeleter {
     void operator()(float* p) const { std::free(p); }
   };
