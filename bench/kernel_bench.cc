@@ -32,6 +32,7 @@
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tensor/quant.h"
+#include "tensor/tensor_type.h"
 #include "util/fp16.h"
 #include "util/thread_pool.h"
 
@@ -206,7 +207,7 @@ void BM_Attention(benchmark::State& state) {
   CpuBackendOptions opt;
   opt.threads = static_cast<int>(state.range(2));
   const TensorType kv_type = state.range(5) == 16 ? TensorType::kF16 : TensorType::kF32;
-  const size_t elem = kv_type == TensorType::kF16 ? 2 : 4;
+  const size_t elem = KvElementBytes(kv_type);
   CpuBackend be(opt);
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);

@@ -173,8 +173,8 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
 
 namespace {
 
-// The largest of s[0..count): for finite scores the value the scalar loop of EnterBlock
-// finds (softmax_block.h), 8 at a time instead of a chain of count dependent maxima.
+// The largest of s[0..count), 8 at a time instead of a chain of count dependent maxima
+// (for finite scores the order does not change it: EnterBlockMax, softmax_block.h).
 float BlockMax(const float* s, int count) {
   const __m256 lowest = _mm256_set1_ps(-INFINITY);
   __m256 mx = lowest;

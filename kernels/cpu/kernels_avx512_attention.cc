@@ -152,8 +152,8 @@ CASCADE_HOT void ScoresRuns8(const float* const* qa, const float* const* qb, con
   }
 }
 
-// The largest of s[0..count): for finite scores the value the scalar loop of EnterBlock
-// finds (softmax_block.h).
+// The largest of s[0..count), 16 at a time (for finite scores the order does not change
+// it: EnterBlockMax, softmax_block.h).
 CASCADE_HOT float BlockMax(const float* s, int count) {
   const __m512 lowest = _mm512_set1_ps(-INFINITY);
   __m512 mx = lowest;

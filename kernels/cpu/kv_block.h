@@ -10,6 +10,7 @@
 #ifndef CASCADE_KERNELS_CPU_KV_BLOCK_H_
 #define CASCADE_KERNELS_CPU_KV_BLOCK_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -76,9 +77,7 @@ class NextBlockPrefetch {
                     int slices) {
     if (start + p.block_size >= q.n_ctx) return;
     const int32_t next = q.blocks[start / p.block_size + 1];
-    bytes_ = KvBlockBytes(p, q.n_ctx - start - p.block_size < p.block_size
-                                 ? q.n_ctx - start - p.block_size
-                                 : p.block_size);
+    bytes_ = KvBlockBytes(p, std::min(p.block_size, q.n_ctx - start - p.block_size));
     k_ = static_cast<const char*>(KvBlockAddress(p, p.k_pool, next, kvh));
     v_ = static_cast<const char*>(KvBlockAddress(p, p.v_pool, next, kvh));
     slice_ = (bytes_ + static_cast<size_t>(slices) - 1) / static_cast<size_t>(slices);
