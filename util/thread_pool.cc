@@ -1,6 +1,7 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -107,6 +108,54 @@ void ThreadPool::ParallelForDynamic(int64_t count, int64_t grain,
       const int64_t b = next.fetch_add(grain, std::memory_order_relaxed);
       if (b >= count) return;
       fn(b, std::min(count, b + grain), t);
+    }
+  });
+}
+
+void ThreadPool::ParallelForStealing(int64_t count, int64_t grain,
+                                     absl::FunctionRef<void(int64_t, int64_t, int)> fn) {
+  if (count <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t units = (count + grain - 1) / grain;
+  if (num_threads_ == 1 || units <= 1) {
+    fn(0, count, 0);
+    return;
+  }
+  if (units >= (int64_t{1} << 31)) {  // the packed segment words below hold 32-bit indices
+    ParallelForDynamic(count, grain, fn);
+    return;
+  }
+  // Segment t: its units [front, back) not yet claimed, front in the high 32 bits.
+  std::vector<std::atomic<uint64_t>> segments(num_threads_);
+  for (int t = 0; t < num_threads_; ++t) {
+    int64_t b, e;
+    SplitRange(units, 1, t, num_threads_, &b, &e);
+    segments[t].store(static_cast<uint64_t>(b) << 32 | static_cast<uint64_t>(e),
+                      std::memory_order_relaxed);
+  }
+  auto piece = [&](int64_t unit, int thread) {
+    fn(unit * grain, std::min(count, (unit + 1) * grain), thread);
+  };
+  Run([&](int t, int n) {
+    std::atomic<uint64_t>& own = segments[t];
+    for (uint64_t v = own.load(std::memory_order_relaxed);;) {
+      const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
+      if (front >= back) break;
+      if (own.compare_exchange_weak(v, (front + 1) << 32 | back, std::memory_order_relaxed)) {
+        piece(static_cast<int64_t>(front), t);
+        v = own.load(std::memory_order_relaxed);
+      }
+    }
+    for (int k = 1; k < n; ++k) {
+      std::atomic<uint64_t>& other = segments[(t + k) % n];
+      for (uint64_t v = other.load(std::memory_order_relaxed);;) {
+        const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
+        if (front >= back) break;
+        if (other.compare_exchange_weak(v, front << 32 | (back - 1), std::memory_order_relaxed)) {
+          piece(static_cast<int64_t>(back - 1), t);
+          v = other.load(std::memory_order_relaxed);
+        }
+      }
     }
   });
 }

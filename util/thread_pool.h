@@ -48,6 +48,17 @@ class ThreadPool {
   void ParallelForDynamic(int64_t count, int64_t grain,
                           absl::FunctionRef<void(int64_t begin, int64_t end, int thread)> fn);
 
+  // Splits [0, count) as ParallelFor does, one contiguous segment per thread, and lets
+  // each thread work through its own segment front to back in pieces of `grain` items
+  // (fn(begin, end, thread) per piece; inner piece boundaries are multiples of grain). A
+  // thread done with its segment takes pieces from the back of the others', so a thread
+  // that starts late or runs slow is helped without the threads' reads interleaving (each
+  // reads its segment in order, as one stream, until the last pieces). Every item is
+  // passed exactly once. With one thread, or count <= grain, it is a single call
+  // fn(0, count, 0).
+  void ParallelForStealing(int64_t count, int64_t grain,
+                           absl::FunctionRef<void(int64_t begin, int64_t end, int thread)> fn);
+
   // The range that ParallelFor gives to thread `t` of `n`.
   static void SplitRange(int64_t count, int64_t grain, int t, int n, int64_t* begin, int64_t* end);
 

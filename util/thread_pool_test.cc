@@ -1,7 +1,9 @@
 #include "util/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -55,6 +57,55 @@ TEST(ThreadPool, ParallelForDynamicCoversRangeExactlyOnce) {
       }
     }
   }
+}
+
+TEST(ThreadPool, ParallelForStealingCoversRangeExactlyOnce) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    for (int64_t count : {0, 1, 7, 64, 1000}) {
+      for (int64_t grain : {1, 8, 32}) {
+        std::vector<std::atomic<int>> seen(count);
+        std::atomic<int> bad{0};
+        pool.ParallelForStealing(count, grain, [&](int64_t b, int64_t e, int t) {
+          const bool whole = b == 0 && e == count && (threads == 1 || count <= grain);
+          if (t < 0 || t >= threads || (!whole && (e - b > grain || b % grain != 0))) {
+            bad.fetch_add(1);
+          }
+          for (int64_t i = b; i < e; ++i) seen[i].fetch_add(1);
+        });
+        EXPECT_EQ(bad.load(), 0);
+        for (int64_t i = 0; i < count; ++i) ASSERT_EQ(seen[i].load(), 1) << i;
+      }
+    }
+  }
+}
+
+// Thread 1 holds its first piece until thread 0 has taken a piece of thread 1's segment
+// (bounded wait), so the only way the range finishes is thread 0 working through the rest
+// of that segment from its back; each thread keeps to its own segment otherwise.
+TEST(ThreadPool, ParallelForStealingFinishesAStalledThreadsSegment) {
+  ThreadPool pool(2);
+  constexpr int64_t kCount = 64, kGrain = 4;  // segments [0, 32) and [32, 64)
+  std::vector<std::atomic<int>> by(kCount);
+  std::atomic<int> stolen{0};
+  pool.ParallelForStealing(kCount, kGrain, [&](int64_t b, int64_t e, int t) {
+    if (t == 0 && b >= kCount / 2) stolen.fetch_add(1);
+    if (t == 1 && b == kCount / 2) {
+      for (int i = 0; i < 10000 && stolen.load() == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    for (int64_t i = b; i < e; ++i) by[i].store(t + 1);
+  });
+  EXPECT_GT(stolen.load(), 0);
+  for (int64_t i = 0; i < kCount / 2; ++i) EXPECT_EQ(by[i].load(), 1) << i;
+  // Thread 0 took segment 1 from its back: what it took is a run at the end.
+  int64_t first_stolen = kCount;
+  for (int64_t i = kCount / 2; i < kCount; ++i) {
+    ASSERT_NE(by[i].load(), 0) << i;
+    if (by[i].load() == 1 && first_stolen == kCount) first_stolen = i;
+  }
+  for (int64_t i = first_stolen; i < kCount; ++i) EXPECT_EQ(by[i].load(), 1) << i;
 }
 
 TEST(ThreadPool, SplitRangeRespectsGrain) {

@@ -164,13 +164,16 @@ void CpuBackend::SplitRows(int64_t rows, int64_t work, int64_t n, int64_t unit,
     return;
   }
   if (n < kDynamicMaxTokens) {
-    // Decode: short, memory-bound calls. One chunk of rows per thread (multiples of the
-    // kernels' tile), claimed dynamically, so a worker that wakes late leaves its chunk to
-    // the caller. Not smaller chunks: each chunk starts with its first rows not yet
-    // prefetched (the kernels prefetch ahead within a range), and with 8 chunks per thread
-    // that stall cost 2-thread decode 5-20% (TinyLlama Q4_0 42-47 -> 46-58 tokens/s).
+    // Decode: short, memory-bound calls. One segment of rows per thread, read front to
+    // back in pieces of about an eighth of it (multiples of the kernels' tile); a thread
+    // done early takes pieces from the back of the others' segments, so a worker that
+    // wakes late or reads slowly is helped. Each thread's pieces follow one another in
+    // memory, so its read stays one stream: interleaved chunks (8 per thread, claimed in
+    // turn) made every chunk start cold and cost 2-thread decode 5-20% (TinyLlama Q4_0
+    // 42-47 against 46-58 tokens/s with one chunk per thread).
     const int64_t per = (rows + threads - 1) / threads;
-    pool_.ParallelForDynamic(rows, std::max(unit, (per + unit - 1) / unit * unit), run);
+    const int64_t grain = std::max(unit, (per / 8 + unit - 1) / unit * unit);
+    pool_.ParallelForStealing(rows, grain, run);
     return;
   }
   // Prefill: chunks of 16-row panels (about 8 per thread, at most 128 rows) claimed
