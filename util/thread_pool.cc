@@ -1,7 +1,8 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
-#include <vector>
+
+#include "absl/container/fixed_array.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -11,6 +12,25 @@
 #endif
 
 namespace cascade {
+
+namespace {
+
+// Claims one unit of a ParallelForStealing segment word (front in the high 32 bits, back
+// in the low): its front (the owner's order) or its back (another thread's); -1 when the
+// segment is empty.
+int64_t TakeUnit(std::atomic<uint64_t>& segment, bool front) {
+  uint64_t v = segment.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t f = v >> 32, b = v & 0xFFFFFFFFu;
+    if (f >= b) return -1;
+    const uint64_t next = front ? (f + 1) << 32 | b : f << 32 | (b - 1);
+    if (segment.compare_exchange_weak(v, next, std::memory_order_relaxed)) {
+      return static_cast<int64_t>(front ? f : b - 1);
+    }
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads, int spin_iterations)
     : num_threads_(std::max(1, num_threads)), spin_iterations_(std::max(0, spin_iterations)) {
@@ -125,8 +145,9 @@ void ThreadPool::ParallelForStealing(int64_t count, int64_t grain,
     ParallelForDynamic(count, grain, fn);
     return;
   }
-  // Segment t: its units [front, back) not yet claimed, front in the high 32 bits.
-  std::vector<std::atomic<uint64_t>> segments(num_threads_);
+  // Segment t: its units [front, back) not yet claimed, front in the high 32 bits. On the
+  // stack for up to 16 threads: this runs for every decode matmul.
+  absl::FixedArray<std::atomic<uint64_t>, 16> segments(num_threads_);
   for (int t = 0; t < num_threads_; ++t) {
     int64_t b, e;
     SplitRange(units, 1, t, num_threads_, &b, &e);
@@ -137,25 +158,9 @@ void ThreadPool::ParallelForStealing(int64_t count, int64_t grain,
     fn(unit * grain, std::min(count, (unit + 1) * grain), thread);
   };
   Run([&](int t, int n) {
-    std::atomic<uint64_t>& own = segments[t];
-    for (uint64_t v = own.load(std::memory_order_relaxed);;) {
-      const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
-      if (front >= back) break;
-      if (own.compare_exchange_weak(v, (front + 1) << 32 | back, std::memory_order_relaxed)) {
-        piece(static_cast<int64_t>(front), t);
-        v = own.load(std::memory_order_relaxed);
-      }
-    }
+    for (int64_t u; (u = TakeUnit(segments[t], /*front=*/true)) >= 0;) piece(u, t);
     for (int k = 1; k < n; ++k) {
-      std::atomic<uint64_t>& other = segments[(t + k) % n];
-      for (uint64_t v = other.load(std::memory_order_relaxed);;) {
-        const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
-        if (front >= back) break;
-        if (other.compare_exchange_weak(v, front << 32 | (back - 1), std::memory_order_relaxed)) {
-          piece(static_cast<int64_t>(back - 1), t);
-          v = other.load(std::memory_order_relaxed);
-        }
-      }
+      for (int64_t u; (u = TakeUnit(segments[(t + k) % n], /*front=*/false)) >= 0;) piece(u, t);
     }
   });
 }

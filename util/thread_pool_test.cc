@@ -38,46 +38,41 @@ TEST(ThreadPool, ParallelForCoversRangeExactlyOnce) {
   }
 }
 
-TEST(ThreadPool, ParallelForDynamicCoversRangeExactlyOnce) {
-  for (int threads : {1, 2, 3}) {
-    ThreadPool pool(threads);
-    for (int64_t count : {0, 1, 7, 64, 1000}) {
-      for (int64_t grain : {1, 8, 32}) {
-        std::vector<std::atomic<int>> seen(count);
-        std::atomic<int> bad_thread{0};
-        pool.ParallelForDynamic(count, grain, [&](int64_t b, int64_t e, int t) {
-          const bool whole = b == 0 && e == count && (threads == 1 || count <= grain);
-          if (t < 0 || t >= threads || (!whole && (e - b > grain || b % grain != 0))) {
-            bad_thread.fetch_add(1);
-          }
-          for (int64_t i = b; i < e; ++i) seen[i].fetch_add(1);
-        });
-        EXPECT_EQ(bad_thread.load(), 0);
-        for (int64_t i = 0; i < count; ++i) ASSERT_EQ(seen[i].load(), 1) << i;
-      }
-    }
-  }
-}
-
-TEST(ThreadPool, ParallelForStealingCoversRangeExactlyOnce) {
+// For ParallelForDynamic and ParallelForStealing (`method`): every item passed exactly
+// once, each piece within the grain and starting on it (one whole call where the split
+// makes none), thread indices in range.
+template <class Method>
+void ExpectPiecesCoverRangeOnce(Method method) {
   for (int threads : {1, 2, 3, 4}) {
     ThreadPool pool(threads);
     for (int64_t count : {0, 1, 7, 64, 1000}) {
       for (int64_t grain : {1, 8, 32}) {
         std::vector<std::atomic<int>> seen(count);
         std::atomic<int> bad{0};
-        pool.ParallelForStealing(count, grain, [&](int64_t b, int64_t e, int t) {
+        method(pool, count, grain, [&](int64_t b, int64_t e, int t) {
           const bool whole = b == 0 && e == count && (threads == 1 || count <= grain);
           if (t < 0 || t >= threads || (!whole && (e - b > grain || b % grain != 0))) {
             bad.fetch_add(1);
           }
           for (int64_t i = b; i < e; ++i) seen[i].fetch_add(1);
         });
-        EXPECT_EQ(bad.load(), 0);
+        EXPECT_EQ(bad.load(), 0) << threads << " threads, count " << count << ", grain " << grain;
         for (int64_t i = 0; i < count; ++i) ASSERT_EQ(seen[i].load(), 1) << i;
       }
     }
   }
+}
+
+TEST(ThreadPool, ParallelForDynamicCoversRangeExactlyOnce) {
+  ExpectPiecesCoverRangeOnce([](ThreadPool& pool, int64_t count, int64_t grain, auto&& fn) {
+    pool.ParallelForDynamic(count, grain, fn);
+  });
+}
+
+TEST(ThreadPool, ParallelForStealingCoversRangeExactlyOnce) {
+  ExpectPiecesCoverRangeOnce([](ThreadPool& pool, int64_t count, int64_t grain, auto&& fn) {
+    pool.ParallelForStealing(count, grain, fn);
+  });
 }
 
 // Thread 1 holds its first piece until thread 0 has taken a piece of thread 1's segment
