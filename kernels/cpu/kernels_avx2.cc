@@ -210,38 +210,41 @@ inline __m256 LoadStep(const uint8_t* row, int64_t s, int64_t k) {
   return e + 8 <= k ? L::Load8(row, e) : L::LoadPartial(row, e, k - e);
 }
 
-// Packs 8 rows (null: zeros) lane-major: out[at.At(lane, s) + q] = row q's element
-// 8 * s + lane, writing `width` (6 or 8) of the 8 row slots. The layout is copied into
+// Packs 8 rows lane-major: out[at.At(lane, s) + q] = row q's element 8 * s + lane, writing
+// the first kWidth (6: a token tile, or 8: weight rows) of the 8 row slots; the rows past
+// kWidth are not read, a null row among the first packs zeros. The layout is copied into
 // locals and each chunk's lane pointers advance by a slot per step; the steps whose 8
 // elements all lie in k, of rows that all exist, load without a check. (perf of BM_MatMul
-// F16 n:128, Zen 4: written with LaneAt per store and LoadStep per load, packing took 9% of
-// the matmul, most of it reloading the layout after every store, which may alias it.)
-template <typename L, bool kWhole>
-void PackLaneMajorOf(const uint8_t* const* rows_in, int64_t k, int64_t steps, float* out,
-                     const LaneLayout& at_in, int width) {
+// F16 n:128, Zen 4: written with a layout lookup per store and a checked load per row,
+// packing took 9% of the matmul, most of it reloading the layout after every store, which
+// may alias it.)
+template <typename L, int kWidth>
+void PackLaneMajor(const uint8_t* const* rows_in, int64_t k, int64_t steps, float* out,
+                   const LaneLayout& at_in) {
+  static_assert(kWidth == 6 || kWidth == 8);
   const LaneLayout at = at_in;
-  const uint8_t* rows[8];
+  const uint8_t* rows[8] = {};
   bool all = true;
-  for (int q = 0; q < 8; ++q) {
+  for (int q = 0; q < kWidth; ++q) {
     rows[q] = rows_in[q];
     all = all && rows[q] != nullptr;
   }
-  const __m256i keep = TailMask(width);
+  const __m256i keep = TailMask(kWidth);
   const int64_t checked = all ? k / 8 : 0;  // steps before this one load without a check
   for (int64_t c0 = 0; c0 < steps; c0 += kGemmChunkSteps) {
     const int64_t c1 = std::min(steps, c0 + kGemmChunkSteps);
     float* dst = out + c0 / kGemmChunkSteps * at.chunk_floats;
     for (int64_t s = c0; s < c1; ++s, dst += at.slot) {
-      __m256i v[8], o[8];
+      __m256i v[8] = {}, o[8];
       if (s < checked) {
-        for (int q = 0; q < 8; ++q) v[q] = _mm256_castps_si256(L::Load8(rows[q], 8 * s));
+        for (int q = 0; q < kWidth; ++q) v[q] = _mm256_castps_si256(L::Load8(rows[q], 8 * s));
       } else {
-        for (int q = 0; q < 8; ++q) v[q] = _mm256_castps_si256(LoadStep<L>(rows[q], s, k));
+        for (int q = 0; q < kWidth; ++q) v[q] = _mm256_castps_si256(LoadStep<L>(rows[q], s, k));
       }
       avx2::Transpose8x8(v, o);
       float* d = dst;
       for (int j = 0; j < 8; ++j, d += at.lane_floats) {
-        if constexpr (kWhole) {
+        if constexpr (kWidth == 8) {
           _mm256_storeu_ps(d, _mm256_castsi256_ps(o[j]));
         } else {
           _mm256_maskstore_ps(d, keep, _mm256_castsi256_ps(o[j]));
@@ -251,23 +254,13 @@ void PackLaneMajorOf(const uint8_t* const* rows_in, int64_t k, int64_t steps, fl
   }
 }
 
-template <typename L>
-void PackLaneMajor(const uint8_t* const* rows, int64_t k, int64_t steps, float* out,
-                   const LaneLayout& at, int width) {
-  if (width == 8) {
-    PackLaneMajorOf<L, true>(rows, k, steps, out, at, width);
-  } else {
-    PackLaneMajorOf<L, false>(rows, k, steps, out, at, width);
-  }
-}
-
 // Packs tile `tile` of block b of g into the block's packed activations `out`.
 void PackGemmTile(const MatmulTask& t, const GemmBlocks& g, int64_t b, int64_t tile, float* out) {
   const uint8_t* rows[8] = {};
   for (int c = 0; c < kGemmTokens && tile * kGemmTokens + c < g.Count(b); ++c) {
     rows[c] = t.x + (b * g.nb + tile * kGemmTokens + c) * t.x_stride;
   }
-  PackLaneMajor<LoadF32>(rows, g.k, g.steps, out + tile * kTileChunk, g.XLayout(b), kGemmTokens);
+  PackLaneMajor<LoadF32, kGemmTokens>(rows, g.k, g.steps, out + tile * kTileChunk, g.XLayout(b));
 }
 
 // Fewer than kGemmMinTokens tokens: F32Direct, or its tiles in passes of equal token
@@ -417,13 +410,13 @@ void PackGemmWeightRows(TensorType type, const uint8_t* const* rows, int64_t k, 
   const int64_t steps = (k + 7) / 8;
   switch (type) {
     case TensorType::kF32:
-      PackLaneMajor<LoadF32>(rows, k, steps, out, at, 8);
+      PackLaneMajor<LoadF32, 8>(rows, k, steps, out, at);
       return;
     case TensorType::kF16:
-      PackLaneMajor<LoadF16>(rows, k, steps, out, at, 8);
+      PackLaneMajor<LoadF16, 8>(rows, k, steps, out, at);
       return;
     case TensorType::kBF16:
-      PackLaneMajor<LoadBF16>(rows, k, steps, out, at, 8);
+      PackLaneMajor<LoadBF16, 8>(rows, k, steps, out, at);
       return;
     default:
       return;  // the contract allows only the float types
