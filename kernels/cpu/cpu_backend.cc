@@ -13,7 +13,6 @@
 #include "kernels/cpu/kv_block.h"
 #include "kernels/cpu/row_groups.h"
 #include "tensor/quant.h"
-#include "util/fp16.h"
 #include "util/logging.h"
 #include "util/status_macros.h"
 #include "util/system_memory.h"
@@ -64,18 +63,15 @@ void CpuBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
 void CpuBackend::StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,
                          const KvLayout& layout, void* k_pool, void* v_pool) {
   const int64_t hd = layout.head_dim, kv_dim = layout.n_kv_heads * hd;
+  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
   for (int64_t i = 0; i < n; ++i) {
     for (int h = 0; h < layout.n_kv_heads; ++h) {
       const int64_t at = layout.Offset(slot_rows[i], h);
       const float* ks = k + i * kv_dim + h * hd;
       const float* vs = v + i * kv_dim + h * hd;
       if (layout.type == TensorType::kF16) {
-        uint16_t* kd = static_cast<uint16_t*>(k_pool) + at;
-        uint16_t* vd = static_cast<uint16_t*>(v_pool) + at;
-        for (int64_t e = 0; e < hd; ++e) {
-          kd[e] = FloatToFp16(ks[e]);
-          vd[e] = FloatToFp16(vs[e]);
-        }
+        kt.float_to_f16(ks, hd, static_cast<uint16_t*>(k_pool) + at);
+        kt.float_to_f16(vs, hd, static_cast<uint16_t*>(v_pool) + at);
       } else {
         std::memcpy(static_cast<float*>(k_pool) + at, ks, hd * sizeof(float));
         std::memcpy(static_cast<float*>(v_pool) + at, vs, hd * sizeof(float));

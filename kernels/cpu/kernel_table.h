@@ -100,6 +100,9 @@ struct KernelTable {
   float (*sum_squares)(const float* x, int64_t n);
   // out[i] = silu(gate[i]) * up[i]; out may alias gate.
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
+  // out[i] = FloatToFp16(x[i]) (util/fp16.h) bit for bit, i < n: how rows enter an F16 KV
+  // cache.
+  void (*float_to_f16)(const float* x, int64_t n, uint16_t* out);
   // Attention of queries qs[0..n) (1 <= n <= kAttentionTile) of one sequence (the same
   // block table; any n_ctx each) for the heads that share KV head `kv_head` (a GQA group),
   // each with an online softmax over its KV blocks in order. Each head's result depends
@@ -117,8 +120,8 @@ struct KernelTable {
   // of k elements take packed, 0 when a matmul of n rows reads no packed activations.
   // pack_f32(t, part, parts, out): packs share `part` of `parts` of t's activations (t.x,
   // t.x_stride, t.n, t.k) into out (64-byte aligned); the parts may run concurrently.
-  size_t (*packed_f32_floats)(int64_t n, int64_t k);
-  void (*pack_f32)(const MatmulTask& t, int part, int parts, float* out);
+  size_t (*packed_f32_floats)(int64_t n, int64_t k) = nullptr;
+  void (*pack_f32)(const MatmulTask& t, int part, int parts, float* out) = nullptr;
   // Weights grouped 16 rows at a time (row_groups.h) x quantized activations, any number
   // of tokens: groups(type) says which types (AVX2: Q4_0, Q4_K; AVX-512 VNNI: Q8_0, Q4_0 and
   // Q4_K); all null where the ISA has no such kernel (then no weight is grouped), and a

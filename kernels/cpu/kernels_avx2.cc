@@ -425,10 +425,19 @@ void PackGemmWeightRows(TensorType type, const uint8_t* const* rows, int64_t k, 
 
 const KernelTable& Avx2Kernels() {
   static const KernelTable table = [] {
-    KernelTable t{CpuIsa::kAvx2,         &Avx2Matmul,      &avx2::QuantizeQ8_0Row,
-                  &avx2::QuantizeQ8KRow, &avx2::Dot,       &Axpy,
-                  &avx2::Scale,          &SumSquares,      &avx2::SiluMul,
-                  &avx2::AttentionGroup, &PackedF32Floats, &PackF32};
+    KernelTable t{.isa = CpuIsa::kAvx2,
+                  .matmul = &Avx2Matmul,
+                  .quantize_q8_0 = &avx2::QuantizeQ8_0Row,
+                  .quantize_q8k = &avx2::QuantizeQ8KRow,
+                  .dot = &avx2::Dot,
+                  .axpy = &Axpy,
+                  .scale = &avx2::Scale,
+                  .sum_squares = &SumSquares,
+                  .silu_mul = &avx2::SiluMul,
+                  .float_to_f16 = &avx2::FloatRowToHalf,
+                  .attention_group = &avx2::AttentionGroup,
+                  .packed_f32_floats = &PackedF32Floats,
+                  .pack_f32 = &PackF32};
     t.groups = &avx2::GroupsType;
     t.grouped_tokens_bytes = &GroupedTokensBytes;
     t.prepare_grouped = &PrepareGroupedTokens;

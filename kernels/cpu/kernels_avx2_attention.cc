@@ -154,6 +154,17 @@ void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
 
 }  // namespace
 
+// out[i] = x[i] as F16, i < n: F16C rounding to nearest even, which gives FloatToFp16's
+// bits for every input, NaNs (quieted, payload truncated) included.
+void FloatRowToHalf(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = FloatToFp16(x[i]);
+}
+
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
   int64_t i = 0;

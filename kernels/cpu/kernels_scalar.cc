@@ -263,6 +263,10 @@ void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Fp16ToFloat(src[i]);
 }
 
+void FloatRowToHalf(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToFp16(x[i]);
+}
+
 // One head at a time: scores of a KV block, then the online-softmax update.
 void AttentionQueryGroup(const AttentionParams& p, const AttentionQuery& q, int kvh,
                          float* scratch) {
@@ -307,9 +311,17 @@ void AttentionGroup(const AttentionParams& p, const AttentionQuery* qs, int n, i
 }  // namespace
 
 const KernelTable& ScalarKernels() {
-  static const KernelTable table{
-      CpuIsa::kScalar, &ScalarMatmul, &QuantizeQ8_0Row, &QuantizeQ8KRow, &DotF32, &Axpy,
-      &Scale,          &SumSquares,   &SiluMul,         &AttentionGroup, nullptr, nullptr};
+  static const KernelTable table{.isa = CpuIsa::kScalar,
+                                 .matmul = &ScalarMatmul,
+                                 .quantize_q8_0 = &QuantizeQ8_0Row,
+                                 .quantize_q8k = &QuantizeQ8KRow,
+                                 .dot = &DotF32,
+                                 .axpy = &Axpy,
+                                 .scale = &Scale,
+                                 .sum_squares = &SumSquares,
+                                 .silu_mul = &SiluMul,
+                                 .float_to_f16 = &FloatRowToHalf,
+                                 .attention_group = &AttentionGroup};  // no packing, no groups
   return table;
 }
 

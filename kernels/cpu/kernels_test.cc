@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -513,6 +514,57 @@ TEST(VectorKernels, MatchReferenceOnEveryPath) {
       for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], b[i] + 0.75 * a[i], 1e-6);
       kt.scale(-2.0f, y.data(), n);
       for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], -2.0 * (b[i] + 0.75 * a[i]), 2e-6);
+    }
+  }
+}
+
+// Rows into an F16 KV cache: every path gives FloatToFp16's bits (round to nearest even,
+// overflow to infinity, subnormals, NaNs quieted), in the SIMD body and the scalar tail.
+TEST(VectorKernels, FloatToF16IsFloatToFp16OnEveryPath) {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -2.0f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          -65520.0f,
+                          1e10f,
+                          -1e-10f,
+                          std::ldexp(1.0f, -24),
+                          std::ldexp(1.0f, -25),
+                          std::ldexp(3.0f, -25),
+                          std::ldexp(1.0f, -14),
+                          std::ldexp(1023.0f, -24),
+                          1.0f + std::ldexp(1.0f, -11),
+                          1.0f + std::ldexp(3.0f, -11),
+                          std::ldexp(1.0f, -130),
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()};
+  for (uint32_t bits :
+       {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fa00000u, 0xff812345u, 0x7fffffffu}) {
+    x.push_back(std::bit_cast<float>(bits));  // quiet and signalling NaNs, payloads
+  }
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> any_bits;
+  for (int i = 0; i < 20000; ++i) x.push_back(std::bit_cast<float>(any_bits(rng)));
+  uint32_t seed = 8;
+  for (float scale : {1e-6f, 1e-3f, 1.0f, 1e3f, 7e4f}) {
+    for (float v : Random(999, seed++, scale)) x.push_back(v);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  ASSERT_NE((n - 1) % 8, 0);  // a tail past the last 8
+  std::vector<uint16_t> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = FloatToFp16(x[i]);
+  for (CpuIsa isa : AvailableIsas()) {
+    const cpu::KernelTable& kt = cpu::KernelTableFor(isa);
+    std::vector<uint16_t> got(n + 1, 0xabcd);
+    kt.float_to_f16(x.data() + 1, n - 1, got.data() + 1);  // unaligned rows too
+    EXPECT_EQ(got[0], 0xabcd) << CpuIsaName(isa);
+    EXPECT_EQ(got[n], 0xabcd) << CpuIsaName(isa);
+    for (int64_t i = 1; i < n; ++i) {
+      ASSERT_EQ(got[i], want[i]) << CpuIsaName(isa) << " at " << i << ": bits "
+                                 << std::bit_cast<uint32_t>(x[i]);
     }
   }
 }
