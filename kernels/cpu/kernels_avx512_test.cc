@@ -376,14 +376,42 @@ TEST(Avx512Decode, KQuantsMatchTheAvx2KernelsBitForBit) {
   }
 }
 
+// Float weights x 2-16 tokens: the AVX-512 table's token-pair tiles (3-16; 2 stays on the
+// AVX2 tiles) against the AVX2 tiles and GEMM (16), bit for bit, for every token count (odd ones
+// repeat a token in the last pair), row ranges as threads get them (tiles and single rows left
+// over), and k with tails of 1-7 elements; rows outside the range stay untouched.
+TEST(FloatFewTokens, Avx512TableMatchesTheAvx2TilesBitForBit) {
+  if (DetectCpuFeatures().best() < CpuIsa::kAvx512) {
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ; this one: "
+                 << DetectCpuFeatures().Describe();
+  }
+  for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kBF16}) {
+    const cpu::MatmulFn avx2 = cpu::Avx2Kernels().matmul(type, cpu::ActFormat::kF32);
+    const cpu::MatmulFn avx512 = cpu::Avx512Kernels().matmul(type, cpu::ActFormat::kF32);
+    for (int64_t k : {3, 8, 13, 20, 101, 1100}) {
+      const TestWeight w = MakeWeight(type, 45, k, 51);
+      const auto x = Random(16 * k, 52);
+      for (int64_t n = 2; n <= 16; ++n) {
+        for (const QuantShape& s : kDecodeRanges) {
+          const auto want = RunMatmul(w, x, n, s.r0, s.r1, false, avx2);
+          const auto got = RunMatmul(w, x, n, s.r0, s.r1, false, avx512);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+              << TensorTypeName(type) << " k=" << k << " n=" << n << " rows [" << s.r0 << ", "
+              << s.r1 << ")";
+        }
+      }
+    }
+  }
+}
+
 // One token against float activations, on every table this CPU runs (the AVX-512 table
-// takes the AVX2 tiles below 16 tokens) and with both one-token tiles (2 and 8 rows, one
-// of which the tables take on this CPU): F16 / BF16 / F32 weights and Q4_K dequantized
-// to floats (the exact mode's 8-row tile on rows in scratch). Rows as threads get them
-// (one-row ranges, odd ones, ranges ending below row 16), k with tails of every length
-// below 8 and TinyLlama's FFN-down row; each row equals that row of batches of 2..16
-// tokens (the few-token tiles, their passes, the GEMM) of the table bit for bit, and is
-// within rounding of the float64 product.
+// takes the AVX2 tiles for one or two tokens, its token-pair tiles for 3-16) and with both
+// one-token tiles (2 and 8 rows, one of which the tables take on this CPU): F16 / BF16 / F32
+// weights and Q4_K dequantized to floats (the exact mode's 8-row tile on rows in scratch). Rows as
+// threads get them (one-row ranges, odd ones, ranges ending below row 16), k with tails of every
+// length below 8 and TinyLlama's FFN-down row; each row equals that row of batches of 2..16 tokens
+// (the few-token tiles, their passes, the GEMM) of the table bit for bit, and is within rounding of
+// the float64 product.
 TEST(FloatDecode, OneTokenIsBatchInvariantAndExactOnEveryTable) {
   if (!HasAvx2()) GTEST_SKIP() << "needs AVX2; this CPU: " << DetectCpuFeatures().Describe();
   std::vector<const cpu::KernelTable*> tables = {&cpu::Avx2Kernels()};
