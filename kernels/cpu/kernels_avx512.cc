@@ -88,9 +88,11 @@ struct ZLoadF32 {
         _mm256_maskz_loadu_ps(Mask8(count), reinterpret_cast<const float*>(row) + e));
   }
 };
-struct ZLoadF16 {
+// 16-bit floats: 8 of them loaded (or the first `count`, zeros after) and widened into
+// both halves by Widen.
+template <__m512 (*Widen)(__m128i)>
+struct ZLoadHalf {
   static constexpr int kBytes = 2;
-  static __m512 Widen(__m128i h) { return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(h)); }
   static __m512 Pair(const uint8_t* row, int64_t e) {
     return Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * e)));
   }
@@ -98,19 +100,13 @@ struct ZLoadF16 {
     return Widen(_mm_maskz_loadu_epi16(Mask8(count), row + 2 * e));
   }
 };
-struct ZLoadBF16 {
-  static constexpr int kBytes = 2;
-  static __m512 Widen(__m128i h) {
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(h)), 16));
-  }
-  static __m512 Pair(const uint8_t* row, int64_t e) {
-    return Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * e)));
-  }
-  static __m512 Partial(const uint8_t* row, int64_t e, int64_t count) {
-    return Widen(_mm_maskz_loadu_epi16(Mask8(count), row + 2 * e));
-  }
-};
+inline __m512 WidenF16(__m128i h) { return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(h)); }
+inline __m512 WidenBF16(__m128i h) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(h)), 16));
+}
+using ZLoadF16 = ZLoadHalf<&WidenF16>;
+using ZLoadBF16 = ZLoadHalf<&WidenBF16>;
 
 // avx2::Hsum8's tree on one 256-bit half: ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). A copy
 // with internal linkage: avx2_util.h's inline Hsum8 compiled in this AVX-512 region could
