@@ -32,24 +32,44 @@ inline void PrefetchAhead(const uint8_t* block, size_t block_bytes) {
   PrefetchBytes(block + kGroupedPrefetchBytes, block_bytes);
 }
 
-// Calls pass.template operator()<T>(g, i) for every group (g: its first row) and every
-// pass of T tokens starting at token i. Up to kOnePass tokens run as one pass; more run in
-// nearly equal passes of up to kPass (kPass <= kOnePass). Each pass sweeps one group when
-// the passes are few (decode: each group comes from memory once and the later passes find
-// it in L1/L2), 8 groups when they are many (prefill: a pass's tokens stay in L1 while
-// groups of at most ~0.8 MiB go by).
-template <int kOnePass, int kPass, class F>
-inline void SweepGroups(const MatmulTask& t, F&& pass) {
+// How many nearly equal passes take n tokens: one up to kOnePass, else passes of up to kPass.
+template <int kOnePass, int kPass>
+constexpr int64_t SweepPasses(int64_t n) {
   static_assert(kPass <= kOnePass);
-  const int64_t most = t.n <= kOnePass ? kOnePass : kPass;
-  const int64_t passes = (t.n + most - 1) / most;
+  return n <= kOnePass ? 1 : (n + kPass - 1) / kPass;
+}
+
+// Up to this many passes, a sweep takes one group (kGroups 2: one pair) at a time: a pair's
+// three passes of up to 6 take a server's 16 streams.
+template <int kGroups>
+inline constexpr int64_t kFewPasses = kGroups == 2 ? 3 : 2;
+
+// Calls pass.template operator()<T>(g, i) for every group (g: its first row) and every
+// pass of T tokens starting at token i (SweepPasses). Each pass sweeps one group when the
+// passes are few (decode: each group comes from memory once and the later passes find it
+// in L1/L2), 8 groups when they are many (prefill: a pass's tokens stay in L1 while groups
+// of at most ~0.8 MiB go by).
+//
+// kGroups == 2: the pass takes two adjacent groups at once, pass.template operator()<T>(g,
+// i, groups) with groups 2 (rows g .. g + 31), or 1 for the last group of a range holding an
+// odd number; the sweep's order is the same, a pair where there was a group.
+template <int kOnePass, int kPass, int kGroups = 1, class F>
+inline void SweepGroups(const MatmulTask& t, F&& pass) {
+  static_assert(kGroups == 1 || kGroups == 2);
+  const int64_t passes = SweepPasses<kOnePass, kPass>(t.n);
   const int64_t width = (t.n + passes - 1) / passes;
-  const int64_t sweep = passes <= 2 ? kRowGroup : 8 * kRowGroup;
+  const int64_t sweep = passes <= kFewPasses<kGroups> ? kGroups * kRowGroup : 8 * kRowGroup;
   for (int64_t r = t.r0; r < t.r1; r += sweep) {
     const int64_t end = std::min(r + sweep, t.r1);
     for (int64_t i = 0; i < t.n; i += width) {
       WithWidth<kOnePass>(std::min(width, t.n - i), [&]<int T>() {
-        for (int64_t g = r; g < end; g += kRowGroup) pass.template operator()<T>(g, i);
+        for (int64_t g = r; g < end; g += kGroups * kRowGroup) {
+          if constexpr (kGroups == 1) {
+            pass.template operator()<T>(g, i);
+          } else {
+            pass.template operator()<T>(g, i, std::min<int64_t>(kGroups, (end - g) / kRowGroup));
+          }
+        }
       });
     }
   }

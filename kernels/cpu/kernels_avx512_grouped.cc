@@ -19,6 +19,11 @@
 // token's sub-block sums; then acc = fma(S, d * d_x, acc), acc = fma(-M, dmin * d_x, acc),
 // as the AVX2 kernel does.
 //
+// Q4_0 / Q8_0 passes of two or more tokens take two adjacent groups at once (PairPass):
+// each broadcast of a token's 4 codes then feeds two vpdpbusd, not one. With one broadcast
+// per vpdpbusd the loop ran at ~80% of the vpdpbusd rate before its scale tail (Zen 5:
+// about 4.6 broadcast-fed vpdpbusd per ns against 7.1 from registers).
+//
 // Compiled for AVX-512 F/BW/VL/DQ + VNNI in one region after every include (isa_target.h).
 
 #include <immintrin.h>
@@ -87,6 +92,68 @@ void GroupPass(const uint8_t* g, int64_t nb, const GroupedToken* x, int64_t xs, 
     }
   }
   for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
+}
+
+// Two adjacent groups (g: the first's block 0, gs bytes to the second's) x T tokens, as
+// GroupPass gives each (the same S, the same tail, so the same bits), with the 4 codes of
+// a token broadcast once for both groups' vpdpbusd: a broadcast per vpdpbusd held the
+// one-group pass to ~80% of the vpdpbusd rate. The chunks are taken one at a time (q
+// outer) so that the 2T sums, not 16 code registers, stay live. prefetch_next: also bring
+// the same block of the next pair (gs bytes on) into L2, for the first of a few passes over
+// weights that come from memory.
+template <bool kQ8, int T>
+void PairPass(const uint8_t* g, size_t gs, int64_t nb, const GroupedToken* x, int64_t xs, float* y,
+              int64_t ldy, bool prefetch_next) {
+  constexpr size_t kBlock = kRowGroup * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[2][T];
+  for (int j = 0; j < T; ++j) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
+    if constexpr (T >= 4) {
+      PrefetchAhead(g, kBlock);
+      PrefetchAhead(g + gs, kBlock);
+    }
+    if (prefetch_next) {
+      PrefetchBytes<CacheLevel::kL2>(g + 2 * gs, kBlock);
+      PrefetchBytes<CacheLevel::kL2>(g + 3 * gs, kBlock);
+    }
+    __m512i s[2][T];
+    for (int j = 0; j < T; ++j) s[0][j] = s[1][j] = _mm512_set1_epi32(x[j].base);
+    const uint8_t* codes = g + 2 * kRowGroup;
+    for (int q = 0; q < 4; ++q) {
+      __m512i lo[2], hi[2];  // elements 4q .. 4q + 3 and 16 + 4q .. 16 + 4q + 3
+      for (int r = 0; r < 2; ++r) {
+        const uint8_t* c = codes + r * gs + 64 * q;
+        if constexpr (kQ8) {
+          lo[r] = _mm512_loadu_si512(c);
+          hi[r] = _mm512_loadu_si512(c + 256);
+        } else {
+          const __m512i v = _mm512_loadu_si512(c);
+          lo[r] = _mm512_and_si512(v, m4);
+          hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+      }
+      for (int j = 0; j < T; ++j) {
+        const __m512i xl = Bcast4(x[j].qs + 4 * q);
+        const __m512i xh = Bcast4(x[j].qs + 16 + 4 * q);
+        for (int r = 0; r < 2; ++r) s[r][j] = _mm512_dpbusd_epi32(s[r][j], lo[r], xl);
+        for (int r = 0; r < 2; ++r) s[r][j] = _mm512_dpbusd_epi32(s[r][j], hi[r], xh);
+      }
+    }
+    for (int r = 0; r < 2; ++r) {
+      const __m512 wd =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + r * gs)));
+      for (int j = 0; j < T; ++j) {
+        const __m512 d = _mm512_mul_ps(wd, _mm512_set1_ps(x[j].d));
+        acc[r][j] = _mm512_fmadd_ps(
+            _mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xFFFF), s[r][j]), d, acc[r][j]);
+      }
+    }
+  }
+  for (int j = 0; j < T; ++j) {
+    _mm512_storeu_ps(y + j * ldy, acc[0][j]);
+    _mm512_storeu_ps(y + j * ldy + kRowGroup, acc[1][j]);
+  }
 }
 
 // Each row's 6-bit scale of sub-block `sub` (0..7) in its lane: byte sub % 4 of lo (sub <
@@ -170,23 +237,40 @@ void KGroupPass(const uint8_t* g, int64_t nb, const GroupedKToken* x, int64_t xs
   for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
 }
 
-// The weight formats: elements per block, the prepared token type, and the pass. A matmul
-// of up to kOnePass tokens runs them in one pass over each group; more tokens run in
-// passes of up to kPass, nearly equal (kPass <= kOnePass). Measured (kernel_bench, this
-// Zen 4 VM, GOP/s on 1 / 2 threads): Q4_0 in one pass of 16 against two of 8: n=16 357 /
-// 663 against 327 / 587; passes of 16 at n=128 318 / 577 against 329 / 622 with 8. Q8_0's
-// pass of 16 spills (n=16: 144 GOP/s). Q4_K's passes of 8 against 4 (one thread, two
-// rounds): n=16 175-244 against 235-301, n=128 208-278 against 274-323.
+// The weight formats: elements per block, the prepared token type and the passes. A matmul
+// of up to kOnePass tokens runs them in one pass over each group; more tokens run in passes
+// of up to kPass, nearly equal (kPass <= kOnePass). Q4_0 from two tokens on, and Q8_0 from
+// kPairsFrom on, run pairs of groups (PairPass) in passes of up to kPairPass instead.
+//
+// Measured (kernel_bench, Zen 5, 2026-12-03, binaries alternated, GOP/s on 1 / 2 threads),
+// one group per pass as above against pairs in passes of up to 6: BM_MatMul Q4_0 n=16
+// 553-554 / 970-981 against 613-641 / 1120-1130, n=128 533-548 / 1048-1057 against 620-654 /
+// 1192-1225 (pairs in passes of 8 or 5: n=128 on 2 threads 1039-1130, 1122-1175); Q8_0
+// n=128 544 / 1040 against 590 / 1170. A 16-token decode step streams its weights from
+// memory (BM_DecodeLayers tokens:16, 3 rounds): Q4_0 510-543 / 880-1034 against 608-621 /
+// 955-1005 with the next pair prefetched (PairPass); Q8_0, whose pairs are twice the bytes,
+// lost there (470-515 / 817-897 against 455-471 / 694-773), so it pairs only past that.
+// Before (Zen 4 VM): Q4_0 in one pass of 16 against two of 8: n=16 357 / 663 against 327 /
+// 587; Q8_0's one-group pass of 16 spilled (n=16: 144 GOP/s). Q4_K's passes of 8 against 4
+// (one thread, two rounds): n=16 175-244 against 235-301, n=128 208-278 against 274-323.
 template <bool kQ8>
 struct Q40Format {
   using Token = GroupedToken;
   static constexpr int64_t kElems = kQK;
   static constexpr int kPass = 8;
   static constexpr int kOnePass = kQ8 ? 8 : 16;
+  static constexpr bool kPairs = true;
+  static constexpr int64_t kPairsFrom = kQ8 ? 17 : 2;
+  static constexpr int kPairPass = 6;
   template <int T>
   static void Pass(const uint8_t* g, int64_t nb, const Token* x, int64_t xs, float* y,
                    int64_t ldy) {
     GroupPass<kQ8, T>(g, nb, x, xs, y, ldy);
+  }
+  template <int T>
+  static void Pair(const uint8_t* g, size_t gs, int64_t nb, const Token* x, int64_t xs, float* y,
+                   int64_t ldy, bool prefetch_next) {
+    PairPass<kQ8, T>(g, gs, nb, x, xs, y, ldy, prefetch_next);
   }
 };
 template <bool kPrefetch>
@@ -195,6 +279,7 @@ struct Q4KFormat {
   static constexpr int64_t kElems = kQKK;
   static constexpr int kPass = 4;
   static constexpr int kOnePass = 4;
+  static constexpr bool kPairs = false;
   template <int T>
   static void Pass(const uint8_t* g, int64_t nb, const Token* x, int64_t xs, float* y,
                    int64_t ldy) {
@@ -223,9 +308,27 @@ void GroupedMatmulOf(const MatmulTask& t) {
   const int64_t nb = t.k / F::kElems;
   const size_t group_bytes = kRowGroup * t.w_stride;
   const auto* x = reinterpret_cast<const typename F::Token*>(t.x);
+  auto group = [&](int64_t g) { return t.w + (g / kRowGroup) * group_bytes; };
+  if constexpr (F::kPairs) {
+    if (t.n >= F::kPairsFrom) {
+      constexpr int kP = F::kPairPass;
+      // A few passes sweep one pair at a time: the first brings the next pair towards L2
+      // while the later ones find this one in L1.
+      const int64_t passes = SweepPasses<kP, kP>(t.n);
+      const bool ahead = passes > 1 && passes <= kFewPasses<2>;
+      SweepGroups<kP, kP, 2>(t, [&]<int T>(int64_t g, int64_t i, int64_t groups) {
+        float* y = t.y + i * t.ldy + g;
+        if (groups == 2) {
+          F::template Pair<T>(group(g), group_bytes, nb, x + i, t.n, y, t.ldy, ahead && i == 0);
+        } else {
+          F::template Pass<T>(group(g), nb, x + i, t.n, y, t.ldy);
+        }
+      });
+      return;
+    }
+  }
   SweepGroups<F::kOnePass, F::kPass>(t, [&]<int T>(int64_t g, int64_t i) {
-    F::template Pass<T>(t.w + (g / kRowGroup) * group_bytes, nb, x + i, t.n, t.y + i * t.ldy + g,
-                        t.ldy);
+    F::template Pass<T>(group(g), nb, x + i, t.n, t.y + i * t.ldy + g, t.ldy);
   });
 }
 
