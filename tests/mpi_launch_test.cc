@@ -41,21 +41,18 @@ class MpiJob {
     dir_ = ::testing::TempDir() + "/mpi_job_" + std::to_string(::getpid()) + "_" +
            std::to_string(counter_++);
     std::system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str());
-    port_ = testing::FreePort();
-    http_port_ = testing::FreePort();
     // Loopback only: test machines carry bridges and namespaces of other tests, whose
     // addresses Open MPI would otherwise try.
-    std::vector<std::string> args = {CASCADE_MPIEXEC, "--oversubscribe", "--allow-run-as-root",
-                                     "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include",
-                                     "lo", "--mca", "oob_tcp_if_include", "lo",
-                                     "-np", std::to_string(np),
-                                     CASCADE_MPI_BIN, "--model", model,
-                                     "--listen", absl::StrCat("127.0.0.1:", port_),
-                                     "--control-listen", "127.0.0.1:0",
-                                     "--http-listen", absl::StrCat("127.0.0.1:", http_port_),
-                                     "--address-file", dir_ + "/address",
-                                     "--quantized-activations", "false", "--threads", "1",
-                                     "--log-level", "info"};
+    std::vector<std::string> args = {
+        CASCADE_MPIEXEC, "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "tcp,self",
+        "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo", "-np",
+        std::to_string(np), CASCADE_MPI_BIN, "--model", model,
+        // Ports the job picks and reports: a port picked
+        // here and bound later can be taken in between
+        // (once by this job's own MPI sockets, say).
+        "--listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0", "--http-listen",
+        "127.0.0.1:0", "--address-file", dir_ + "/address", "--quantized-activations", "false",
+        "--threads", "1", "--log-level", "info"};
     args.insert(args.end(), flags.begin(), flags.end());
     proc_ = testing::Subprocess::Start(args, dir_ + "/job.log");
   }
@@ -69,14 +66,19 @@ class MpiJob {
     }
   }
 
-  // Waits until rank 0 says where it serves (the address file), or the job ends.
+  // Waits until rank 0 says where it serves (the address file, and "HTTP on port N" in its
+  // log line), or the job ends.
   bool WaitServing(std::chrono::seconds timeout = std::chrono::seconds(180)) {
     const auto deadline = Clock::now() + timeout;
+    const std::regex http(R"(HTTP on port ([0-9]+))");
     while (Clock::now() < deadline) {
       std::ifstream in(dir_ + "/address");
       std::string a;
-      if (in >> a) {
+      std::smatch m;
+      const std::string log = Log();
+      if (in >> a && std::regex_search(log, m, http)) {
         address_ = a;
+        http_port_ = std::stoi(m[1]);
         return true;
       }
       if (!proc_->Running()) return false;
@@ -100,7 +102,7 @@ class MpiJob {
  private:
   static inline int counter_ = 0;
   std::string dir_, address_;
-  int port_ = 0, http_port_ = 0;
+  int http_port_ = 0;
   std::unique_ptr<testing::Subprocess> proc_;
 };
 
