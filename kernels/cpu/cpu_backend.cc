@@ -169,6 +169,7 @@ void CpuBackend::SplitRows(int64_t rows, int64_t work, int64_t n, int64_t unit,
     // 42-47 against 46-58 tokens/s with one chunk per thread).
     const int64_t per = (rows + threads - 1) / threads;
     const int64_t grain = std::max(unit, (per / 8 + unit - 1) / unit * unit);
+    before_split();
     pool_.ParallelForStealing(rows, grain, run);
     return;
   }
@@ -249,11 +250,12 @@ void CpuBackend::MatMulShared(const TensorView* const* w, int count, const float
   // Per-thread scratch: weight panels converted or dequantized, packed activations.
   if (!grouped) EnsureThreadScratch(cpu::ScratchFloats(k));
   const float* packed_x = nullptr;
-  // Float prefill split over threads: the activations are first packed once, by all
+  // A float matmul split over threads: where the table's kernel reads packed activations
+  // (the AVX-512 token pairs, the GEMM's tiles), they are first packed once, by all
   // threads together.
   auto pack = [&] {
     const size_t packed = !grouped && fmt == cpu::ActFormat::kF32 && kt.packed_f32_floats != nullptr
-                              ? kt.packed_f32_floats(n, k)
+                              ? kt.packed_f32_floats(w0.type, n, k)
                               : 0;
     if (packed == 0) return;
     GrowScratch(&packed_act_, packed);
@@ -263,7 +265,7 @@ void CpuBackend::MatMulShared(const TensorView* const* w, int count, const float
     t.n = n;
     t.k = k;
     pool_.Run([&](int thread, int nthreads) {
-      kt.pack_f32(t, thread, nthreads, packed_act_.data.get());
+      kt.pack_f32(w0.type, t, thread, nthreads, packed_act_.data.get());
     });
     packed_x = packed_act_.data.get();
   };

@@ -63,7 +63,7 @@ struct MatmulTask {
   int64_t ldy = 0;
   int64_t r0 = 0, r1 = 0;    // weight rows to compute
   float* scratch = nullptr;  // per-thread, 64-byte aligned, >= ScratchFloats(k) floats
-  // ActFormat::kF32 only, when packed_f32_floats(n, k) > 0: the activations as pack_f32
+  // ActFormat::kF32 only, when packed_f32_floats(type, n, k) > 0: the activations as pack_f32
   // laid them out (shared by every thread of the matmul); null: the kernel packs its own.
   const float* packed_x = nullptr;
 };
@@ -116,12 +116,14 @@ struct KernelTable {
   void (*attention_group)(const AttentionParams& p, const AttentionQuery* qs, int n, int kv_head,
                           float* scratch);
   // Float activations packed once per matmul and shared by its threads (null where the
-  // ISA's float matmul packs none). packed_f32_floats(n, k): the floats n activation rows
-  // of k elements take packed, 0 when a matmul of n rows reads no packed activations.
-  // pack_f32(t, part, parts, out): packs share `part` of `parts` of t's activations (t.x,
-  // t.x_stride, t.n, t.k) into out (64-byte aligned); the parts may run concurrently.
-  size_t (*packed_f32_floats)(int64_t n, int64_t k) = nullptr;
-  void (*pack_f32)(const MatmulTask& t, int part, int parts, float* out) = nullptr;
+  // ISA's float matmul packs none). packed_f32_floats(type, n, k): the floats n activation
+  // rows of k elements take packed for a matmul of `type` weights, 0 when that matmul reads
+  // no packed activations (the layout is the kernel's: AVX2 the GEMM's tiles from
+  // kGemmMinTokens tokens on; AVX-512 also the token pairs of 3-16 tokens of float weights).
+  // pack_f32(type, t, part, parts, out): packs share `part` of `parts` of t's activations
+  // (t.x, t.x_stride, t.n, t.k) into out (64-byte aligned); the parts may run concurrently.
+  size_t (*packed_f32_floats)(TensorType type, int64_t n, int64_t k) = nullptr;
+  void (*pack_f32)(TensorType type, const MatmulTask& t, int part, int parts, float* out) = nullptr;
   // Weights grouped 16 rows at a time (row_groups.h) x quantized activations, any number
   // of tokens: groups(type) says which types (AVX2: Q4_0, Q4_K; AVX-512 VNNI: Q8_0, Q4_0 and
   // Q4_K); all null where the ISA has no such kernel (then no weight is grouped), and a

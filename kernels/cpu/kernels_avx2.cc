@@ -326,13 +326,13 @@ void MatmulDequantF32(const MatmulTask& t) {
   }
 }
 
-size_t PackedF32Floats(int64_t n, int64_t k) {
+size_t PackedF32Floats(TensorType /*type*/, int64_t n, int64_t k) {
   if (n < kGemmMinTokens) return 0;  // F32FewTokens packs no activations
   const GemmBlocks g(n, k);
   return static_cast<size_t>(g.blocks * g.BlockFloats());
 }
 
-void PackF32(const MatmulTask& t, int part, int parts, float* out) {
+void PackF32(TensorType /*type*/, const MatmulTask& t, int part, int parts, float* out) {
   const GemmBlocks g(t.n, t.k);
   const int64_t per_block = g.nb / kGemmTokens, slots = g.blocks * per_block;
   const int64_t begin = slots * part / parts, end = slots * (part + 1) / parts;

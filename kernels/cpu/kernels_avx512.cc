@@ -120,22 +120,23 @@ inline float HalfSum(__m256 v) {
 }
 
 // The tokens' activations in pairs, step by step: xp[(s * P + p) * 16 + h * 8 + i] = token
-// 2p + h's element 8s + i (zeros past k, as AVX2's masked loads give; an odd count's last
-// pair repeats its last token), so that each step loads each pair with one aligned load.
-template <int P>
-void PackTokenPairs(const MatmulTask& t, float* xp) {
-  const int64_t steps = (t.k + 7) / 8;
-  for (int c = 0; c < 2 * P; ++c) {
+// 2p + h's element 8s + i for P = ceil(n / 2) pairs (zeros past k, as AVX2's masked loads
+// give; an odd count's last pair repeats its last token), so that each step loads each pair
+// with one aligned load. Steps [s0, s1) only: parts of the steps may be packed concurrently.
+void PackTokenPairs(const MatmulTask& t, int64_t s0, int64_t s1, float* xp) {
+  const int pairs = static_cast<int>((t.n + 1) / 2);
+  for (int c = 0; c < 2 * pairs; ++c) {
     const float* x =
         reinterpret_cast<const float*>(t.x + std::min<int64_t>(c, t.n - 1) * t.x_stride);
-    float* d = xp + (c / 2) * 16 + (c % 2) * 8;
-    for (int64_t s = 0; s < steps; ++s, d += P * 16) {
+    float* d = xp + (s0 * pairs + c / 2) * 16 + (c % 2) * 8;
+    for (int64_t s = s0; s < s1; ++s, d += pairs * 16) {
       const int64_t e = 8 * s;
       _mm256_store_ps(
           d, e + 8 <= t.k ? _mm256_loadu_ps(x + e) : _mm256_maskz_loadu_ps(Mask8(t.k - e), x + e));
     }
   }
 }
+int64_t PairSteps(int64_t k) { return (k + 7) / 8; }
 
 // R rows x P token pairs (xp: PackTokenPairs), n real tokens; pf: prefetch distance in
 // bytes (into L2).
@@ -178,22 +179,27 @@ void PairTile(const uint8_t* const* w, const float* xp, int n, int64_t k, float*
 
 // All t.n (2P - 1 or 2P) tokens against rows [t.r0, t.r1) in tiles of R rows: each weight
 // row is read and widened once, prefetched 4 tiles ahead (as the AVX2 few-token tiles).
-// The packed pairs take 16 * P * ceil(k / 8) floats of t.scratch.
+// The pairs packed: t.packed_x where the backend packed them once for the matmul's threads
+// (PackF32), else here into 16 * P * ceil(k / 8) floats of t.scratch.
 template <typename L, int R, int P>
 void PairRows(const MatmulTask& t) {
   static_assert(2 * P <= kScratchRowsPerElement, "the packed pairs fit in ScratchFloats(k)");
-  PackTokenPairs<P>(t, t.scratch);
+  const float* xp = t.packed_x;
+  if (xp == nullptr) {
+    PackTokenPairs(t, 0, PairSteps(t.k), t.scratch);
+    xp = t.scratch;
+  }
   const int n = static_cast<int>(t.n);
   const int64_t pf = 4 * R * static_cast<int64_t>(t.w_stride);
   const uint8_t* w[R];
   int64_t r = t.r0;
   for (; r + R <= t.r1; r += R) {
     for (int j = 0; j < R; ++j) w[j] = t.w + (r + j) * t.w_stride;
-    PairTile<L, R, P>(w, t.scratch, n, t.k, t.y + r, t.ldy, pf);
+    PairTile<L, R, P>(w, xp, n, t.k, t.y + r, t.ldy, pf);
   }
   for (; r < t.r1; ++r) {
     w[0] = t.w + r * t.w_stride;
-    PairTile<L, 1, P>(w, t.scratch, n, t.k, t.y + r, t.ldy, 0);
+    PairTile<L, 1, P>(w, xp, n, t.k, t.y + r, t.ldy, 0);
   }
 }
 
@@ -305,9 +311,26 @@ void FloatMatmul(const MatmulTask& t) {
     Avx2Kernels().matmul(kType, ActFormat::kF32)(t);
   }
 }
-// The GEMM's shared activation packing, which the token-pair tiles do not read.
-size_t PackedF32Floats(int64_t n, int64_t k) {
-  return n <= kPairMaxTokens ? 0 : Avx2Kernels().packed_f32_floats(n, k);
+// The activations packed once per matmul and shared by its threads: the token pairs for 3
+// to kPairMaxTokens tokens, the GEMM's tiles for more. Packed per call instead, each
+// 128-row chunk (and each of MatMulShared's weights) packed them again: shared, a step of
+// 16 tokens through TinyLlama F16 layers ran 10-13% faster on two threads (measured with
+// the repacking skipped, Zen 5: `BM_DecodeLayers` F16 16 tokens 227-250 against 204-224
+// GFLOP/s, `BM_MatMul` F16 n:16 257-283 against 227-247).
+bool PairsOf(TensorType type, int64_t n) {
+  const bool floats =
+      type == TensorType::kF32 || type == TensorType::kF16 || type == TensorType::kBF16;
+  return floats && n >= 3 && n <= kPairMaxTokens;
+}
+size_t PackedF32Floats(TensorType type, int64_t n, int64_t k) {
+  if (n > kPairMaxTokens) return Avx2Kernels().packed_f32_floats(type, n, k);
+  return PairsOf(type, n) ? static_cast<size_t>(16 * ((n + 1) / 2) * PairSteps(k)) : 0;
+}
+void PackF32(TensorType type, const MatmulTask& t, int part, int parts, float* out) {
+  if (t.n > kPairMaxTokens) return Avx2Kernels().pack_f32(type, t, part, parts, out);
+  if (!PairsOf(type, t.n)) return;
+  const int64_t steps = PairSteps(t.k);
+  PackTokenPairs(t, steps * part / parts, steps * (part + 1) / parts, out);
 }
 // Q8_0 / Q4_0: the decode kernel up to 16 tokens (a batch of 16 decoding sequences), the
 // panels above. Expanding rows into panels costs as much as the dot products at 16 tokens
@@ -363,6 +386,7 @@ const KernelTable& Avx512Kernels() {
     t.matmul = DetectCpuFeatures().avx512vnni ? &Avx512VnniMatmul : &Avx512Matmul;
     t.attention_group = &avx512::AttentionGroup;
     t.packed_f32_floats = &PackedF32Floats;
+    t.pack_f32 = &PackF32;
     if (DetectCpuFeatures().avx512vnni) {
       t.groups = &avx512::GroupsType;
       t.grouped_tokens_bytes = &GroupedTokensBytes;

@@ -97,18 +97,19 @@ cpu::MatmulTask Task(const TestWeight& w, const uint8_t* x, size_t x_stride, int
 // One matmul of tokens [0, n) x rows [r0, r1) of w, with `fn` or with the emulated GEMM,
 // packed activations shared (as the backend's threads share them) or packed by the kernel.
 std::vector<float> RunMatmul(const TestWeight& w, const std::vector<float>& x, int64_t n,
-                             int64_t r0, int64_t r1, bool shared_pack, cpu::MatmulFn fn) {
+                             int64_t r0, int64_t r1, bool shared_pack, cpu::MatmulFn fn,
+                             const cpu::KernelTable& packer = cpu::Avx2Kernels()) {
   const int64_t rows = w.view.rows(), k = w.view.cols();
   std::vector<float> y(n * rows, -7.0f);
   Aligned scratch(cpu::ScratchFloats(k));
   cpu::MatmulTask t = Task(w, reinterpret_cast<const uint8_t*>(x.data()), k * sizeof(float), n, r0,
                            r1, y.data(), scratch.data.get());
-  const cpu::KernelTable& avx2 = cpu::Avx2Kernels();
   std::unique_ptr<Aligned> packed;
-  if (shared_pack) {
-    packed = std::make_unique<Aligned>(avx2.packed_f32_floats(n, k));
-    avx2.pack_f32(t, 0, 2, packed->data.get());  // in two parts, as two threads would
-    avx2.pack_f32(t, 1, 2, packed->data.get());
+  const TensorType type = w.view.type;
+  if (shared_pack && packer.packed_f32_floats(type, n, k) > 0) {
+    packed = std::make_unique<Aligned>(packer.packed_f32_floats(type, n, k));
+    packer.pack_f32(type, t, 0, 2, packed->data.get());  // in two parts, as two threads would
+    packer.pack_f32(type, t, 1, 2, packed->data.get());
     t.packed_x = packed->data.get();
   }
   if (fn != nullptr) {
@@ -130,8 +131,10 @@ struct Shape {
 const Shape kShapes[] = {{20, 16, 0, 45},    {1100, 35, 0, 45}, {1100, 141, 3, 41},
                          {2060, 17, 16, 33}, {300, 270, 0, 45}, {1100, 64, 29, 45}};
 
-// kernel(type): the float matmul to check (null: the emulated 16-lane GEMM).
-void ExpectGemmMatchesAvx2(cpu::MatmulFn (*kernel)(TensorType)) {
+// kernel(type): the float matmul to check (null: the emulated 16-lane GEMM); packer: the
+// table whose pack_f32 lays out what that kernel reads when the activations are shared.
+void ExpectGemmMatchesAvx2(cpu::MatmulFn (*kernel)(TensorType),
+                           const cpu::KernelTable& packer = cpu::Avx2Kernels()) {
   for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kBF16}) {
     for (const Shape& s : kShapes) {
       const TestWeight w = MakeWeight(type, 45, s.k, 3);
@@ -139,7 +142,7 @@ void ExpectGemmMatchesAvx2(cpu::MatmulFn (*kernel)(TensorType)) {
       const cpu::MatmulFn avx2 = cpu::Avx2Kernels().matmul(type, cpu::ActFormat::kF32);
       for (bool shared : {false, true}) {
         const auto want = RunMatmul(w, x, s.n, s.r0, s.r1, shared, avx2);
-        const auto got = RunMatmul(w, x, s.n, s.r0, s.r1, shared, kernel(type));
+        const auto got = RunMatmul(w, x, s.n, s.r0, s.r1, shared, kernel(type), packer);
         // Rows outside [r0, r1) keep the -7 both runs start with, so the whole output
         // also checks that nothing is written past the range.
         ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
@@ -161,7 +164,8 @@ TEST(LaneGemm16, Avx512TableMatchesTheAvx2GemmBitForBit) {
                  << DetectCpuFeatures().Describe();
   }
   ExpectGemmMatchesAvx2(
-      [](TensorType type) { return cpu::Avx512Kernels().matmul(type, cpu::ActFormat::kF32); });
+      [](TensorType type) { return cpu::Avx512Kernels().matmul(type, cpu::ActFormat::kF32); },
+      cpu::Avx512Kernels());
 }
 
 // 16 int32 / float lanes with a 4-way byte dot product, lane by lane.
@@ -379,7 +383,8 @@ TEST(Avx512Decode, KQuantsMatchTheAvx2KernelsBitForBit) {
 // Float weights x 2-16 tokens: the AVX-512 table's token-pair tiles (3-16; 2 stays on the
 // AVX2 tiles) against the AVX2 tiles and GEMM (16), bit for bit, for every token count (odd ones
 // repeat a token in the last pair), row ranges as threads get them (tiles and single rows left
-// over), and k with tails of 1-7 elements; rows outside the range stay untouched.
+// over), and k with tails of 1-7 elements; rows outside the range stay untouched; the same
+// with the pairs packed once for all threads (the table's pack_f32, in two parts).
 TEST(FloatFewTokens, Avx512TableMatchesTheAvx2TilesBitForBit) {
   if (DetectCpuFeatures().best() < CpuIsa::kAvx512) {
     GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ; this one: "
@@ -398,6 +403,11 @@ TEST(FloatFewTokens, Avx512TableMatchesTheAvx2TilesBitForBit) {
           ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
               << TensorTypeName(type) << " k=" << k << " n=" << n << " rows [" << s.r0 << ", "
               << s.r1 << ")";
+          // With the pairs packed once for the matmul's threads, in two parts (PackF32).
+          const auto shared = RunMatmul(w, x, n, s.r0, s.r1, true, avx512, cpu::Avx512Kernels());
+          ASSERT_EQ(std::memcmp(shared.data(), want.data(), shared.size() * sizeof(float)), 0)
+              << TensorTypeName(type) << " k=" << k << " n=" << n << " rows [" << s.r0 << ", "
+              << s.r1 << ") packed once";
         }
       }
     }
