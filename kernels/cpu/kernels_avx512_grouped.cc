@@ -98,18 +98,23 @@ void GroupPass(const uint8_t* g, int64_t nb, const GroupedToken* x, int64_t xs, 
 // GroupPass gives each (the same S, the same tail, so the same bits), with the 4 codes of
 // a token broadcast once for both groups' vpdpbusd: a broadcast per vpdpbusd held the
 // one-group pass to ~80% of the vpdpbusd rate. The chunks are taken one at a time (q
-// outer) so that the 2T sums, not 16 code registers, stay live. prefetch_next: also bring
-// the same block of the next pair (gs bytes on) into L2, for the first of a few passes over
-// weights that come from memory.
+// outer) so that the 2T sums, not 16 code registers, stay live. first: the first pass over
+// these groups in their sweep, which reads them from memory: passes of 4 tokens or more
+// then prefetch 9 KiB ahead into L1 (PrefetchAhead); the later passes find the groups in
+// L1/L2 and prefetch nothing (measured, Zen 5, three alternated rounds, GOP/s one / two
+// threads, `BM_MatMul` Q8_0 n:128 614-633 / 1200-1219 with every pass prefetching against
+// 668-674 / 1275-1309; Q4_0 unchanged). prefetch_next: also bring the same block of the
+// next pair (gs bytes on) into L2, for the first of a few passes over weights that come
+// from memory.
 template <bool kQ8, int T>
 void PairPass(const uint8_t* g, size_t gs, int64_t nb, const GroupedToken* x, int64_t xs, float* y,
-              int64_t ldy, bool prefetch_next) {
+              int64_t ldy, bool first, bool prefetch_next) {
   constexpr size_t kBlock = kRowGroup * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[2][T];
   for (int j = 0; j < T; ++j) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
-    if constexpr (T >= 4) {
+    if (T >= 4 && first) {
       PrefetchAhead(g, kBlock);
       PrefetchAhead(g + gs, kBlock);
     }
@@ -269,8 +274,8 @@ struct Q40Format {
   }
   template <int T>
   static void Pair(const uint8_t* g, size_t gs, int64_t nb, const Token* x, int64_t xs, float* y,
-                   int64_t ldy, bool prefetch_next) {
-    PairPass<kQ8, T>(g, gs, nb, x, xs, y, ldy, prefetch_next);
+                   int64_t ldy, bool first, bool prefetch_next) {
+    PairPass<kQ8, T>(g, gs, nb, x, xs, y, ldy, first, prefetch_next);
   }
 };
 template <bool kPrefetch>
@@ -319,7 +324,8 @@ void GroupedMatmulOf(const MatmulTask& t) {
       SweepGroups<kP, kP, 2>(t, [&]<int T>(int64_t g, int64_t i, int64_t groups) {
         float* y = t.y + i * t.ldy + g;
         if (groups == 2) {
-          F::template Pair<T>(group(g), group_bytes, nb, x + i, t.n, y, t.ldy, ahead && i == 0);
+          F::template Pair<T>(group(g), group_bytes, nb, x + i, t.n, y, t.ldy, i == 0,
+                              ahead && i == 0);
         } else {
           F::template Pass<T>(group(g), nb, x + i, t.n, y, t.ldy);
         }
