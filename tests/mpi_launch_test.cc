@@ -42,17 +42,22 @@ class MpiJob {
            std::to_string(counter_++);
     std::system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str());
     // Loopback only: test machines carry bridges and namespaces of other tests, whose
-    // addresses Open MPI would otherwise try.
-    std::vector<std::string> args = {
-        CASCADE_MPIEXEC, "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "tcp,self",
-        "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo", "-np",
-        std::to_string(np), CASCADE_MPI_BIN, "--model", model,
-        // Ports the job picks and reports: a port picked
-        // here and bound later can be taken in between
-        // (once by this job's own MPI sockets, say).
-        "--listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0", "--http-listen",
-        "127.0.0.1:0", "--address-file", dir_ + "/address", "--quantized-activations", "false",
-        "--threads", "1", "--log-level", "info"};
+    // addresses Open MPI would otherwise try. Every port is 0, picked by the job and read
+    // back (WaitServing): a port picked here and bound later could be taken in between,
+    // by this job's own MPI sockets among others.
+    // clang-format off
+    std::vector<std::string> args = {CASCADE_MPIEXEC, "--oversubscribe", "--allow-run-as-root",
+                                     "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include",
+                                     "lo", "--mca", "oob_tcp_if_include", "lo",
+                                     "-np", std::to_string(np),
+                                     CASCADE_MPI_BIN, "--model", model,
+                                     "--listen", "127.0.0.1:0",
+                                     "--control-listen", "127.0.0.1:0",
+                                     "--http-listen", "127.0.0.1:0",
+                                     "--address-file", dir_ + "/address",
+                                     "--quantized-activations", "false", "--threads", "1",
+                                     "--log-level", "info"};
+    // clang-format on
     args.insert(args.end(), flags.begin(), flags.end());
     proc_ = testing::Subprocess::Start(args, dir_ + "/job.log");
   }

@@ -7,10 +7,9 @@
 // elements of one row in that row's own 32-bit lane, from -8 sum(x) or -128 sum(x)), then
 // y = fma(S, d_w * d_x, y) block after block (Q4_K: per super-block the exact S and min
 // term M, then y = fma(S, d_w * d_x, y), y = fma(-M, dmin_w * d_x, y)). The tokens are
-// taken in register passes of a few tokens over one group or two (Q4_0 / Q8_0); each token's
-// sums are its own, so neither the passes, the groups a pass takes, the row range nor the
-// thread changes a bit (the batch-invariance contract of
-// kernel_table.h).
+// taken in register passes of a few tokens over one group or two (Q4_0 / Q8_0); each
+// token's sums are its own, so neither the passes, the groups a pass takes, the row range
+// nor the thread changes a bit (the batch-invariance contract of kernel_table.h).
 //
 // Contract: call only where the CPU has AVX-512 F/BW/VL/DQ and VNNI (with AVX2, FMA, F16C).
 // GroupedMatmulFor(prefetch_q4k): the matmul, its Q4_K passes prefetching ahead or not

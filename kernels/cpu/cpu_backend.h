@@ -101,7 +101,8 @@ class CpuBackend final : public Backend {
   static void GrowScratch(Scratch* s, size_t floats);
   // Runs run(r0, r1, thread) over rows [0, rows) of a matmul of n tokens doing `work`
   // multiply-adds, in ranges whose bounds are multiples of `unit` (or `rows`); calls
-  // before_split() first when the rows are split over threads (not when one thread runs them all).
+  // before_split() first when the rows are split over threads (not when one thread runs
+  // them all).
   void SplitRows(int64_t rows, int64_t work, int64_t n, int64_t unit,
                  absl::FunctionRef<void()> before_split,
                  absl::FunctionRef<void(int64_t, int64_t, int)> run);

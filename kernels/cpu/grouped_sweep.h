@@ -32,33 +32,37 @@ inline void PrefetchAhead(const uint8_t* block, size_t block_bytes) {
   PrefetchBytes(block + kGroupedPrefetchBytes, block_bytes);
 }
 
-// How many nearly equal passes take n tokens: one up to kOnePass, else passes of up to kPass.
-template <int kOnePass, int kPass>
-constexpr int64_t SweepPasses(int64_t n) {
-  static_assert(kPass <= kOnePass);
-  return n <= kOnePass ? 1 : (n + kPass - 1) / kPass;
-}
-
-// Up to this many passes, a sweep takes one group (kGroups 2: one pair) at a time: a pair's
-// three passes of up to 6 take a server's 16 streams.
-template <int kGroups>
-inline constexpr int64_t kFewPasses = kGroups == 2 ? 3 : 2;
+// One pass over two adjacent groups, as SweepGroups<..., 2> hands it over.
+struct PairStep {
+  int64_t g = 0;       // the first group's first row
+  int64_t i = 0;       // the pass's first token
+  int groups = 2;      // 2 (rows g .. g + 31), or 1 for the last group of an odd range
+  bool first = false;  // the sweep's first pass over these rows: it reads them from memory
+  // The sweep takes one pair at a time and more passes follow over this one: the pass may
+  // bring the next pair towards L2 while the later passes find this one in L1.
+  bool prefetch_next = false;
+};
 
 // Calls pass.template operator()<T>(g, i) for every group (g: its first row) and every
-// pass of T tokens starting at token i (SweepPasses). Each pass sweeps one group when the
-// passes are few (decode: each group comes from memory once and the later passes find it
-// in L1/L2), 8 groups when they are many (prefill: a pass's tokens stay in L1 while groups
-// of at most ~0.8 MiB go by).
+// pass of T tokens starting at token i. Up to kOnePass tokens run as one pass; more run in
+// nearly equal passes of up to kPass (kPass <= kOnePass). Each pass sweeps one group when
+// the passes are few (decode: each group comes from memory once and the later passes find
+// it in L1/L2), 8 groups when they are many (prefill: a pass's tokens stay in L1 while
+// groups of at most ~0.8 MiB go by).
 //
-// kGroups == 2: the pass takes two adjacent groups at once, pass.template operator()<T>(g,
-// i, groups) with groups 2 (rows g .. g + 31), or 1 for the last group of a range holding an
-// odd number; the sweep's order is the same, a pair where there was a group.
+// kGroups == 2: the pass takes two adjacent groups at once, pass.template
+// operator()<T>(PairStep); the sweep's order is the same, a pair where there was a group,
+// and up to three passes count as few (a pair's three passes of up to 6 take a server's 16
+// streams).
 template <int kOnePass, int kPass, int kGroups = 1, class F>
 inline void SweepGroups(const MatmulTask& t, F&& pass) {
+  static_assert(kPass <= kOnePass);
   static_assert(kGroups == 1 || kGroups == 2);
-  const int64_t passes = SweepPasses<kOnePass, kPass>(t.n);
+  const int64_t most = t.n <= kOnePass ? kOnePass : kPass;
+  const int64_t passes = (t.n + most - 1) / most;
   const int64_t width = (t.n + passes - 1) / passes;
-  const int64_t sweep = passes <= kFewPasses<kGroups> ? kGroups * kRowGroup : 8 * kRowGroup;
+  const bool few = passes <= (kGroups == 2 ? 3 : 2);
+  const int64_t sweep = few ? kGroups * kRowGroup : 8 * kRowGroup;
   for (int64_t r = t.r0; r < t.r1; r += sweep) {
     const int64_t end = std::min(r + sweep, t.r1);
     for (int64_t i = 0; i < t.n; i += width) {
@@ -67,7 +71,12 @@ inline void SweepGroups(const MatmulTask& t, F&& pass) {
           if constexpr (kGroups == 1) {
             pass.template operator()<T>(g, i);
           } else {
-            pass.template operator()<T>(g, i, std::min<int64_t>(kGroups, (end - g) / kRowGroup));
+            pass.template operator()<T>(PairStep{
+                .g = g,
+                .i = i,
+                .groups = static_cast<int>(std::min<int64_t>(kGroups, (end - g) / kRowGroup)),
+                .first = i == 0,
+                .prefetch_next = few && passes > 1 && i == 0});
           }
         }
       });

@@ -96,16 +96,14 @@ void GroupPass(const uint8_t* g, int64_t nb, const GroupedToken* x, int64_t xs, 
 
 // Two adjacent groups (g: the first's block 0, gs bytes to the second's) x T tokens, as
 // GroupPass gives each (the same S, the same tail, so the same bits), with the 4 codes of
-// a token broadcast once for both groups' vpdpbusd: a broadcast per vpdpbusd held the
-// one-group pass to ~80% of the vpdpbusd rate. The chunks are taken one at a time (q
-// outer) so that the 2T sums, not 16 code registers, stay live. first: the first pass over
-// these groups in their sweep, which reads them from memory: passes of 4 tokens or more
-// then prefetch 9 KiB ahead into L1 (PrefetchAhead); the later passes find the groups in
+// a token broadcast once for both groups' vpdpbusd (see the top of this file). The chunks
+// are taken one at a time (q outer) so that the 2T sums, not 16 code registers, stay live.
+// first, prefetch_next: as PairStep (grouped_sweep.h) says. The first pass, of 4 tokens or
+// more, prefetches 9 KiB ahead into L1 (PrefetchAhead); the later passes find the groups in
 // L1/L2 and prefetch nothing (measured, Zen 5, three alternated rounds, GOP/s one / two
 // threads, `BM_MatMul` Q8_0 n:128 614-633 / 1200-1219 with every pass prefetching against
-// 668-674 / 1275-1309; Q4_0 unchanged). prefetch_next: also bring the same block of the
-// next pair (gs bytes on) into L2, for the first of a few passes over weights that come
-// from memory.
+// 668-674 / 1275-1309; Q4_0 unchanged). prefetch_next brings the same block of the next
+// pair (gs bytes on) into L2.
 template <bool kQ8, int T>
 void PairPass(const uint8_t* g, size_t gs, int64_t nb, const GroupedToken* x, int64_t xs, float* y,
               int64_t ldy, bool first, bool prefetch_next) {
@@ -316,18 +314,13 @@ void GroupedMatmulOf(const MatmulTask& t) {
   auto group = [&](int64_t g) { return t.w + (g / kRowGroup) * group_bytes; };
   if constexpr (F::kPairs) {
     if (t.n >= F::kPairsFrom) {
-      constexpr int kP = F::kPairPass;
-      // A few passes sweep one pair at a time: the first brings the next pair towards L2
-      // while the later ones find this one in L1.
-      const int64_t passes = SweepPasses<kP, kP>(t.n);
-      const bool ahead = passes > 1 && passes <= kFewPasses<2>;
-      SweepGroups<kP, kP, 2>(t, [&]<int T>(int64_t g, int64_t i, int64_t groups) {
-        float* y = t.y + i * t.ldy + g;
-        if (groups == 2) {
-          F::template Pair<T>(group(g), group_bytes, nb, x + i, t.n, y, t.ldy, i == 0,
-                              ahead && i == 0);
+      SweepGroups<F::kPairPass, F::kPairPass, 2>(t, [&]<int T>(const PairStep& p) {
+        float* y = t.y + p.i * t.ldy + p.g;
+        if (p.groups == 2) {
+          F::template Pair<T>(group(p.g), group_bytes, nb, x + p.i, t.n, y, t.ldy, p.first,
+                              p.prefetch_next);
         } else {
-          F::template Pass<T>(group(g), nb, x + i, t.n, y, t.ldy);
+          F::template Pass<T>(group(p.g), nb, x + p.i, t.n, y, t.ldy);
         }
       });
       return;
