@@ -214,19 +214,18 @@ void BM_Attention(benchmark::State& state) {
   std::vector<int32_t> order(num_blocks);
   for (int64_t i = 0; i < num_blocks; ++i) order[i] = static_cast<int32_t>(i);
   std::shuffle(order.begin(), order.end(), rng);
+  // One K and one V allocation for all layers, as KvCache holds them.
   const size_t pool_floats = static_cast<size_t>(num_blocks) * block * kv_dim;
-  std::vector<DeviceBuffer> k(kLayers), v(kLayers);
-  for (int l = 0; l < kLayers; ++l) {
-    for (DeviceBuffer* b : {&k[l], &v[l]}) {
-      absl::StatusOr<DeviceBuffer> got = be.Allocate(pool_floats * elem);
-      if (!got.ok()) std::abort();
-      *b = std::move(*got);
-      for (size_t i = 0; i < pool_floats; ++i) {
-        if (kv_type == TensorType::kF16) {
-          static_cast<uint16_t*>(b->data())[i] = FloatToFp16(dist(rng));
-        } else {
-          static_cast<float*>(b->data())[i] = dist(rng);
-        }
+  DeviceBuffer k, v;
+  for (DeviceBuffer* b : {&k, &v}) {
+    absl::StatusOr<DeviceBuffer> got = be.Allocate(kLayers * pool_floats * elem);
+    if (!got.ok()) std::abort();
+    *b = std::move(*got);
+    for (size_t i = 0; i < kLayers * pool_floats; ++i) {
+      if (kv_type == TensorType::kF16) {
+        static_cast<uint16_t*>(b->data())[i] = FloatToFp16(dist(rng));
+      } else {
+        static_cast<float*>(b->data())[i] = dist(rng);
       }
     }
   }
@@ -253,8 +252,8 @@ void BM_Attention(benchmark::State& state) {
   p.n_queries = queries;
   for (auto _ : state) {
     for (int l = 0; l < kLayers; ++l) {
-      p.k_pool = k[l].data();
-      p.v_pool = v[l].data();
+      p.k_pool = static_cast<char*>(k.data()) + l * pool_floats * elem;
+      p.v_pool = static_cast<char*>(v.data()) + l * pool_floats * elem;
       be.Attention(p);
     }
     benchmark::DoNotOptimize(out.data());

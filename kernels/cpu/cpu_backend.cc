@@ -42,13 +42,20 @@ std::string CpuBackend::name() const {
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
   // 64-byte aligned and zeroed (the zeroing touches every page: the whole buffer is
-  // resident from here on).
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, std::max<size_t>(rounded, 64));
+  // resident from here on). Buffers of a huge page or more (the KV cache's pools) are
+  // aligned to, and advised into, 2 MiB transparent huge pages, as the weights are
+  // (weight_arena.h): attention reads a sequence's KV blocks from all over a pool, and in
+  // 4 KiB pages nearly every block of a long batch was a TLB miss.
+  constexpr size_t kHuge = cpu::WeightArena::kHugePage;
+  const bool huge = bytes >= kHuge;
+  const size_t align = huge ? kHuge : 64;
+  const size_t rounded = std::max<size_t>((bytes + align - 1) / align * align, 64);
+  void* p = std::aligned_alloc(align, rounded);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
-  std::memset(p, 0, std::max<size_t>(rounded, 64));
+  if (huge) ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without THP, 4 KiB pages
+  std::memset(p, 0, rounded);
   return DeviceBuffer(p, bytes, MemoryKind::kHost, [](void* q) { std::free(q); });
 }
 

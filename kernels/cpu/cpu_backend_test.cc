@@ -1,6 +1,8 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -85,6 +87,24 @@ TEST(CpuBackend, RmsNormAndSiluMul) {
   std::vector<float> g = {-2, 0, 3}, u = {1, 2, 0.5}, o(3);
   be.SiluMul(g.data(), u.data(), 3, o.data());
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(o[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
+}
+
+// Buffers of a huge page or more (the KV cache's pools) start on a 2 MiB boundary, so that
+// the kernel can back them with transparent huge pages; every buffer comes zeroed.
+TEST(CpuBackend, LargeBuffersAreHugePageAlignedAndAllAreZeroed) {
+  CpuBackend be(CpuBackendOptions{});
+  for (size_t bytes : {size_t{100}, size_t{4096} + 3, cpu::WeightArena::kHugePage,
+                       3 * cpu::WeightArena::kHugePage + 17}) {
+    absl::StatusOr<DeviceBuffer> b = be.Allocate(bytes);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const auto addr = reinterpret_cast<uintptr_t>(b->data());
+    EXPECT_EQ(addr % 64, 0u) << bytes;
+    if (bytes >= cpu::WeightArena::kHugePage) {
+      EXPECT_EQ(addr % cpu::WeightArena::kHugePage, 0u) << bytes;
+    }
+    const auto* p = static_cast<const uint8_t*>(b->data());
+    EXPECT_TRUE(std::all_of(p, p + bytes, [](uint8_t c) { return c == 0; })) << bytes;
+  }
 }
 
 }  // namespace
