@@ -216,9 +216,10 @@ void BM_Attention(benchmark::State& state) {
   std::shuffle(order.begin(), order.end(), rng);
   // One K and one V allocation for all layers, as KvCache holds them.
   const size_t pool_floats = static_cast<size_t>(num_blocks) * block * kv_dim;
+  const size_t layer_bytes = pool_floats * elem;
   DeviceBuffer k, v;
   for (DeviceBuffer* b : {&k, &v}) {
-    absl::StatusOr<DeviceBuffer> got = be.Allocate(kLayers * pool_floats * elem);
+    absl::StatusOr<DeviceBuffer> got = be.Allocate(kLayers * layer_bytes);
     if (!got.ok()) std::abort();
     *b = std::move(*got);
     for (size_t i = 0; i < kLayers * pool_floats; ++i) {
@@ -252,8 +253,8 @@ void BM_Attention(benchmark::State& state) {
   p.n_queries = queries;
   for (auto _ : state) {
     for (int l = 0; l < kLayers; ++l) {
-      p.k_pool = static_cast<char*>(k.data()) + l * pool_floats * elem;
-      p.v_pool = static_cast<char*>(v.data()) + l * pool_floats * elem;
+      p.k_pool = static_cast<char*>(k.data()) + l * layer_bytes;
+      p.v_pool = static_cast<char*>(v.data()) + l * layer_bytes;
       be.Attention(p);
     }
     benchmark::DoNotOptimize(out.data());

@@ -42,19 +42,16 @@ std::string CpuBackend::name() const {
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
   // 64-byte aligned and zeroed (the zeroing touches every page: the whole buffer is
-  // resident from here on). Buffers of a huge page or more (the KV cache's pools) are
-  // aligned to, and advised into, 2 MiB transparent huge pages, as the weights are
-  // (weight_arena.h): attention reads a sequence's KV blocks from all over a pool, and in
-  // 4 KiB pages nearly every block of a long batch was a TLB miss.
-  constexpr size_t kHuge = cpu::WeightArena::kHugePage;
-  const bool huge = bytes >= kHuge;
-  const size_t align = huge ? kHuge : 64;
-  const size_t rounded = std::max<size_t>((bytes + align - 1) / align * align, 64);
-  void* p = std::aligned_alloc(align, rounded);
+  // resident from here on). Buffers of a huge page or more (the KV cache's pools) come in
+  // 2 MiB transparent huge pages, as the weights do: attention reads a sequence's KV blocks
+  // from all over a pool, and in 4 KiB pages nearly every block of a long batch was a TLB
+  // miss.
+  const bool huge = bytes >= cpu::kHugePageBytes;
+  const size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
+  void* p = huge ? cpu::AllocateHugePages(bytes) : std::aligned_alloc(64, rounded);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
-  if (huge) ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without THP, 4 KiB pages
   std::memset(p, 0, rounded);
   return DeviceBuffer(p, bytes, MemoryKind::kHost, [](void* q) { std::free(q); });
 }

@@ -13,14 +13,20 @@ size_t RoundUp(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
 
 }  // namespace
 
+void* AllocateHugePages(size_t bytes) {
+  if (bytes > std::numeric_limits<size_t>::max() - kHugePageBytes) return nullptr;
+  const size_t rounded = RoundUp(std::max<size_t>(bytes, 1), kHugePageBytes);
+  void* p = std::aligned_alloc(kHugePageBytes, rounded);
+  if (p != nullptr) ::madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
 WeightArena::WeightArena(size_t chunk_bytes)
     : chunk_bytes_(RoundUp(std::max<size_t>(chunk_bytes, kHugePage), kHugePage)) {}
 
 uint8_t* WeightArena::NewChunk(size_t bytes) {
-  std::unique_ptr<uint8_t[], FreeDeleter> p(
-      static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes)));
+  std::unique_ptr<uint8_t[], FreeDeleter> p(static_cast<uint8_t*>(AllocateHugePages(bytes)));
   if (p == nullptr) return nullptr;
-  ::madvise(p.get(), bytes, MADV_HUGEPAGE);  // a hint: without THP, 4 KiB pages
   chunks_.push_back(std::move(p));
   reserved_ += bytes;
   return chunks_.back().get();

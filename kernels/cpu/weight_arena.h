@@ -24,9 +24,18 @@
 
 namespace cascade::cpu {
 
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// `bytes` rounded up to whole 2 MiB pages, aligned to and advised into transparent huge
+// pages (a hint: without THP the kernel gives 4 KiB pages), uninitialised; free it with
+// std::free. nullptr when the system refuses memory or the rounding would overflow. The
+// one rule for memory that is streamed or read all over: the weight arena's chunks and
+// CpuBackend's large buffers (the KV cache's pools).
+void* AllocateHugePages(size_t bytes);
+
 class WeightArena {
  public:
-  static constexpr size_t kHugePage = size_t{2} << 20;
+  static constexpr size_t kHugePage = kHugePageBytes;
   static constexpr size_t kAlign = 64;
   // chunk_bytes: the size of the chunks shared by weights (a multiple of kHugePage);
   // a weight of half a chunk or more gets a chunk of its own.
