@@ -22,8 +22,10 @@ namespace {
 
 // Work below this many multiply-adds runs on the calling thread alone.
 constexpr int64_t kMinParallelWork = 1 << 15;
-// Matmuls of fewer tokens split rows dynamically (decode); larger ones statically.
-constexpr int64_t kDynamicMaxTokens = 6;
+// Matmuls of up to this many tokens (a decode step of up to 16 streams) split their rows
+// into one segment per thread, the rest stolen; larger ones (prompts) in chunks claimed
+// dynamically. See SplitRows.
+constexpr int64_t kSegmentMaxTokens = 16;
 
 }  // namespace
 
@@ -163,14 +165,19 @@ void CpuBackend::SplitRows(int64_t rows, int64_t work, int64_t n, int64_t unit,
     run(0, rows, 0);
     return;
   }
-  if (n < kDynamicMaxTokens) {
-    // Decode: short, memory-bound calls. One segment of rows per thread, read front to
-    // back in pieces of about an eighth of it (multiples of the kernels' tile); a thread
-    // done early takes pieces from the back of the others' segments, so a worker that
-    // wakes late or reads slowly is helped. Each thread's pieces follow one another in
-    // memory, so its read stays one stream: interleaved chunks (8 per thread, claimed in
-    // turn) made every chunk start cold and cost 2-thread decode 5-20% (TinyLlama Q4_0
-    // 42-47 against 46-58 tokens/s with one chunk per thread).
+  if (n <= kSegmentMaxTokens) {
+    // Decode: short calls that stream the weights from memory once. One segment of rows
+    // per thread, read front to back in pieces of about an eighth of it (multiples of the
+    // kernels' tile); a thread done early takes pieces from the back of the others'
+    // segments, so a worker that wakes late or reads slowly is helped. Each thread's pieces
+    // follow one another in memory, so its read stays one stream: interleaved chunks (8 per
+    // thread, claimed in turn) made every chunk start cold and cost 2-thread decode 5-20%
+    // (TinyLlama Q4_0 42-47 against 46-58 tokens/s with one chunk per thread). The same
+    // held for steps of 6-16 tokens, which had taken chunks of up to 128 rows in turn: in
+    // segments each thread's pair passes prefetch the next pair of its own (Zen 5,
+    // 2026-12-04, three alternated rounds, two threads, `BM_DecodeLayers` tokens:16 GFLOP/s:
+    // Q4_0 888-928 -> 952-1017, F16 218-222 -> 229-234, Q8_0 729-758 -> 772-838, Q4_K
+    // 629-753 -> 674-825).
     const int64_t per = (rows + threads - 1) / threads;
     const int64_t grain = std::max(unit, (per / 8 + unit - 1) / unit * unit);
     before_split();

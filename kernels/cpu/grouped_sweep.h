@@ -38,9 +38,10 @@ struct PairStep {
   int64_t i = 0;       // the pass's first token
   int groups = 2;      // 2 (rows g .. g + 31), or 1 for the last group of an odd range
   bool first = false;  // the sweep's first pass over these rows: it reads them from memory
-  // The sweep takes one pair at a time and more passes follow over this one: the pass may
-  // bring the next pair towards L2 while the later passes find this one in L1.
-  bool prefetch_next = false;
+  // The sweep takes one pair at a time in next_parts > 1 passes (0: it does not), this one
+  // the next_part-th: its share of bringing the next pair into L2 while the passes over
+  // this one find it in L1/L2 (the passes share it out evenly, see PairPass).
+  int next_part = 0, next_parts = 0;
 };
 
 // Calls pass.template operator()<T>(g, i) for every group (g: its first row) and every
@@ -76,7 +77,8 @@ inline void SweepGroups(const MatmulTask& t, F&& pass) {
                 .i = i,
                 .groups = static_cast<int>(std::min<int64_t>(kGroups, (end - g) / kRowGroup)),
                 .first = i == 0,
-                .prefetch_next = few && passes > 1 && i == 0});
+                .next_part = static_cast<int>(i / width),
+                .next_parts = few && passes > 1 ? static_cast<int>(passes) : 0});
           }
         }
       });

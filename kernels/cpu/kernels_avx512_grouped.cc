@@ -98,28 +98,45 @@ void GroupPass(const uint8_t* g, int64_t nb, const GroupedToken* x, int64_t xs, 
 // GroupPass gives each (the same S, the same tail, so the same bits), with the 4 codes of
 // a token broadcast once for both groups' vpdpbusd (see the top of this file). The chunks
 // are taken one at a time (q outer) so that the 2T sums, not 16 code registers, stay live.
-// first, prefetch_next: as PairStep (grouped_sweep.h) says. The first pass, of 4 tokens or
-// more, prefetches 9 KiB ahead into L1 (PrefetchAhead); the later passes find the groups in
-// L1/L2 and prefetch nothing (measured, Zen 5, three alternated rounds, GOP/s one / two
-// threads, `BM_MatMul` Q8_0 n:128 614-633 / 1200-1219 with every pass prefetching against
-// 668-674 / 1275-1309; Q4_0 unchanged). prefetch_next brings the same block of the next
-// pair (gs bytes on) into L2.
+// first, next_part, next_parts: as PairStep (grouped_sweep.h) says. The first pass, of 4
+// tokens or more, prefetches 9 KiB ahead into L1 (PrefetchAhead); the later passes find the
+// groups in L1/L2 and prefetch nothing of them (measured, Zen 5, three alternated rounds,
+// GOP/s one / two threads, `BM_MatMul` Q8_0 n:128 614-633 / 1200-1219 with every pass
+// prefetching against 668-674 / 1275-1309; Q4_0 unchanged). With next_parts > 0 the passes
+// share bringing the next pair (gs bytes on) into L2: pass next_part, one block every
+// next_parts blocks of its own, takes the next pair's blocks from ceil(next_part * nb /
+// next_parts) on, so over the passes every block comes once and the memory works through
+// all of them. The first pass alone bringing the whole next pair left the memory idle in the
+// later ones and made the first pass wait for it (Zen 5, 2026-12-04, four alternated rounds,
+// `BM_DecodeLayers` Q4_0 tokens:16 GFLOP/s one / two threads, 473-522 / 791-855 against
+// 529-575 / 873-936 shared; `BM_MatMul` Q4_0 n:8, n:12, n:16 on two threads 0-9% faster;
+// the next pair but one instead of the next: no better).
 template <bool kQ8, int T>
 void PairPass(const uint8_t* g, size_t gs, int64_t nb, const GroupedToken* x, int64_t xs, float* y,
-              int64_t ldy, bool first, bool prefetch_next) {
+              int64_t ldy, bool first, int next_part, int next_parts) {
   constexpr size_t kBlock = kRowGroup * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[2][T];
   for (int j = 0; j < T; ++j) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
+  // This pass's share of the next pair: counting the passes' blocks one after another
+  // (next_part * nb + b), every next_parts-th brings the next pair's block count /
+  // next_parts. wait: blocks until the next one does (never 0 without a share).
+  const int64_t first_count = int64_t{next_part} * nb;
+  int64_t wait = next_parts > 0 ? (next_parts - first_count % next_parts) % next_parts : -1;
+  const uint8_t* next_block =
+      next_parts > 0 ? g + 2 * gs + (first_count + wait) / next_parts * kBlock : nullptr;
   for (int64_t b = 0; b < nb; ++b, g += kBlock, x += xs) {
     if (T >= 4 && first) {
       PrefetchAhead(g, kBlock);
       PrefetchAhead(g + gs, kBlock);
     }
-    if (prefetch_next) {
-      PrefetchBytes<CacheLevel::kL2>(g + 2 * gs, kBlock);
-      PrefetchBytes<CacheLevel::kL2>(g + 3 * gs, kBlock);
+    if (wait == 0) {
+      PrefetchBytes<CacheLevel::kL2>(next_block, kBlock);
+      PrefetchBytes<CacheLevel::kL2>(next_block + gs, kBlock);
+      next_block += kBlock;
+      wait = next_parts;
     }
+    --wait;
     __m512i s[2][T];
     for (int j = 0; j < T; ++j) s[0][j] = s[1][j] = _mm512_set1_epi32(x[j].base);
     const uint8_t* codes = g + 2 * kRowGroup;
@@ -272,8 +289,8 @@ struct Q40Format {
   }
   template <int T>
   static void Pair(const uint8_t* g, size_t gs, int64_t nb, const Token* x, int64_t xs, float* y,
-                   int64_t ldy, bool first, bool prefetch_next) {
-    PairPass<kQ8, T>(g, gs, nb, x, xs, y, ldy, first, prefetch_next);
+                   int64_t ldy, bool first, int next_part, int next_parts) {
+    PairPass<kQ8, T>(g, gs, nb, x, xs, y, ldy, first, next_part, next_parts);
   }
 };
 template <bool kPrefetch>
@@ -318,7 +335,7 @@ void GroupedMatmulOf(const MatmulTask& t) {
         float* y = t.y + p.i * t.ldy + p.g;
         if (p.groups == 2) {
           F::template Pair<T>(group(p.g), group_bytes, nb, x + p.i, t.n, y, t.ldy, p.first,
-                              p.prefetch_next);
+                              p.next_part, p.next_parts);
         } else {
           F::template Pass<T>(group(p.g), nb, x + p.i, t.n, y, t.ldy);
         }
