@@ -342,17 +342,66 @@ void CpuBackend::RmsNorm(const float* x, const float* weight, int64_t n, int64_t
   }
 }
 
+namespace {
+
+// (cos, sin) of position p at each of the `half` frequencies, into cs[2j], cs[2j + 1].
+// Angles in double: at position ~1e4 a float angle would be off by ~1e-3 rad.
+void RopeRow(int64_t p, const float* freq, int half, float* cs) {
+  for (int j = 0; j < half; ++j) {
+    const double theta = static_cast<double>(p) * static_cast<double>(freq[j]);
+    cs[2 * j] = static_cast<float>(std::cos(theta));
+    cs[2 * j + 1] = static_cast<float>(std::sin(theta));
+  }
+}
+
+// Positions the angle table holds at most (at 64 frequencies, 64 MiB).
+constexpr int64_t kMaxRopeTablePositions = int64_t{1} << 17;
+
+}  // namespace
+
+const float* CpuBackend::RopeAngles(const float* freq, int half, int64_t max_pos) {
+  if (max_pos < 0 || max_pos >= kMaxRopeTablePositions) return nullptr;
+  if (rope_freq_.size() != static_cast<size_t>(half) ||
+      !std::equal(rope_freq_.begin(), rope_freq_.end(), freq)) {
+    rope_freq_.assign(freq, freq + half);
+    rope_positions_ = 0;
+  }
+  if (max_pos >= rope_positions_) {
+    const int64_t from = rope_positions_, to = max_pos + 1;
+    rope_cs_.resize(static_cast<size_t>(to) * 2 * half);
+    auto rows = [&](int64_t b, int64_t e) {
+      for (int64_t p = from + b; p < from + e; ++p) {
+        RopeRow(p, freq, half, rope_cs_.data() + p * 2 * half);
+      }
+    };
+    if ((to - from) * half >= kMinParallelWork / 8) {  // a long prompt: tens of trig calls a row
+      pool_.ParallelFor(to - from, 1, rows);
+    } else {
+      rows(0, to - from);
+    }
+    rope_positions_ = to;
+  }
+  return rope_cs_.data();
+}
+
 void CpuBackend::Rope(float* x, const int32_t* pos, int64_t n, int n_heads, int head_dim,
                       int rope_dim, RopeLayout layout, const float* freq) {
   const int half = rope_dim / 2;
+  int64_t max_pos = -1;
+  bool negative = false;
+  for (int64_t i = 0; i < n; ++i) {
+    max_pos = std::max<int64_t>(max_pos, pos[i]);
+    negative |= pos[i] < 0;
+  }
+  const float* table = negative ? nullptr : RopeAngles(freq, half, max_pos);
   auto body = [&](int64_t b, int64_t e) {
-    std::vector<float> cs(2 * half);
+    std::vector<float> own(table == nullptr ? 2 * half : 0);
     for (int64_t i = b; i < e; ++i) {
-      for (int j = 0; j < half; ++j) {
-        // Angles in double: at position ~1e4 a float angle would be off by ~1e-3 rad.
-        const double theta = static_cast<double>(pos[i]) * static_cast<double>(freq[j]);
-        cs[2 * j] = static_cast<float>(std::cos(theta));
-        cs[2 * j + 1] = static_cast<float>(std::sin(theta));
+      const float* cs = own.data();
+      if (table != nullptr) {
+        cs = table + static_cast<int64_t>(pos[i]) * 2 * half;
+      } else {
+        RopeRow(pos[i], freq, half, own.data());
       }
       for (int h = 0; h < n_heads; ++h) {
         float* v = x + (i * n_heads + h) * head_dim;
@@ -384,7 +433,14 @@ void CpuBackend::SiluMul(const float* gate, const float* up, int64_t count, floa
 }
 
 void CpuBackend::Add(const float* x, int64_t count, float* y) {
-  for (int64_t i = 0; i < count; ++i) y[i] += x[i];
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] += x[i];
+  };
+  if (count >= kMinParallelWork) {
+    pool_.ParallelFor(count, 64, body);
+  } else {
+    body(0, count);
+  }
 }
 
 void CpuBackend::AddBias(const float* bias, int64_t n, int64_t dim, float* x) {

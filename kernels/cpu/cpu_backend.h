@@ -86,6 +86,12 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<uint8_t> act_scratch_;  // prepared activations
   std::vector<int64_t> attention_tiles_;  // Attention's tile starts; capacity kept
+  // Rope's (cos, sin) of every position below rope_positions_ for the frequencies in
+  // rope_freq_ (half of them per position): each is computed once, not once per call (a
+  // step's two calls per layer, every layer) (RopeAngles).
+  std::vector<float> rope_freq_;
+  std::vector<float> rope_cs_;
+  int64_t rope_positions_ = 0;
   struct FreeDeleter {
     void operator()(float* p) const { std::free(p); }
   };
@@ -97,6 +103,10 @@ class CpuBackend final : public Backend {
   Scratch packed_act_;                   // float prefill activations, packed; grow-only
   cpu::WeightArena arena_;             // what UploadWeight copied
   bool warned_in_place_ = false;       // UploadWeight said it ran out of room to copy
+  // The table rows of positions 0 .. max_pos for these frequencies (half of them), made
+  // where missing; null when a position is negative or past kMaxRopeTablePositions (Rope
+  // then computes its angles as it goes).
+  const float* RopeAngles(const float* freq, int half, int64_t max_pos);
   // Grows *s to at least `floats` floats (contents not kept).
   static void GrowScratch(Scratch* s, size_t floats);
   // Runs run(r0, r1, thread) over rows [0, rows) of a matmul of n tokens doing `work`

@@ -72,6 +72,52 @@ TEST(CpuBackend, RopeRotatesPairsOfEitherLayout) {
   }
 }
 
+// Rope keeps a table of each position's angles: what it gives must not depend on what the
+// table held before (a fresh backend, one that made the rows for other positions first, or
+// for other frequencies), and a position past the table's reach or below zero is rotated
+// all the same.
+TEST(CpuBackend, RopeGivesTheSameBitsWhateverItsAngleTableHeld) {
+  const int hd = 8, heads = 2;
+  const std::vector<float> freq = {1.0f, 0.1f, 0.01f, 0.001f};
+  const std::vector<float> other = {0.9f, 0.2f, 0.03f, 0.004f};
+  const std::vector<int32_t> pos = {7, 0, 300, 7, 1 << 20, -2};
+  const int64_t n = static_cast<int64_t>(pos.size());
+  const auto input = Random(n * heads * hd, 4);
+  auto rotate = [&](CpuBackend& be, const std::vector<float>& f, int64_t i) {
+    std::vector<float> x(input.begin() + i * heads * hd, input.begin() + (i + 1) * heads * hd);
+    be.Rope(x.data(), &pos[i], 1, heads, hd, hd, RopeLayout::kAdjacentPairs, f.data());
+    return x;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    CpuBackend fresh({});
+    const std::vector<float> want = rotate(fresh, freq, i);
+    // The rotation itself, against the angles in double.
+    for (int h = 0; h < heads; ++h) {
+      for (int j = 0; j < hd / 2; ++j) {
+        const double th = static_cast<double>(pos[i]) * freq[j];
+        const float x0 = input[(i * heads + h) * hd + 2 * j];
+        const float x1 = input[(i * heads + h) * hd + 2 * j + 1];
+        EXPECT_NEAR(want[h * hd + 2 * j], x0 * std::cos(th) - x1 * std::sin(th), 1e-5);
+        EXPECT_NEAR(want[h * hd + 2 * j + 1], x0 * std::sin(th) + x1 * std::cos(th), 1e-5);
+      }
+    }
+    // A backend whose table was filled by the whole batch, then by other frequencies.
+    CpuBackend used({});
+    std::vector<float> batch = input;
+    used.Rope(batch.data(), pos.data(), n, heads, hd, hd, RopeLayout::kAdjacentPairs, freq.data());
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), batch.begin() + i * heads * hd)) << i;
+    rotate(used, other, i);
+    EXPECT_EQ(rotate(used, freq, i), want) << i;
+    CpuBackend switched({});
+    rotate(switched, other, i);
+    const std::vector<float> with_other = rotate(switched, other, i);
+    EXPECT_EQ(rotate(switched, freq, i), want) << i;
+    if (pos[i] != 0) {
+      EXPECT_NE(with_other, want) << i;
+    }
+  }
+}
+
 TEST(CpuBackend, RmsNormAndSiluMul) {
   CpuBackend be({});
   auto x = Random(2 * 10, 4);
