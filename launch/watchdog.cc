@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -47,14 +48,17 @@ absl::StatusOr<std::unique_ptr<RankWatchdog>> RankWatchdog::Start(MPI_Comm world
     absl::MutexLock lock(&w->mu_);
     w->last_seen_.assign(w->ranks_.size(), std::chrono::steady_clock::now());
     w->left_.assign(w->ranks_.size(), false);
+    w->gone_at_.assign(w->ranks_.size(), std::chrono::steady_clock::time_point::max());
   }
   w->thread_ = std::thread([p = w.get()] { p->Loop(); });
+  w->local_thread_ = std::thread([p = w.get()] { p->LocalLoop(); });
   return w;
 }
 
 RankWatchdog::~RankWatchdog() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  if (local_thread_.joinable()) local_thread_.join();
   // Sends still in flight (to a rank that left) are left to MPI_Finalize.
 }
 
@@ -69,13 +73,22 @@ std::optional<RankWatchdog::Lost> RankWatchdog::FindLost() {
   const auto now = std::chrono::steady_clock::now();
   absl::MutexLock lock(&mu_);
   if (told_lost_) return told_lost_;
+  // This machine's ranks first; of those gone, the one LocalLoop saw go first.
+  std::optional<Lost> local;
+  auto local_at = std::chrono::steady_clock::time_point::max();
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
-    if (r == rank_ || left_[r]) continue;
-    if (ranks_[r].host() == my_host) {
-      if (std::string why = ProcessGone(ranks_[r].pid()); !why.empty()) {
-        return Lost{r, absl::StrCat(Describe(r), ": ", why)};
+    if (r == rank_ || left_[r] || ranks_[r].host() != my_host) continue;
+    if (std::string why = ProcessGone(ranks_[r].pid()); !why.empty()) {
+      const auto at = std::min(gone_at_[r], now);
+      if (!local || at < local_at) {
+        local = Lost{r, absl::StrCat(Describe(r), ": ", why)};
+        local_at = at;
       }
     }
+  }
+  if (local) return local;
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+    if (r == rank_ || left_[r]) continue;
     const bool watched = rank_ == 0 || r == 0;
     if (watched && now - last_seen_[r] > options_.timeout) {
       return Lost{
@@ -185,6 +198,24 @@ void RankWatchdog::Receive() {
       }
       default:
         break;
+    }
+  }
+}
+
+void RankWatchdog::LocalLoop() {
+  const std::string& my_host = ranks_[rank_].host();
+  while (!stop_.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+      if (r == rank_ || ranks_[r].host() != my_host) continue;
+      {
+        absl::MutexLock lock(&mu_);
+        if (gone_at_[r] != std::chrono::steady_clock::time_point::max()) continue;
+      }
+      if (ProcessGone(ranks_[r].pid()).empty()) continue;
+      const auto now = std::chrono::steady_clock::now();
+      absl::MutexLock lock(&mu_);
+      gone_at_[r] = std::min(gone_at_[r], now);
     }
   }
 }

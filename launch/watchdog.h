@@ -2,7 +2,11 @@
 // the job naming it, instead of leaving the other ranks waiting on it forever.
 //
 //   - Each rank checks, every 250 ms, the processes of the ranks on its own machine
-//     (RankInfo host and pid): one that no longer exists, or is a zombie, is lost.
+//     (RankInfo host and pid): one that no longer exists, or is a zombie, is lost. When
+//     several are, the one seen gone first is named: a thread of its own, which makes no
+//     MPI call, notes every 50 ms when each went. (Open MPI can hold every thread's MPI
+//     calls while one tries to reach the dead peer; by the time the check ran, the rank
+//     that had found the loss and left was gone too, and was named instead.)
 //   - Rank 0 and every other rank exchange heartbeats every 500 ms on a private duplicate
 //     of the world communicator; a rank silent for `timeout` (5 s) is lost (a stopped
 //     process, or one on another machine). Rank 0 watches every rank, the others watch
@@ -75,6 +79,8 @@ class RankWatchdog {
  private:
   RankWatchdog() = default;
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Notes in gone_at_ when each rank on this machine was first seen gone (no MPI call).
+  void LocalLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void Send(int to, const v1::RankNotice& notice);
   void Receive() ABSL_LOCKS_EXCLUDED(mu_);
   std::string Describe(int rank) const;
@@ -83,13 +89,16 @@ class RankWatchdog {
   int rank_ = 0;
   std::vector<v1::RankInfo> ranks_;
   WatchdogOptions options_;
-  std::thread thread_;
+  std::thread thread_;        // heartbeats, notices, the checks (MPI)
+  std::thread local_thread_;  // LocalLoop
   std::atomic<bool> stop_{false};
   std::atomic<bool> standing_down_{false};
   std::atomic<bool> stop_seen_{false};
   absl::Mutex mu_;
   std::vector<std::chrono::steady_clock::time_point> last_seen_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> left_ ABSL_GUARDED_BY(mu_);  // in order, or because of a loss
+  // When LocalLoop first saw each rank's process gone (time_point::max(): not yet).
+  std::vector<std::chrono::steady_clock::time_point> gone_at_ ABSL_GUARDED_BY(mu_);
   std::optional<Lost> told_lost_ ABSL_GUARDED_BY(mu_);  // a loss another rank found
   MpiSendQueue sends_;  // heartbeats and notices in flight
 };
