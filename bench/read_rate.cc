@@ -8,8 +8,7 @@
 namespace cascade {
 
 ReadBuffer::ReadBuffer(size_t bytes, ThreadPool& pool)
-    : bytes_((bytes + cpu::WeightArena::kHugePage - 1) / cpu::WeightArena::kHugePage *
-             cpu::WeightArena::kHugePage),
+    : bytes_((bytes + cpu::kHugePageBytes - 1) / cpu::kHugePageBytes * cpu::kHugePageBytes),
       buf_(reinterpret_cast<uint64_t*>(arena_.Allocate(bytes_))) {
   if (buf_ == nullptr) return;
   uint64_t* p = buf_;

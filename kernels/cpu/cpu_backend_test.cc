@@ -139,14 +139,14 @@ TEST(CpuBackend, RmsNormAndSiluMul) {
 // the kernel can back them with transparent huge pages; every buffer comes zeroed.
 TEST(CpuBackend, LargeBuffersAreHugePageAlignedAndAllAreZeroed) {
   CpuBackend be(CpuBackendOptions{});
-  for (size_t bytes : {size_t{100}, size_t{4096} + 3, cpu::WeightArena::kHugePage,
-                       3 * cpu::WeightArena::kHugePage + 17}) {
+  for (size_t bytes :
+       {size_t{100}, size_t{4096} + 3, cpu::kHugePageBytes, 3 * cpu::kHugePageBytes + 17}) {
     absl::StatusOr<DeviceBuffer> b = be.Allocate(bytes);
     ASSERT_TRUE(b.ok()) << b.status();
     const auto addr = reinterpret_cast<uintptr_t>(b->data());
     EXPECT_EQ(addr % 64, 0u) << bytes;
-    if (bytes >= cpu::WeightArena::kHugePage) {
-      EXPECT_EQ(addr % cpu::WeightArena::kHugePage, 0u) << bytes;
+    if (bytes >= cpu::kHugePageBytes) {
+      EXPECT_EQ(addr % cpu::kHugePageBytes, 0u) << bytes;
     }
     const auto* p = static_cast<const uint8_t*>(b->data());
     EXPECT_TRUE(std::all_of(p, p + bytes, [](uint8_t c) { return c == 0; })) << bytes;

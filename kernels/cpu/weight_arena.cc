@@ -22,7 +22,7 @@ void* AllocateHugePages(size_t bytes) {
 }
 
 WeightArena::WeightArena(size_t chunk_bytes)
-    : chunk_bytes_(RoundUp(std::max<size_t>(chunk_bytes, kHugePage), kHugePage)) {}
+    : chunk_bytes_(RoundUp(std::max<size_t>(chunk_bytes, kHugePageBytes), kHugePageBytes)) {}
 
 uint8_t* WeightArena::NewChunk(size_t bytes) {
   std::unique_ptr<uint8_t[], FreeDeleter> p(static_cast<uint8_t*>(AllocateHugePages(bytes)));
@@ -33,9 +33,10 @@ uint8_t* WeightArena::NewChunk(size_t bytes) {
 }
 
 uint8_t* WeightArena::Allocate(size_t bytes) {
-  if (bytes > std::numeric_limits<size_t>::max() - kHugePage) return nullptr;  // no rounding up
+  if (bytes > std::numeric_limits<size_t>::max() - kHugePageBytes)
+    return nullptr;  // no rounding up
   const size_t need = RoundUp(std::max<size_t>(bytes, 1), kAlign);
-  if (need >= chunk_bytes_ / 2) return NewChunk(RoundUp(need, kHugePage));  // its own
+  if (need >= chunk_bytes_ / 2) return NewChunk(RoundUp(need, kHugePageBytes));  // its own
   if (need > left_) {
     uint8_t* p = NewChunk(chunk_bytes_);
     if (p == nullptr) return nullptr;

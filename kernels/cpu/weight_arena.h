@@ -35,9 +35,8 @@ void* AllocateHugePages(size_t bytes);
 
 class WeightArena {
  public:
-  static constexpr size_t kHugePage = kHugePageBytes;
   static constexpr size_t kAlign = 64;
-  // chunk_bytes: the size of the chunks shared by weights (a multiple of kHugePage);
+  // chunk_bytes: the size of the chunks shared by weights (a multiple of kHugePageBytes);
   // a weight of half a chunk or more gets a chunk of its own.
   explicit WeightArena(size_t chunk_bytes = size_t{64} << 20);
 
@@ -50,7 +49,7 @@ class WeightArena {
   struct FreeDeleter {
     void operator()(uint8_t* p) const { std::free(p); }
   };
-  // A chunk of `bytes` (a multiple of kHugePage), or nullptr.
+  // A chunk of `bytes` (a multiple of kHugePageBytes), or nullptr.
   uint8_t* NewChunk(size_t bytes);
 
   size_t chunk_bytes_;

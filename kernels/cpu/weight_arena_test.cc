@@ -19,7 +19,7 @@ TEST(WeightArena, PacksSmallWeightsBackToBackInHugePageAlignedChunks) {
   uint8_t* b = arena.Allocate(64);
   uint8_t* c = arena.Allocate(1);
   ASSERT_NE(a, nullptr);
-  EXPECT_EQ(Addr(a) % WeightArena::kHugePage, 0u);
+  EXPECT_EQ(Addr(a) % kHugePageBytes, 0u);
   EXPECT_EQ(b, a + 1024);
   EXPECT_EQ(c, b + 64);
   EXPECT_EQ(arena.chunks(), 1u);
@@ -32,7 +32,7 @@ TEST(WeightArena, StartsAChunkWhenAWeightDoesNotFitTheRest) {
   uint8_t* b = arena.Allocate(1536 * 1024);
   uint8_t* c = arena.Allocate(1536 * 1024);  // 3 x 1.5 MiB > 4 MiB: a second chunk
   EXPECT_EQ(b, a + 1536 * 1024);
-  EXPECT_EQ(Addr(c) % WeightArena::kHugePage, 0u);
+  EXPECT_EQ(Addr(c) % kHugePageBytes, 0u);
   EXPECT_TRUE(c < a || c >= a + 4 * kMiB);
   EXPECT_EQ(arena.chunks(), 2u);
 }
@@ -42,7 +42,7 @@ TEST(WeightArena, GivesALargeWeightItsOwnChunkAndKeepsFillingTheShared) {
   uint8_t* small = arena.Allocate(100);
   uint8_t* large = arena.Allocate(5 * kMiB + 3);  // own chunk, rounded to 6 MiB
   uint8_t* next = arena.Allocate(100);
-  EXPECT_EQ(Addr(large) % WeightArena::kHugePage, 0u);
+  EXPECT_EQ(Addr(large) % kHugePageBytes, 0u);
   EXPECT_EQ(next, small + 128);  // the shared chunk's tail is not abandoned
   EXPECT_EQ(arena.chunks(), 2u);
   EXPECT_EQ(arena.reserved_bytes(), 4 * kMiB + 6 * kMiB);
@@ -58,7 +58,7 @@ TEST(WeightArena, BoundariesOfTheSharedChunk) {
   uint8_t* next = arena.Allocate(1);          // nothing left: a new shared chunk
   EXPECT_NE(half, nullptr);
   EXPECT_EQ(rest, a + 3 * kMiB);
-  EXPECT_EQ(Addr(next) % WeightArena::kHugePage, 0u);
+  EXPECT_EQ(Addr(next) % kHugePageBytes, 0u);
   EXPECT_EQ(arena.chunks(), 3u);
   uint8_t* z0 = arena.Allocate(0);
   uint8_t* z1 = arena.Allocate(0);
