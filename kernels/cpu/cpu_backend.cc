@@ -359,8 +359,14 @@ constexpr int64_t kMaxRopeTablePositions = int64_t{1} << 17;
 
 }  // namespace
 
-const float* CpuBackend::RopeAngles(const float* freq, int half, int64_t max_pos) {
-  if (max_pos < 0 || max_pos >= kMaxRopeTablePositions) return nullptr;
+const float* CpuBackend::RopeAngles(const float* freq, int half, const int32_t* pos, int64_t n) {
+  int64_t min_pos = 0, max_pos = 0;
+  if (n > 0) {
+    const auto [lo, hi] = std::minmax_element(pos, pos + n);
+    min_pos = *lo;
+    max_pos = *hi;
+  }
+  if (min_pos < 0 || max_pos >= kMaxRopeTablePositions) return nullptr;
   if (rope_freq_.size() != static_cast<size_t>(half) ||
       !std::equal(rope_freq_.begin(), rope_freq_.end(), freq)) {
     rope_freq_.assign(freq, freq + half);
@@ -387,13 +393,7 @@ const float* CpuBackend::RopeAngles(const float* freq, int half, int64_t max_pos
 void CpuBackend::Rope(float* x, const int32_t* pos, int64_t n, int n_heads, int head_dim,
                       int rope_dim, RopeLayout layout, const float* freq) {
   const int half = rope_dim / 2;
-  int64_t max_pos = -1;
-  bool negative = false;
-  for (int64_t i = 0; i < n; ++i) {
-    max_pos = std::max<int64_t>(max_pos, pos[i]);
-    negative |= pos[i] < 0;
-  }
-  const float* table = negative ? nullptr : RopeAngles(freq, half, max_pos);
+  const float* table = RopeAngles(freq, half, pos, n);
   auto body = [&](int64_t b, int64_t e) {
     std::vector<float> own(table == nullptr ? 2 * half : 0);
     for (int64_t i = b; i < e; ++i) {

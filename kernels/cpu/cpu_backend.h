@@ -103,10 +103,10 @@ class CpuBackend final : public Backend {
   Scratch packed_act_;                   // float prefill activations, packed; grow-only
   cpu::WeightArena arena_;             // what UploadWeight copied
   bool warned_in_place_ = false;       // UploadWeight said it ran out of room to copy
-  // The table rows of positions 0 .. max_pos for these frequencies (half of them), made
-  // where missing; null when a position is negative or past kMaxRopeTablePositions (Rope
-  // then computes its angles as it goes).
-  const float* RopeAngles(const float* freq, int half, int64_t max_pos);
+  // The table (row p: position p) for these frequencies (half of them), its rows made up
+  // to the largest of pos[0..n); null when one of them is negative or past
+  // kMaxRopeTablePositions (Rope then computes its angles as it goes).
+  const float* RopeAngles(const float* freq, int half, const int32_t* pos, int64_t n);
   // Grows *s to at least `floats` floats (contents not kept).
   static void GrowScratch(Scratch* s, size_t floats);
   // Runs run(r0, r1, thread) over rows [0, rows) of a matmul of n tokens doing `work`
