@@ -203,19 +203,15 @@ void RankWatchdog::Receive() {
 }
 
 void RankWatchdog::LocalLoop() {
+  constexpr auto kNotYet = std::chrono::steady_clock::time_point::max();
   const std::string& my_host = ranks_[rank_].host();
   while (!stop_.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto now = std::chrono::steady_clock::now();
+    absl::MutexLock lock(&mu_);
     for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
-      if (r == rank_ || ranks_[r].host() != my_host) continue;
-      {
-        absl::MutexLock lock(&mu_);
-        if (gone_at_[r] != std::chrono::steady_clock::time_point::max()) continue;
-      }
-      if (ProcessGone(ranks_[r].pid()).empty()) continue;
-      const auto now = std::chrono::steady_clock::now();
-      absl::MutexLock lock(&mu_);
-      gone_at_[r] = std::min(gone_at_[r], now);
+      if (r == rank_ || ranks_[r].host() != my_host || gone_at_[r] != kNotYet) continue;
+      if (!ProcessGone(ranks_[r].pid()).empty()) gone_at_[r] = now;
     }
   }
 }
