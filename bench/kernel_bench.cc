@@ -275,6 +275,8 @@ BENCHMARK(BM_Attention)
     ->ArgsProduct({{1, 16}, {1024}, {1, 2}, {8}, {32}, {32, 16}})
     ->ArgsProduct({{0}, {128}, {1, 2}, {8}, {32}, {16}})
     ->ArgsProduct({{0}, {512}, {1, 2}, {8}, {32}, {32, 16}})
+    ->ArgsProduct({{16}, {1024}, {1, 2}, {1}, {32}, {16}})
+    ->ArgsProduct({{0}, {512}, {1, 2}, {1}, {32}, {16}})
     ->ArgNames({"streams", "ctx", "threads", "group", "block", "kv_bits"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -551,7 +551,8 @@ TEST(Avx512Decode, BatchInvariantAcrossTokensAndRowSplits) {
 // (odd ones leave a last head alone; 2, 3, 5, 6 and 7 leave 1-3 heads after the runs of
 // 4 that share V loads), head sizes of 8 to 128 (64 and 128 with the query held in
 // registers, at blocks of 16 to 128; others loading it as they go), contexts that end inside a KV
-// block and past the last full 8 positions of one, scattered blocks.
+// block and past the last full 8 positions of one, scattered blocks; groups of one
+// (multi-head attention, the head in both halves) at head sizes 24, 64, 72 and 128.
 TEST(Avx512Attention, MatchesTheAvx2KernelBitForBit) {
   if (DetectCpuFeatures().best() < CpuIsa::kAvx512) {
     GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ; this one: "
@@ -564,7 +565,8 @@ TEST(Avx512Attention, MatchesTheAvx2KernelBitForBit) {
        {Shape{8, 1, 64, 16, 37}, Shape{32, 4, 64, 16, 200}, Shape{6, 2, 8, 8, 5},
         Shape{7, 1, 128, 32, 70}, Shape{4, 4, 72, 16, 33}, Shape{10, 2, 16, 16, 1},
         Shape{16, 2, 64, 16, 16}, Shape{4, 2, 64, 16, 41}, Shape{12, 2, 128, 16, 50},
-        Shape{6, 1, 64, 64, 130}, Shape{3, 1, 64, 128, 200}, Shape{8, 2, 32, 16, 45}}) {
+        Shape{6, 1, 64, 64, 130}, Shape{3, 1, 64, 128, 200}, Shape{8, 2, 32, 16, 45},
+        Shape{4, 4, 64, 32, 45}, Shape{2, 2, 128, 64, 100}, Shape{3, 3, 24, 32, 60}}) {
     const int kv = sh.n_kv * sh.hd;
     const int n_blocks = (sh.n_ctx + sh.block_size - 1) / sh.block_size;
     std::vector<int32_t> blocks(n_blocks);
