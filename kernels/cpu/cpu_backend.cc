@@ -206,11 +206,12 @@ cpu::MatmulTask CpuBackend::TaskOf(const TensorView& w, const uint8_t* x, size_t
   return t;
 }
 
-void CpuBackend::ForTokens(int64_t n, int64_t k, absl::FunctionRef<void(int64_t, int64_t)> prep) {
-  if (n > 1 && n * k >= kMinParallelWork) {
-    pool_.ParallelFor(n, 1, prep);
+void CpuBackend::ForRange(int64_t count, int64_t grain, int64_t work,
+                          absl::FunctionRef<void(int64_t, int64_t)> body) {
+  if (count > 1 && work >= kMinParallelWork) {
+    pool_.ParallelFor(count, grain, body);
   } else {
-    prep(0, n);
+    body(0, count);
   }
 }
 
@@ -245,15 +246,15 @@ void CpuBackend::MatMulShared(const TensorView* const* w, int count, const float
     const size_t bytes = kt.grouped_tokens_bytes(w0.type, n, k);
     if (act_scratch_.size() < bytes) act_scratch_.resize(bytes);
     uint8_t* prepared = act_scratch_.data();
-    ForTokens(n, k,
-              [&](int64_t b, int64_t e) { kt.prepare_grouped(w0.type, x, k, n, b, e, prepared); });
+    ForRange(n, 1, n * k,
+             [&](int64_t b, int64_t e) { kt.prepare_grouped(w0.type, x, k, n, b, e, prepared); });
     xp = prepared;
     x_stride = 0;
   } else if (fmt != cpu::ActFormat::kF32) {
     x_stride = cpu::ActRowBytes(fmt, k);
     if (act_scratch_.size() < x_stride * n) act_scratch_.resize(x_stride * n);
     auto quant = fmt == cpu::ActFormat::kQ8_0 ? kt.quantize_q8_0 : kt.quantize_q8k;
-    ForTokens(n, k, [&](int64_t b, int64_t e) {
+    ForRange(n, 1, n * k, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) quant(x + i * k, k, act_scratch_.data() + i * x_stride);
     });
     xp = act_scratch_.data();
@@ -335,11 +336,7 @@ void CpuBackend::RmsNorm(const float* x, const float* weight, int64_t n, int64_t
       for (int64_t j = 0; j < dim; ++j) oi[j] = xi[j] * inv * weight[j];
     }
   };
-  if (n * dim >= kMinParallelWork) {
-    pool_.ParallelFor(n, 1, body);
-  } else {
-    body(0, n);
-  }
+  ForRange(n, 1, n * dim, body);
 }
 
 namespace {
@@ -380,11 +377,8 @@ const float* CpuBackend::RopeAngles(const float* freq, int half, const int32_t* 
         RopeRow(p, freq, half, rope_cs_.data() + p * 2 * half);
       }
     };
-    if ((to - from) * half >= kMinParallelWork / 8) {  // a long prompt: tens of trig calls a row
-      pool_.ParallelFor(to - from, 1, rows);
-    } else {
-      rows(0, to - from);
-    }
+    // A row costs `half` pairs of trig calls, worth about 8 elements' work each.
+    ForRange(to - from, 1, (to - from) * half * 8, rows);
     rope_positions_ = to;
   }
   return rope_cs_.data();
@@ -415,32 +409,20 @@ void CpuBackend::Rope(float* x, const int32_t* pos, int64_t n, int n_heads, int 
       }
     }
   };
-  if (n * n_heads * head_dim >= kMinParallelWork) {
-    pool_.ParallelFor(n, 1, body);
-  } else {
-    body(0, n);
-  }
+  ForRange(n, 1, n * n_heads * head_dim, body);
 }
 
 void CpuBackend::SiluMul(const float* gate, const float* up, int64_t count, float* out) {
   const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
   auto body = [&](int64_t b, int64_t e) { kt.silu_mul(gate + b, up + b, e - b, out + b); };
-  if (count >= kMinParallelWork) {
-    pool_.ParallelFor(count, 64, body);
-  } else {
-    body(0, count);
-  }
+  ForRange(count, 64, count, body);
 }
 
 void CpuBackend::Add(const float* x, int64_t count, float* y) {
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] += x[i];
   };
-  if (count >= kMinParallelWork) {
-    pool_.ParallelFor(count, 64, body);
-  } else {
-    body(0, count);
-  }
+  ForRange(count, 64, count, body);
 }
 
 void CpuBackend::AddBias(const float* bias, int64_t n, int64_t dim, float* x) {

@@ -120,9 +120,12 @@ class CpuBackend final : public Backend {
   // rows (the caller sets its row range and scratch).
   static cpu::MatmulTask TaskOf(const TensorView& w, const uint8_t* x, size_t x_stride,
                                 int64_t n, float* y);
-  // Runs prep over token ranges of [0, n): split over the threads when n tokens of k
-  // elements are worth it.
-  void ForTokens(int64_t n, int64_t k, absl::FunctionRef<void(int64_t, int64_t)> prep);
+  // Runs body over [0, count): split over the threads (ParallelFor, inner boundaries
+  // multiples of grain) when count > 1 and `work` (the elements the call touches) reaches
+  // kMinParallelWork, else body(0, count) on the caller. Every op but the matmuls and
+  // attention splits this way.
+  void ForRange(int64_t count, int64_t grain, int64_t work,
+                absl::FunctionRef<void(int64_t, int64_t)> body);
   // Grows every thread's scratch to at least `floats` floats.
   void EnsureThreadScratch(size_t floats);
 };

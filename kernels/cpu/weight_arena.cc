@@ -33,8 +33,8 @@ uint8_t* WeightArena::NewChunk(size_t bytes) {
 }
 
 uint8_t* WeightArena::Allocate(size_t bytes) {
-  if (bytes > std::numeric_limits<size_t>::max() - kHugePageBytes)
-    return nullptr;  // no rounding up
+  // Too close to SIZE_MAX to round up to a huge page.
+  if (bytes > std::numeric_limits<size_t>::max() - kHugePageBytes) return nullptr;
   const size_t need = RoundUp(std::max<size_t>(bytes, 1), kAlign);
   if (need >= chunk_bytes_ / 2) return NewChunk(RoundUp(need, kHugePageBytes));  // its own
   if (need > left_) {
