@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -48,7 +47,8 @@ absl::StatusOr<std::unique_ptr<RankWatchdog>> RankWatchdog::Start(MPI_Comm world
     absl::MutexLock lock(&w->mu_);
     w->last_seen_.assign(w->ranks_.size(), std::chrono::steady_clock::now());
     w->left_.assign(w->ranks_.size(), false);
-    w->gone_at_.assign(w->ranks_.size(), std::chrono::steady_clock::time_point::max());
+    w->gone_at_.assign(w->ranks_.size(), std::chrono::steady_clock::time_point());
+    w->gone_why_.assign(w->ranks_.size(), std::string());
   }
   w->thread_ = std::thread([p = w.get()] { p->Loop(); });
   w->local_thread_ = std::thread([p = w.get()] { p->LocalLoop(); });
@@ -69,24 +69,17 @@ std::string RankWatchdog::Describe(int rank) const {
 
 std::optional<RankWatchdog::Lost> RankWatchdog::FindLost() {
   if (standing_down_.load()) return std::nullopt;
-  const std::string& my_host = ranks_[rank_].host();
   const auto now = std::chrono::steady_clock::now();
   absl::MutexLock lock(&mu_);
   if (told_lost_) return told_lost_;
-  // This machine's ranks first; of those gone, the one LocalLoop saw go first.
-  std::optional<Lost> local;
-  auto local_at = std::chrono::steady_clock::time_point::max();
+  // This machine's ranks first; of those gone, the one seen gone first.
+  NoteLocalGoneLocked(now);
+  int first = -1;
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
-    if (r == rank_ || left_[r] || ranks_[r].host() != my_host) continue;
-    if (std::string why = ProcessGone(ranks_[r].pid()); !why.empty()) {
-      const auto at = std::min(gone_at_[r], now);
-      if (!local || at < local_at) {
-        local = Lost{r, absl::StrCat(Describe(r), ": ", why)};
-        local_at = at;
-      }
-    }
+    if (r == rank_ || left_[r] || gone_why_[r].empty()) continue;
+    if (first < 0 || gone_at_[r] < gone_at_[first]) first = r;
   }
-  if (local) return local;
+  if (first >= 0) return Lost{first, absl::StrCat(Describe(first), ": ", gone_why_[first])};
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
     if (r == rank_ || left_[r]) continue;
     const bool watched = rank_ == 0 || r == 0;
@@ -202,17 +195,23 @@ void RankWatchdog::Receive() {
   }
 }
 
-void RankWatchdog::LocalLoop() {
-  constexpr auto kNotYet = std::chrono::steady_clock::time_point::max();
+void RankWatchdog::NoteLocalGoneLocked(std::chrono::steady_clock::time_point now) {
   const std::string& my_host = ranks_[rank_].host();
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+    if (r == rank_ || ranks_[r].host() != my_host || !gone_why_[r].empty()) continue;
+    if (std::string why = ProcessGone(ranks_[r].pid()); !why.empty()) {
+      gone_why_[r] = std::move(why);
+      gone_at_[r] = now;
+    }
+  }
+}
+
+void RankWatchdog::LocalLoop() {
   while (!stop_.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const auto now = std::chrono::steady_clock::now();
     absl::MutexLock lock(&mu_);
-    for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
-      if (r == rank_ || ranks_[r].host() != my_host || gone_at_[r] != kNotYet) continue;
-      if (!ProcessGone(ranks_[r].pid()).empty()) gone_at_[r] = now;
-    }
+    NoteLocalGoneLocked(now);
   }
 }
 

@@ -79,8 +79,12 @@ class RankWatchdog {
  private:
   RankWatchdog() = default;
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
-  // Notes in gone_at_ when each rank on this machine was first seen gone (no MPI call).
+  // Every 50 ms, NoteLocalGoneLocked (no MPI call).
   void LocalLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // For each rank on this machine not yet seen gone whose process is gone now (ProcessGone):
+  // notes why, and `now` as when.
+  void NoteLocalGoneLocked(std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Send(int to, const v1::RankNotice& notice);
   void Receive() ABSL_LOCKS_EXCLUDED(mu_);
   std::string Describe(int rank) const;
@@ -97,7 +101,8 @@ class RankWatchdog {
   absl::Mutex mu_;
   std::vector<std::chrono::steady_clock::time_point> last_seen_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> left_ ABSL_GUARDED_BY(mu_);  // in order, or because of a loss
-  // When LocalLoop first saw each rank's process gone (time_point::max(): not yet).
+  // Why and when each rank on this machine was first seen gone (why empty: not yet).
+  std::vector<std::string> gone_why_ ABSL_GUARDED_BY(mu_);
   std::vector<std::chrono::steady_clock::time_point> gone_at_ ABSL_GUARDED_BY(mu_);
   std::optional<Lost> told_lost_ ABSL_GUARDED_BY(mu_);  // a loss another rank found
   MpiSendQueue sends_;  // heartbeats and notices in flight
