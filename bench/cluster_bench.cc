@@ -26,9 +26,9 @@
 
 #include "CLI/CLI.hpp"
 #include "cascade/v1/inference.grpc.pb.h"
-#include "cascade/v1/worker.grpc.pb.h"
+#include "cascade/v1/control_plane.grpc.pb.h"
 #include "tests/subprocess.h"
-#include "tools/local_engine.h"
+#include "local/local_engine.h"
 #include "transport/grpc_util.h"
 #include "util/logging.h"
 #include "util/runtime.h"

@@ -4,6 +4,9 @@
 // Each is printed whole and without the activations themselves (the part the frame's
 // format decides), for two request kinds: plain sampling (temperature, top-p) and a chat
 // client's (top-k, top-p, min-p, a repetition penalty over 64 tokens, two logit biases).
+// Beside each steady step, the baseline measured in the same run: the same step when it
+// also carries every sequence's sampling, as the frame that admits them does (once per
+// sequence and pipeline; before frame version 2, every step did).
 //
 //   data_plane_bench
 #include <cstdint>
@@ -44,8 +47,9 @@ SamplingParams Chat() {
   return p;
 }
 
-// One steady decode step: each sequence's next token, sampled by the last stage.
-StageFrame DecodeStep(int n_seqs, uint32_t stage, const SamplingParams& params) {
+// One decode step: each sequence's next token, sampled by the last stage; `admitting`:
+// the step also carries each sequence's sampling.
+StageFrame DecodeStep(int n_seqs, uint32_t stage, const SamplingParams& params, bool admitting) {
   StageFrame f;
   f.plan_id = 7;
   f.batch_id = 123456;
@@ -54,15 +58,7 @@ StageFrame DecodeStep(int n_seqs, uint32_t stage, const SamplingParams& params) 
   for (int i = 0; i < n_seqs; ++i) {
     const SeqId seq = 1000 + i;
     f.slots.push_back({29000 + i, seq, kPosition, true});
-    SeqSampling s;
-    s.seq = seq;
-    s.params = params;
-    s.draw_index = kPosition + 1;
-    if (params.repetition_penalty != 1.0f || params.frequency_penalty != 0.0f ||
-        params.presence_penalty != 0.0f) {
-      for (int32_t k = 0; k < params.penalty_last_n; ++k) s.recent_tokens.push_back(300 + 97 * k);
-    }
-    f.sampling.push_back(std::move(s));
+    if (admitting) f.admit.push_back({seq, params, false, 0});
   }
   if (stage > 0) f.hidden.assign(static_cast<size_t>(n_seqs * kDim), 0.25f);
   return f;
@@ -79,19 +75,22 @@ size_t WireBytes(const StageFrame& f) {
 
 int main() {
   using namespace cascade;
-  std::printf("data-plane bytes per decode token per hop (steady decode step, TCP framing)\n");
-  std::printf("%-8s %-8s %-22s %12s %14s\n", "request", "batch", "hop", "bytes/token",
-              "w/o activations");
+  std::printf("data-plane bytes per decode token per hop (TCP framing); steady step, and the\n"
+              "same step carrying every sequence's sampling (as an admitting step does)\n");
+  std::printf("%-8s %-6s %-22s %12s %16s %16s %8s\n", "request", "batch", "hop", "bytes/token",
+              "w/o activations", "admitting, w/o", "ratio");
   for (const auto& [name, params] : {std::pair{"plain", Plain()}, std::pair{"chat", Chat()}}) {
     for (int n : {1, 16}) {
       for (uint32_t stage : {0u, 1u}) {
-        const StageFrame f = DecodeStep(n, stage, params);
-        const size_t bytes = WireBytes(f);
-        const size_t activations = f.hidden.size() * sizeof(float);
-        std::printf("%-8s %-8d %-22s %12.1f %14.1f\n", name, n,
-                    stage == 0 ? "into stage 0 (tokens)" : "stage to stage",
-                    static_cast<double>(bytes) / n,
-                    static_cast<double>(bytes - activations) / n);
+        const StageFrame steady = DecodeStep(n, stage, params, false);
+        const StageFrame admitting = DecodeStep(n, stage, params, true);
+        const double activations = static_cast<double>(steady.hidden.size() * sizeof(float));
+        const double bytes = static_cast<double>(WireBytes(steady));
+        const double meta = bytes - activations;
+        const double admit_meta = static_cast<double>(WireBytes(admitting)) - activations;
+        std::printf("%-8s %-6d %-22s %12.1f %16.1f %16.1f %7.2fx\n", name, n,
+                    stage == 0 ? "into stage 0 (tokens)" : "stage to stage", bytes / n, meta / n,
+                    admit_meta / n, admit_meta / meta);
       }
     }
   }

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "coordinator/http_server.h"
 #include "coordinator/planner.h"
+#include "serving/scheduler_config.h"
 #include "tensor/device.h"
 
 namespace cascade {
@@ -67,12 +68,6 @@ struct BringUpConfig {
   int worker_wait_s = 600;   // give up waiting for them after this long
   double heartbeat_interval_s = 1.0;
   double drain_timeout_s = 30;  // in-flight requests get this long to finish on shutdown
-};
-
-struct SchedulerConfig {
-  int64_t prefill_chunk = 256;  // prompt tokens of one sequence per micro-batch
-  int max_running = 64;         // sequences admitted at once
-  int max_waiting = 256;        // queued requests beyond which Submit refuses
 };
 
 struct StageConfig {

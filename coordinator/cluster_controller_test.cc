@@ -7,7 +7,7 @@
 #include <future>
 #include <set>
 
-#include "coordinator/fake_pipeline.h"
+#include "serving/fake_pipeline.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/test_models.h"

@@ -20,16 +20,6 @@ grpc::Status ControlService::Heartbeat(grpc::ServerContext*, const v1::Heartbeat
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::Results(grpc::ServerContext* ctx,
-                                     grpc::ServerReader<v1::StepResult>* reader,
-                                     v1::ResultsAck*) {
-  v1::StepResult wire;
-  while (reader->Read(&wire)) {
-    if (absl::Status st = controller_->OnResult(wire, ctx->peer()); !st.ok()) return ToGrpc(st);
-  }
-  return grpc::Status::OK;
-}
-
 grpc::Status ControlService::ClusterStatus(grpc::ServerContext* ctx,
                                            const v1::ClusterStatusRequest*,
                                            v1::ClusterStatusResponse* resp) {

@@ -1,12 +1,13 @@
-// The Coordinator gRPC service, the control plane workers talk to: Register, Heartbeat,
-// the gRPC form of the results stream, and ClusterStatus. A thin adapter: every call goes
+// The Coordinator gRPC service, the control plane workers talk to: Register, Heartbeat and
+// ClusterStatus (the gRPC data plane's results stream is transport/grpc_link.h's
+// ResultSinkService, served beside it). A thin adapter: every call goes
 // to the ClusterController; absl::Status becomes grpc::Status here.
 //
 // Contract: thread-safe (gRPC's sync server calls handlers concurrently).
 #ifndef CASCADE_COORDINATOR_CONTROL_SERVICE_H_
 #define CASCADE_COORDINATOR_CONTROL_SERVICE_H_
 
-#include "cascade/v1/worker.grpc.pb.h"
+#include "cascade/v1/control_plane.grpc.pb.h"
 #include "coordinator/cluster_controller.h"
 
 namespace cascade {
@@ -21,8 +22,6 @@ class ControlService final : public v1::Coordinator::Service {
                         v1::RegisterResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override;
-  grpc::Status Results(grpc::ServerContext* ctx, grpc::ServerReader<v1::StepResult>* reader,
-                       v1::ResultsAck*) override;
   grpc::Status ClusterStatus(grpc::ServerContext*, const v1::ClusterStatusRequest*,
                              v1::ClusterStatusResponse* resp) override;
 

@@ -14,6 +14,7 @@
 #include "transport/address.h"
 #include "transport/data_plane_server.h"
 #include "transport/factory.h"
+#include "transport/grpc_link.h"
 #include "transport/grpc_util.h"
 #include "util/status_macros.h"
 #include "transport/security.h"
@@ -23,9 +24,9 @@
 namespace cascade {
 
 // What the API adapters see of the coordinator.
-class Frontend : public ServingBackend {
+class ClusterServingTarget : public ServingTarget {
  public:
-  Frontend(const ServedModel& model, ClusterController& controller)
+  ClusterServingTarget(const ServedModel& model, ClusterController& controller)
       : model_(model), controller_(controller) {}
   const ServedModel& model() const override { return model_; }
   absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const override {
@@ -81,9 +82,13 @@ class CoordinatorServer::Impl {
         },
         join_token_);
     worker_client_.SetCoordinatorSecret(controller_->coordinator_secret());
-    frontend_ = std::make_unique<Frontend>(*model_, *controller_);
+    serving_target_ = std::make_unique<ClusterServingTarget>(*model_, *controller_);
     control_ = std::make_unique<ControlService>(controller_.get(), model_->id());
-    inference_ = std::make_unique<InferenceServiceImpl>(frontend_.get(), api_key);
+    results_ = std::make_unique<ResultSinkService>(
+        [c = controller_.get()](const v1::StepResult& r, const std::string& peer) {
+          return c->OnResult(r, peer);
+        });
+    inference_ = std::make_unique<InferenceServiceImpl>(serving_target_.get(), api_key);
 
     // The public API: Inference, health, reflection.
     grpc::EnableDefaultHealthCheckService(true);
@@ -101,15 +106,16 @@ class CoordinatorServer::Impl {
     // client certificate from the CA) get past it.
     CASCADE_ASSIGN_OR_RETURN(StartedServer control,
                              StartServer("coordinator", config_.server.control_listen,
-                                         ServerCredentials(ServerRole::kCluster), {control_.get()}));
+                                         ServerCredentials(ServerRole::kCluster),
+                                         {control_.get(), results_.get()}));
     control_server_ = std::move(control.server);
     control_address_ = AdvertisedHostPort(config_.server.control_listen, control.port);
     const std::string advertise =
         config_.server.advertise.empty() ? control_address_ : config_.server.advertise;
     controller_->OnStateChange([this](ClusterState s) { SetHealth(s == ClusterState::kServing); });
 
-    // Results from the last stage: on the TCP or MPI data plane, or on the control
-    // service's Results stream (gRPC data plane).
+    // Results from the last stage: on the TCP or MPI data plane, or on the ResultSink
+    // stream served beside the control service (gRPC data plane).
     std::string results_address = advertise;
     if (config_.data_plane.kind != DataPlane::kGrpc) {
       const bool mpi = config_.data_plane.kind == DataPlane::kMpi;
@@ -140,7 +146,7 @@ class CoordinatorServer::Impl {
         FillClusterStatus(controller_->Snapshot(), model_->id(), &status);
         return RenderPrometheus(controller_->ServingMetricsSnapshot(), status);
       };
-      auto started = HttpApi::Start(frontend_.get(), config_.server.http, std::move(http));
+      auto started = HttpApi::Start(serving_target_.get(), config_.server.http, std::move(http));
       if (!started.ok()) return started.status();
       http_ = std::move(*started);
     }
@@ -194,8 +200,9 @@ class CoordinatorServer::Impl {
   std::unique_ptr<ServedModel> model_;
   GrpcWorkerClient worker_client_;
   std::unique_ptr<ClusterController> controller_;
-  std::unique_ptr<Frontend> frontend_;
+  std::unique_ptr<ClusterServingTarget> serving_target_;
   std::unique_ptr<ControlService> control_;
+  std::unique_ptr<ResultSinkService> results_;  // the gRPC data plane's results
   std::unique_ptr<InferenceServiceImpl> inference_;
   std::unique_ptr<grpc::Server> server_;          // public
   std::unique_ptr<grpc::Server> control_server_;  // workers

@@ -7,8 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/chat_template.h"
-#include "coordinator/openai_request.h"
+#include "serving/chat_template.h"
+#include "serving/generate_spec.h"
+#include "serving/openai_request.h"
 #include "nlohmann/json.hpp"
 #include "util/logging.h"
 #include "util/secret.h"
@@ -133,7 +134,7 @@ class CompletionReply final : public HttpReply {
       : chat_(req.endpoint == OpenAiEndpoint::kChat),
         stream_(req.stream),
         include_usage_(req.include_usage),
-        logprobs_(req.base.logprobs()),
+        logprobs_(req.spec.logprobs || req.spec.top_logprobs > 0),
         model_(std::move(model)),
         tokenizer_(tokenizer),
         id_(NewId(chat_ ? "chatcmpl" : "cmpl")),
@@ -354,8 +355,8 @@ class CompletionReply final : public HttpReply {
 
 class HttpApi::Handler {
  public:
-  Handler(ServingBackend* backend, HttpApiOptions options)
-      : backend_(backend), options_(std::move(options)), created_(NowSeconds()) {}
+  Handler(ServingTarget* target, HttpApiOptions options)
+      : target_(target), options_(std::move(options)), created_(NowSeconds()) {}
 
   std::unique_ptr<HttpReply> Handle(HttpRequest req) {
     std::unique_ptr<HttpReply> reply = Route(req);
@@ -421,7 +422,7 @@ class HttpApi::Handler {
       return Reply(std::move(h));
     }
     if (path == "/health") {
-      auto sched = backend_->scheduler();
+      auto sched = target_->scheduler();
       return Reply(JsonHead(sched.ok() ? 200 : 503,
                             Json{{"status", sched.ok() ? "ok" : std::string(sched.status().message())}}));
     }
@@ -436,7 +437,7 @@ class HttpApi::Handler {
     }
     if (is_model) {
       const std::string id = path.substr(11);
-      if (id != backend_->model().id()) {
+      if (id != target_->model().id()) {
         return Reply(JsonHead(404, ErrorJson(absl::StrCat("The model '", id, "' does not exist"),
                                              "invalid_request_error", "model", "model_not_found")));
       }
@@ -450,7 +451,7 @@ class HttpApi::Handler {
   }
 
   Json ModelJson() const {
-    const v1::ModelInfo info = backend_->model_info();
+    const v1::ModelInfo info = target_->model_info();
     return Json{{"id", info.id()},
                 {"object", "model"},
                 {"created", created_},
@@ -464,13 +465,15 @@ class HttpApi::Handler {
     auto parsed = ParseOpenAiRequest(body, endpoint);
     if (!parsed.ok()) return parsed.status();
     OpenAiRequest& req = *parsed;
-    const ServedModel& model = backend_->model();
-    if (!req.base.model().empty() && req.base.model() != model.id()) {
-      return WithParam(absl::NotFoundError(absl::StrCat("The model '", req.base.model(),
+    const ServedModel& model = target_->model();
+    GenerateSpec& spec = req.spec;
+    if (!spec.model.empty() && spec.model != model.id()) {
+      return WithParam(absl::NotFoundError(absl::StrCat("The model '", spec.model,
                                                         "' does not exist (serving '",
                                                         model.id(), "')")),
                        "model");
     }
+    const char* prompt_param = endpoint == OpenAiEndpoint::kChat ? "messages" : "prompt";
     if (endpoint == OpenAiEndpoint::kChat) {
       if (model.chat_format() == ChatFormat::kUnknown) {
         return ParamError("messages",
@@ -480,70 +483,43 @@ class HttpApi::Handler {
       }
       auto prompt = RenderChat(model.chat_format(), req.messages);
       if (!prompt.ok()) return ParamError("messages", prompt.status().message());
-      req.prompts.push_back({*prompt, {}});
+      spec.prompts.push_back({*prompt, {}});
     }
-    auto sched = backend_->scheduler();
+    auto sched = target_->scheduler();
     if (!sched.ok()) return sched.status();
+    auto expanded = ExpandSpec(spec, model.tokenizer());
+    if (!expanded.ok()) return ParamError(prompt_param, expanded.status().message());
     std::vector<CompletionReply::Choice> choices;
-    auto cancel_all = [&] {
-      for (auto& c : choices) c.stream->Cancel();
-    };
-    for (size_t p = 0; p < req.prompts.size(); ++p) {
-      const OpenAiRequest::Prompt& prompt = req.prompts[p];
-      v1::GenerateRequest g = req.base;
-      if (prompt.ids.empty()) {
-        g.set_prompt(prompt.text);
-      } else {
-        for (int32_t id : prompt.ids) g.add_prompt_ids(id);
-      }
-      auto first = ToSequenceRequest(g, model.tokenizer());
-      if (!first.ok()) {
-        cancel_all();
-        return ParamError(endpoint == OpenAiEndpoint::kChat ? "messages" : "prompt",
-                          first.status().message());
-      }
-      std::string echo;
-      if (req.echo) echo = prompt.ids.empty() ? prompt.text : model.tokenizer().Decode(prompt.ids);
-      for (int32_t k = 0; k < req.n; ++k) {
-        SequenceRequest s = *first;
-        // Choice k of a seeded request draws from seed + k: choice 0 is the text a single
-        // choice with that seed gives. Unseeded choices each get a seed of their own.
-        if (req.base.sampling().has_seed()) {
-          s.sampling.seed = req.base.sampling().seed() + static_cast<uint64_t>(p * req.n + k);
-        } else if (k > 0 || p > 0) {
-          s.sampling.seed = std::random_device{}();
+    for (ChoiceRequest& one : *expanded) {
+      auto submitted = (*sched)->Submit(std::move(one.request));
+      if (!submitted.ok()) {
+        for (auto& c : choices) c.stream->Cancel();
+        const absl::Status& st = submitted.status();
+        if (st.code() == absl::StatusCode::kInvalidArgument) {
+          return ParamError(prompt_param, st.message());
         }
-        auto submitted = (*sched)->Submit(std::move(s));
-        if (!submitted.ok()) {
-          cancel_all();
-          const absl::Status& st = submitted.status();
-          if (st.code() == absl::StatusCode::kInvalidArgument) {
-            return ParamError(endpoint == OpenAiEndpoint::kChat ? "messages" : "prompt",
-                              st.message());
-          }
-          return st;
-        }
-        CompletionReply::Choice c;
-        c.stream = *submitted;
-        c.prompt_index = static_cast<int>(p);
-        c.echo = echo;
-        choices.push_back(std::move(c));
+        return st;
       }
+      CompletionReply::Choice c;
+      c.stream = *submitted;
+      c.prompt_index = one.prompt_index;
+      c.echo = std::move(one.echo);
+      choices.push_back(std::move(c));
     }
     return std::unique_ptr<HttpReply>(
         std::make_unique<CompletionReply>(req, model.id(), &model.tokenizer(), std::move(choices)));
   }
 
-  ServingBackend* const backend_;
+  ServingTarget* const target_;
   const HttpApiOptions options_;
   const int64_t created_;
 };
 
-absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(ServingBackend* backend,
+absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(ServingTarget* target,
                                                        const HttpServerOptions& server,
                                                        HttpApiOptions options) {
   std::unique_ptr<HttpApi> api(new HttpApi());
-  api->handler_ = std::make_unique<Handler>(backend, std::move(options));
+  api->handler_ = std::make_unique<Handler>(target, std::move(options));
   auto started = HttpServer::Start(
       server, [h = api->handler_.get()](HttpRequest req) { return h->Handle(std::move(req)); });
   if (!started.ok()) return started.status();

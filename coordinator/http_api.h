@@ -1,7 +1,7 @@
 // The OpenAI-compatible HTTP API, on HttpServer (coordinator/http_server.h):
 //   POST /v1/completions, /v1/chat/completions  (plain, or "stream": true as server-sent
 //        events); n > 1 and lists of prompts, echo, logprobs / top_logprobs, logit_bias,
-//        seed, stop, stream_options.include_usage (coordinator/openai_request.h lists
+//        seed, stop, stream_options.include_usage (serving/openai_request.h lists
 //        what is refused, and how)
 //   GET  /v1/models, /v1/models/{id}
 //   GET  /health   200 while serving, 503 otherwise
@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/http_server.h"
-#include "coordinator/inference_service.h"
+#include "coordinator/serving_target.h"
 
 namespace cascade {
 
@@ -38,7 +38,7 @@ struct HttpApiOptions {
 
 class HttpApi {
  public:
-  static absl::StatusOr<std::unique_ptr<HttpApi>> Start(ServingBackend* backend,
+  static absl::StatusOr<std::unique_ptr<HttpApi>> Start(ServingTarget* target,
                                                        const HttpServerOptions& server,
                                                        HttpApiOptions options);
   ~HttpApi();

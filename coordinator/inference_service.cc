@@ -1,9 +1,8 @@
 #include "coordinator/inference_service.h"
 
-#include <random>
-
 #include "absl/strings/str_cat.h"
-#include "transport/frame.h"
+#include "serving/generate_spec.h"
+#include "serving/proto_request.h"
 #include "transport/grpc_util.h"
 #include "util/secret.h"
 #include "util/utf8.h"
@@ -12,9 +11,6 @@
 
 namespace cascade {
 namespace {
-
-constexpr size_t kMaxPromptBytes = 4 << 20;
-constexpr int kMaxPromptIds = 1 << 20;
 
 void FillTop(const std::vector<TokenLogprob>& top, v1::TopLogprobs* out) {
   for (const TokenLogprob& t : top) {
@@ -75,8 +71,8 @@ absl::Status FromWire(const google::protobuf::Message& wire, google::protobuf::M
   return absl::OkStatus();
 }
 
-InferenceServiceImpl::InferenceServiceImpl(ServingBackend* backend, std::string api_key)
-    : backend_(backend), api_key_(std::move(api_key)) {
+InferenceServiceImpl::InferenceServiceImpl(ServingTarget* target, std::string api_key)
+    : target_(target), api_key_(std::move(api_key)) {
   using grpc::internal::RpcMethod;
   using grpc::internal::RpcServiceMethod;
   // The method paths inference.proto gives, "/cascade.v1.Inference/Generate" and so on.
@@ -114,64 +110,6 @@ InferenceServiceImpl::InferenceServiceImpl(ServingBackend* backend, std::string 
       path(Method::kGetModelInfo, "GetModelInfo"), this, &InferenceServiceImpl::GetModelInfo));
 }
 
-v1::FinishReason ToProto(FinishReason r) {
-  switch (r) {
-    case FinishReason::kLength:
-      return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStop:
-      return v1::FINISH_REASON_STOP;
-    case FinishReason::kEndOfSequence:
-      return v1::FINISH_REASON_EOS;
-    case FinishReason::kContextFull:
-      return v1::FINISH_REASON_CONTEXT;
-    case FinishReason::kCancelled:
-      return v1::FINISH_REASON_UNSPECIFIED;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
-
-absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req,
-                                                  const Tokenizer& tokenizer) {
-  SequenceRequest s;
-  if (req.prompt().empty() && req.prompt_ids_size() == 0) {
-    return absl::InvalidArgumentError("prompt is empty (give prompt or prompt_ids)");
-  }
-  if (!req.prompt().empty() && req.prompt_ids_size() > 0) {
-    return absl::InvalidArgumentError("give either prompt or prompt_ids, not both");
-  }
-  if (req.prompt().size() > kMaxPromptBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt of ", req.prompt().size(), " bytes exceeds the limit of ", kMaxPromptBytes));
-  }
-  if (req.prompt_ids_size() > kMaxPromptIds) {
-    return absl::InvalidArgumentError("prompt_ids is too long");
-  }
-  if (req.prompt_ids_size() > 0) {
-    s.prompt.assign(req.prompt_ids().begin(), req.prompt_ids().end());
-  } else {
-    auto ids = tokenizer.Encode(req.prompt(), /*add_special=*/true, /*parse_special=*/true);
-    if (!ids.ok()) return ids.status();
-    s.prompt = std::move(*ids);
-  }
-  if (s.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
-  if (req.has_sampling()) {
-    s.sampling = DecodeSampling(req.sampling());
-    if (!req.sampling().has_seed()) s.sampling.seed = std::random_device{}();
-  } else {
-    s.sampling.temperature = 1.0f;
-    s.sampling.top_k = 0;
-    s.sampling.top_p = 1.0f;
-    s.sampling.min_p = 0.0f;
-    s.sampling.seed = std::random_device{}();
-  }
-  s.max_tokens = req.max_tokens();
-  s.stop.assign(req.stop().begin(), req.stop().end());
-  s.ignore_eos = req.ignore_eos();
-  s.logprobs = req.logprobs() || req.top_logprobs() > 0;
-  s.top_logprobs = req.top_logprobs();
-  return s;
-}
-
 grpc::Status InferenceServiceImpl::Authorize(const grpc::ServerContext* ctx) const {
   if (api_key_.empty()) return grpc::Status::OK;
   if (!BearerMatches(PresentedMetadata(*ctx, "authorization"), api_key_)) {
@@ -183,7 +121,7 @@ grpc::Status InferenceServiceImpl::Authorize(const grpc::ServerContext* ctx) con
 
 absl::Status InferenceServiceImpl::CheckModel(const std::string& model) {
   if (model.empty()) return absl::OkStatus();
-  const std::string& id = backend_->model().id();
+  const std::string& id = target_->model().id();
   if (model != id) {
     return absl::NotFoundError(
         absl::StrCat("model '", model, "' is not served here (serving '", id, "')"));
@@ -195,11 +133,13 @@ grpc::Status InferenceServiceImpl::Run(grpc::ServerContext* ctx, const v1::Gener
                                        const std::function<bool(const StreamEvent&)>& on_event) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req.model()); !st.ok()) return ToGrpc(st);
-  auto scheduler = backend_->scheduler();
+  auto scheduler = target_->scheduler();
   if (!scheduler.ok()) return ToGrpc(scheduler.status());
-  auto sreq = ToSequenceRequest(req, backend_->model().tokenizer());
-  if (!sreq.ok()) return ToGrpc(sreq.status());
-  auto stream = (*scheduler)->Submit(std::move(*sreq));
+  auto spec = SpecFromProto(req);
+  if (!spec.ok()) return ToGrpc(spec.status());
+  auto expanded = ExpandSpec(*spec, target_->model().tokenizer());
+  if (!expanded.ok()) return ToGrpc(expanded.status());
+  auto stream = (*scheduler)->Submit(std::move(expanded->front().request));
   if (!stream.ok()) return ToGrpc(stream.status());
   std::optional<std::chrono::steady_clock::time_point> cancelled_at;
   for (;;) {
@@ -234,7 +174,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* ctx,
     for (float lp : e.logprobs) r.add_logprobs(lp);
     for (const auto& top : e.top_logprobs) FillTop(top, r.add_top_logprobs());
     if (e.last) {
-      r.set_finish_reason(ToProto(e.finish));
+      r.set_finish_reason(FinishReasonToProto(e.finish));
       FillUsage(e.usage, r.mutable_usage());
     }
     return writer->Write(r);
@@ -250,7 +190,7 @@ grpc::Status InferenceServiceImpl::Complete(grpc::ServerContext* ctx,
     for (float lp : e.logprobs) resp->add_logprobs(lp);
     for (const auto& top : e.top_logprobs) FillTop(top, resp->add_top_logprobs());
     if (e.last) {
-      resp->set_finish_reason(ToProto(e.finish));
+      resp->set_finish_reason(FinishReasonToProto(e.finish));
       FillUsage(e.usage, resp->mutable_usage());
     }
     return true;
@@ -262,7 +202,7 @@ grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext* ctx,
                                             v1::TokenizeResponse* resp) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
-  const Tokenizer* tok = &backend_->model().tokenizer();
+  const Tokenizer* tok = &target_->model().tokenizer();
   if (req->text().size() > kMaxPromptBytes) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is too long");
   }
@@ -277,7 +217,7 @@ grpc::Status InferenceServiceImpl::Detokenize(grpc::ServerContext* ctx,
                                               v1::DetokenizeResponse* resp) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
-  const Tokenizer* tok = &backend_->model().tokenizer();
+  const Tokenizer* tok = &target_->model().tokenizer();
   std::vector<int32_t> ids;
   for (int32_t id : req->ids()) {
     if (!tok->IsValid(id)) {
@@ -295,7 +235,7 @@ grpc::Status InferenceServiceImpl::ListModels(grpc::ServerContext* ctx,
                                               const v1::ListModelsRequest*,
                                               v1::ListModelsResponse* resp) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  *resp->add_models() = backend_->model_info();
+  *resp->add_models() = target_->model_info();
   return grpc::Status::OK;
 }
 
@@ -304,7 +244,7 @@ grpc::Status InferenceServiceImpl::GetModelInfo(grpc::ServerContext* ctx,
                                                 v1::ModelInfo* resp) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req->model()); !st.ok()) return ToGrpc(st);
-  *resp = backend_->model_info();
+  *resp = target_->model_info();
   return grpc::Status::OK;
 }
 

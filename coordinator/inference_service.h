@@ -1,6 +1,7 @@
-// The public Inference gRPC service (proto/cascade/v1/inference.proto) on top of a
-// Scheduler: tokenizes prompts, submits sequences, streams text back, and maps deadlines
-// and cancellation to the scheduler (a client that goes away frees its KV blocks on every
+// The public Inference gRPC service (proto/cascade/v1/inference.proto) on top of the
+// serving core: translates each request into a GenerateSpec (serving/proto_request.h),
+// submits its sequence, streams text back, and maps deadlines and cancellation to the
+// scheduler (a client that goes away frees its KV blocks on every
 // stage within one step).
 //
 // Requests are read as the messages of inference_wire.proto (strings as bytes) and checked
@@ -23,27 +24,9 @@
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "cascade/v1/inference_wire.pb.h"
-#include "coordinator/scheduler.h"
-#include "coordinator/served_model.h"
-#include "model/tokenizer.h"
+#include "coordinator/serving_target.h"
 
 namespace cascade {
-
-// What the API adapters need from the coordinator.
-class ServingBackend {
- public:
-  virtual ~ServingBackend() = default;
-  // The served model: tokenizer, chat template, id.
-  virtual const ServedModel& model() const = 0;
-  // The scheduler while the cluster serves, or Unavailable with the reason.
-  virtual absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const = 0;
-  // The model's description with the cluster's stages and readiness.
-  virtual v1::ModelInfo model_info() const = 0;
-};
-
-// Converts an API request to a scheduler request (tokenizing the prompt).
-absl::StatusOr<SequenceRequest> ToSequenceRequest(const v1::GenerateRequest& req,
-                                                  const Tokenizer& tokenizer);
 
 // Parses `wire` (a message of inference_wire.proto) as its inference.proto twin, after
 // checking that every bytes field is UTF-8 (InvalidArgument naming the first that is not).
@@ -53,7 +36,7 @@ class InferenceServiceImpl final : public grpc::Service {
  public:
   // `api_key`: the bearer token callers must present (metadata "authorization: Bearer
   // KEY"); "" = none needed.
-  explicit InferenceServiceImpl(ServingBackend* backend, std::string api_key = "");
+  explicit InferenceServiceImpl(ServingTarget* target, std::string api_key = "");
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer);
@@ -76,14 +59,12 @@ class InferenceServiceImpl final : public grpc::Service {
   // UNAUTHENTICATED unless the call carries the API key (when one is set).
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
 
-  ServingBackend* backend_;
+  ServingTarget* target_;
   const std::string api_key_;
   // The registered methods' paths: gRPC keeps pointers into them.
   enum class Method { kGenerate, kComplete, kTokenize, kDetokenize, kListModels, kGetModelInfo };
   std::array<std::string, 6> paths_;
 };
-
-v1::FinishReason ToProto(FinishReason r);
 
 }  // namespace cascade
 

@@ -30,8 +30,8 @@
 
 #include <string>
 
-#include "cascade/v1/worker.pb.h"
-#include "coordinator/serving_metrics.h"
+#include "cascade/v1/control_plane.pb.h"
+#include "serving/serving_metrics.h"
 
 namespace cascade {
 

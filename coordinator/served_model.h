@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.pb.h"
-#include "coordinator/chat_template.h"
+#include "serving/chat_template.h"
 #include "coordinator/planner.h"
 #include "model/model_source.h"
 #include "model/tokenizer.h"

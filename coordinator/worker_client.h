@@ -13,7 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "cascade/v1/worker.grpc.pb.h"
+#include "cascade/v1/control_plane.grpc.pb.h"
 #include "coordinator/cluster_controller.h"
 
 namespace cascade {

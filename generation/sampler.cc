@@ -40,7 +40,10 @@ absl::Status SamplingParams::Validate() const {
   if (!std::isfinite(presence_penalty) || std::fabs(presence_penalty) > 2) {
     return bad(absl::StrCat("presence_penalty ", presence_penalty, " is outside [-2, 2]"));
   }
-  if (penalty_last_n < 0) return bad("penalty_last_n is negative");
+  if (penalty_last_n < 0 || penalty_last_n > kMaxPenaltyWindow) {
+    return bad(absl::StrCat("penalty_last_n ", penalty_last_n, " is outside [0, ",
+                            kMaxPenaltyWindow, "]"));
+  }
   if (logit_bias.size() > kMaxLogitBias) {
     return bad(absl::StrCat("logit_bias has ", logit_bias.size(), " entries; at most ",
                             kMaxLogitBias));

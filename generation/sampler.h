@@ -23,11 +23,13 @@
 
 namespace cascade {
 
+// The defaults below are the only sampling defaults: every API and the command line start
+// from SamplingParams{} (OpenAI's: temperature 1, the model's own distribution unfiltered).
 struct SamplingParams {
-  float temperature = 0.8f;         // <= 0: greedy
-  int32_t top_k = 40;               // <= 0: off
-  float top_p = 0.95f;              // 1: off
-  float min_p = 0.05f;              // 0: off
+  float temperature = 1.0f;         // <= 0: greedy
+  int32_t top_k = 0;                // <= 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
   float repetition_penalty = 1.0f;  // 1: off (divides positive logits, multiplies negative)
   float frequency_penalty = 0.0f;   // subtracted per occurrence
   float presence_penalty = 0.0f;    // subtracted once if present
@@ -45,6 +47,7 @@ struct SamplingParams {
 };
 
 constexpr size_t kMaxLogitBias = 1024;
+constexpr int32_t kMaxPenaltyWindow = 1 << 12;  // penalty_last_n's limit
 constexpr int32_t kMaxTopLogprobs = 20;
 
 struct TokenLogprob {

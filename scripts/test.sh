@@ -22,7 +22,7 @@ ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 900
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCASCADE_SANITIZE=address,undefined -DCASCADE_FUZZ=ON -DCASCADE_CUDA=OFF \
   -DCASCADE_BUILD_BENCH=OFF ${CMAKE_ARGS:-}
-SANITIZED_TESTS=(cascade_model_tests cascade_corrupt_tests cascade_generation_tests
+SANITIZED_TESTS=(cascade_model_tests cascade_corrupt_tests cascade_generation_tests cascade_serving_tests
                  cascade_transport_tests cascade_coordinator_tests cascade_worker_tests
                  cascade_kernels_tests cascade_engine_tests cascade_util_tests)
 cmake --build build-fuzz -j"$JOBS" --target cascade cascade-coordinator cascade-worker cascade-mpi \

@@ -13,7 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cascade/v1/inference.grpc.pb.h"
-#include "cascade/v1/worker.grpc.pb.h"
+#include "cascade/v1/control_plane.grpc.pb.h"
+#include "cascade/v1/data_plane.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/subprocess.h"

@@ -19,7 +19,7 @@
 #include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/cluster_fixture.h"
-#include "tools/local_engine.h"
+#include "local/local_engine.h"
 #include "transport/factory.h"
 #include "transport/tcp_link.h"
 

@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "model/test_models.h"
 #include "model/test_util.h"
-#include "tools/local_engine.h"
+#include "local/local_engine.h"
 
 namespace cascade {
 namespace {

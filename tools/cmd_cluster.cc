@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
 #include "cascade/v1/inference.grpc.pb.h"
-#include "cascade/v1/worker.grpc.pb.h"
+#include "cascade/v1/control_plane.grpc.pb.h"
 #include "coordinator/cluster_config.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/planner.h"
@@ -236,18 +236,13 @@ int RunPlan(const PlanFlags& f) {
 
 // ---------------------------------------------------------------- remote generate
 
-int RunRemoteGenerate(const std::string& server, const std::string& prompt, int max_tokens,
-                      const v1::SamplingParams& sampling, const std::vector<std::string>& stop,
-                      bool ids, bool echo) {
+int RunRemoteGenerate(const std::string& server, const v1::GenerateRequest& req, bool ids,
+                      bool echo) {
   auto stub = v1::Inference::NewStub(MakeChannel(server));
   grpc::ClientContext ctx;
-  v1::GenerateRequest req;
-  req.set_prompt(prompt);
-  req.set_max_tokens(max_tokens);
-  *req.mutable_sampling() = sampling;
-  for (const auto& s : stop) req.add_stop(s);
   auto reader = stub->Generate(&ctx, req);
   if (echo && !ids) {
+    const std::string& prompt = req.prompt();
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::fflush(stdout);
   }

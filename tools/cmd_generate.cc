@@ -1,13 +1,14 @@
 // `cascade generate`: stream a completion of a prompt from a model in this process.
 #include <cstdio>
 #include <iostream>
-#include <random>
 #include <string>
 
 #include "absl/strings/str_join.h"
-#include "generation/sequence.h"
+#include "serving/generate_spec.h"
+#include "serving/proto_request.h"
+#include "serving/sequence.h"
 #include "tools/commands.h"
-#include "tools/local_engine.h"
+#include "local/local_engine.h"
 #include "tools/model_loader.h"
 #include "util/logging.h"
 
@@ -18,13 +19,7 @@ struct GenerateFlags {
   std::string model;
   std::string prompt;
   int max_tokens = 256;
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  float frequency_penalty = 0.0f;
-  float presence_penalty = 0.0f;
+  SamplingParams sampling;  // the flags' defaults are SamplingParams{}'s
   int64_t seed = -1;
   bool ids = false;
   bool no_echo = false;
@@ -36,21 +31,54 @@ struct GenerateFlags {
   std::string server;
 };
 
+// The request the flags describe, in the serving core's model.
+GenerateSpec SpecOf(const GenerateFlags& f) {
+  GenerateSpec spec;
+  spec.prompts.push_back({f.prompt, {}});
+  spec.sampling = f.sampling;
+  if (f.seed >= 0) spec.seed = static_cast<uint64_t>(f.seed);
+  spec.max_tokens = f.max_tokens;
+  spec.stop = f.stop;
+  return spec;
+}
+
+// Streams the request's events to stdout (text, or ids at the end); the last event.
+StreamEvent PrintStream(RequestStream& stream, bool ids_only) {
+  std::vector<int32_t> ids;
+  for (;;) {
+    std::optional<StreamEvent> e = stream.Next(std::chrono::seconds(1));
+    if (!e) continue;
+    ids.insert(ids.end(), e->ids.begin(), e->ids.end());
+    if (!ids_only && !e->text.empty()) {
+      std::fwrite(e->text.data(), 1, e->text.size(), stdout);
+      std::fflush(stdout);
+    }
+    if (e->last) {
+      std::cout << (ids_only ? absl::StrJoin(ids, " ") : "") << "\n";
+      return std::move(*e);
+    }
+  }
+}
+
+void LogRates(const StreamEvent& last) {
+  const StreamUsage& u = last.usage;
+  const double prefill_s = u.time_to_first_token_s;
+  const double decode_s = u.total_time_s - u.time_to_first_token_s;
+  const double prefill_tps = u.prompt_tokens / std::max(prefill_s, 1e-9);
+  const double decode_tps =
+      u.completion_tokens > 1 ? (u.completion_tokens - 1) / std::max(decode_s, 1e-9) : 0.0;
+  spdlog::info(
+      "finish: {}; prefill {} tokens in {:.3f}s ({:.1f} tok/s); decode {} tokens in "
+      "{:.3f}s ({:.1f} tok/s)",
+      FinishReasonName(last.finish), u.prompt_tokens, prefill_s, prefill_tps,
+      u.completion_tokens, decode_s, decode_tps);
+}
+
 int RunGenerate(const GenerateFlags& f) {
   if (!f.server.empty()) {
-    v1::SamplingParams s;
-    s.set_temperature(f.temperature);
-    s.set_top_k(f.top_k);
-    s.set_top_p(f.top_p);
-    s.set_min_p(f.min_p);
-    s.set_repetition_penalty(f.repeat_penalty);
-    s.set_frequency_penalty(f.frequency_penalty);
-    s.set_presence_penalty(f.presence_penalty);
-    if (f.seed >= 0) {
-      s.set_seed(static_cast<uint64_t>(f.seed));
-      s.set_has_seed(true);
-    }
-    return RunRemoteGenerate(f.server, f.prompt, f.max_tokens, s, f.stop, f.ids, !f.no_echo);
+    v1::GenerateRequest req;
+    SpecToProto(SpecOf(f), &req);
+    return RunRemoteGenerate(f.server, req, f.ids, !f.no_echo);
   }
   if (f.model.empty()) {
     std::cerr << "cascade generate: give --model (run here) or --server (a running cluster)\n";
@@ -78,23 +106,12 @@ int RunGenerate(const GenerateFlags& f) {
   }
   const Tokenizer& tok = *model->tokenizer;
   const ModelConfig& config = model->source->config();
-  auto prompt = tok.Encode(f.prompt, /*add_special=*/true, /*parse_special=*/true);
-  if (!prompt.ok()) {
-    std::cerr << "cascade generate: " << prompt.status().message() << "\n";
+  auto expanded = ExpandSpec(SpecOf(f), tok);
+  if (!expanded.ok()) {
+    std::cerr << "cascade generate: " << expanded.status().message() << "\n";
     return 1;
   }
-  SequenceRequest req;
-  req.prompt = *prompt;
-  req.max_tokens = f.max_tokens;
-  req.stop = f.stop;
-  req.sampling.temperature = f.temperature;
-  req.sampling.top_k = f.top_k;
-  req.sampling.top_p = f.top_p;
-  req.sampling.min_p = f.min_p;
-  req.sampling.repetition_penalty = f.repeat_penalty;
-  req.sampling.frequency_penalty = f.frequency_penalty;
-  req.sampling.presence_penalty = f.presence_penalty;
-  req.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
+  SequenceRequest req = std::move(expanded->front().request);
   spdlog::info("prompt: {} tokens; sampling: {}", req.prompt.size(), req.sampling.DebugString());
   if (f.max_tokens == 0) {
     std::cout << (f.ids || f.no_echo ? "" : f.prompt) << "\n";
@@ -117,8 +134,7 @@ int RunGenerate(const GenerateFlags& f) {
   spdlog::info("{}: {} ({} layers, dim {}, vocab {}), backend {}", f.model, config.arch,
                config.n_layers, config.dim, config.vocab_size,
                (*engine)->pipeline().executor(0).stage().backend().name());
-  Scheduler* scheduler = &(*engine)->scheduler();
-  auto stream = scheduler->Submit(std::move(req));
+  auto stream = (*engine)->scheduler().Submit(std::move(req));
   if (!stream.ok()) {
     std::cerr << "cascade generate: " << stream.status().message() << "\n";
     return 1;
@@ -127,41 +143,13 @@ int RunGenerate(const GenerateFlags& f) {
     std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
     std::fflush(stdout);
   }
-  std::vector<int32_t> ids;
-  StreamEvent last;
-  for (;;) {
-    std::optional<StreamEvent> e = (*stream)->Next(std::chrono::seconds(1));
-    if (!e) continue;
-    ids.insert(ids.end(), e->ids.begin(), e->ids.end());
-    if (!f.ids && !e->text.empty()) {
-      std::fwrite(e->text.data(), 1, e->text.size(), stdout);
-      std::fflush(stdout);
-    }
-    if (e->last) {
-      last = std::move(*e);
-      break;
-    }
-  }
+  const StreamEvent last = PrintStream(**stream, f.ids);
   engine->reset();
   if (!last.status.ok()) {
-    std::cerr << "\ncascade generate: " << last.status.message() << "\n";
+    std::cerr << "cascade generate: " << last.status.message() << "\n";
     return 1;
   }
-  if (f.ids) {
-    std::cout << absl::StrJoin(ids, " ") << "\n";
-  } else {
-    std::cout << "\n";
-  }
-  const StreamUsage& u = last.usage;
-  const double prefill_s = u.time_to_first_token_s;
-  const double decode_s = u.total_time_s - u.time_to_first_token_s;
-  const double prefill_tps = u.prompt_tokens / std::max(prefill_s, 1e-9);
-  const double decode_tps = u.completion_tokens > 1 ? (u.completion_tokens - 1) / std::max(decode_s, 1e-9) : 0.0;
-  spdlog::info(
-      "finish: {}; prefill {} tokens in {:.3f}s ({:.1f} tok/s); decode {} tokens in "
-      "{:.3f}s ({:.1f} tok/s)",
-      FinishReasonName(last.finish), u.prompt_tokens, prefill_s, prefill_tps,
-      u.completion_tokens, decode_s, decode_tps);
+  LogRates(last);
   return 0;
 }
 
@@ -175,13 +163,18 @@ void AddGenerate(CLI::App& app, Action* action) {
   cmd->add_option("--prompt,-p", f->prompt, "Prompt text (BOS is added as the model asks)");
   cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate (0: none)")
       ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--temperature,-t", f->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-k", f->top_k, "0 = off")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", f->top_p, "1 = off")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", f->min_p, "0 = off")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--repeat-penalty", f->repeat_penalty, "1 = off");
-  cmd->add_option("--frequency-penalty", f->frequency_penalty);
-  cmd->add_option("--presence-penalty", f->presence_penalty);
+  SamplingParams& s = f->sampling;
+  cmd->add_option("--temperature,-t", s.temperature, "0 = greedy")
+      ->check(CLI::Range(0.0, 100.0))->capture_default_str();
+  cmd->add_option("--top-k", s.top_k, "0 = off")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--top-p", s.top_p, "1 = off")->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--min-p", s.min_p, "0 = off")->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--repeat-penalty", s.repetition_penalty, "1 = off")->capture_default_str();
+  cmd->add_option("--frequency-penalty", s.frequency_penalty)->capture_default_str();
+  cmd->add_option("--presence-penalty", s.presence_penalty)->capture_default_str();
   cmd->add_option("--seed,-s", f->seed, "Random seed (default: random, logged)");
   cmd->add_option("--stop", f->stop, "Stop string (repeatable)");
   cmd->add_flag("--ids", f->ids, "Print the generated token ids instead of text");

@@ -28,9 +28,8 @@ void AddMakeModel(CLI::App& app, Action* action);
 void AddQuantize(CLI::App& app, Action* action);
 
 // `generate --server`: streams a completion from a running cluster.
-int RunRemoteGenerate(const std::string& server, const std::string& prompt, int max_tokens,
-                      const v1::SamplingParams& sampling, const std::vector<std::string>& stop,
-                      bool ids, bool echo);
+int RunRemoteGenerate(const std::string& server, const v1::GenerateRequest& req, bool ids,
+                      bool echo);
 
 }  // namespace cascade::cli
 

@@ -20,7 +20,7 @@ FrameExpectations Stage0() {
   e.first_stage = true;
   e.dim = 8;
   e.vocab_size = 100;
-  e.max_tokens = 16;
+  e.max_batch_tokens = 16;
   e.context_length = 64;
   return e;
 }

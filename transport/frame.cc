@@ -17,35 +17,63 @@ absl::Status Bad(const std::string& field, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat("activation frame: ", field, ": ", problem));
 }
 
+void EncodeSequenceSampling(const SequenceSampling& s, v1::SequenceSampling* o) {
+  const SamplingParams& p = s.params;
+  o->set_seq_id(s.seq);
+  o->set_temperature(p.temperature);
+  o->set_top_k(p.top_k);
+  o->set_top_p(p.top_p);
+  o->set_min_p(p.min_p);
+  o->set_repetition_penalty(p.repetition_penalty);
+  o->set_frequency_penalty(p.frequency_penalty);
+  o->set_presence_penalty(p.presence_penalty);
+  o->set_penalty_last_n(p.penalty_last_n);
+  o->set_seed(p.seed);
+  for (const auto& [token, bias] : p.logit_bias) {
+    v1::TokenBias* b = o->add_logit_bias();
+    b->set_token(token);
+    b->set_bias(bias);
+  }
+  o->set_logprobs(s.logprobs);
+  o->set_top_logprobs(s.top_logprobs);
+}
+
+// One admitted sequence's sampling, checked: the values as SamplingParams::Validate wants
+// them, tokens in the vocabulary, the sequence present in the frame.
+absl::StatusOr<SequenceSampling> DecodeSequenceSampling(const v1::SequenceSampling& in,
+                                                        int64_t vocab_size) {
+  const std::string field = absl::StrCat("admit[seq ", in.seq_id(), "]");
+  if (in.logit_bias_size() > static_cast<int>(kMaxLogitBias)) {
+    return Bad(field, absl::StrCat(in.logit_bias_size(), " logit biases"));
+  }
+  if (in.top_logprobs() < 0 || in.top_logprobs() > kMaxTopLogprobs) {
+    return Bad(field, absl::StrCat("top_logprobs ", in.top_logprobs()));
+  }
+  SequenceSampling o;
+  o.seq = in.seq_id();
+  SamplingParams& p = o.params;
+  p.temperature = in.temperature();
+  p.top_k = in.top_k();
+  p.top_p = in.top_p();
+  p.min_p = in.min_p();
+  p.repetition_penalty = in.repetition_penalty();
+  p.frequency_penalty = in.frequency_penalty();
+  p.presence_penalty = in.presence_penalty();
+  p.penalty_last_n = in.penalty_last_n();
+  p.seed = in.seed();
+  for (const v1::TokenBias& b : in.logit_bias()) {
+    if (b.token() >= vocab_size) {
+      return Bad(field, absl::StrCat("logit_bias token ", b.token(), " is outside the vocabulary"));
+    }
+    p.logit_bias.emplace_back(b.token(), b.bias());
+  }
+  if (absl::Status st = p.Validate(); !st.ok()) return Bad(field, std::string(st.message()));
+  o.logprobs = in.logprobs();
+  o.top_logprobs = in.top_logprobs();
+  return o;
+}
+
 }  // namespace
-
-void EncodeSampling(const SamplingParams& p, v1::SamplingParams* out) {
-  out->set_temperature(p.temperature);
-  out->set_top_k(p.top_k);
-  out->set_top_p(p.top_p);
-  out->set_min_p(p.min_p);
-  out->set_repetition_penalty(p.repetition_penalty);
-  out->set_frequency_penalty(p.frequency_penalty);
-  out->set_presence_penalty(p.presence_penalty);
-  out->set_seed(p.seed);
-  out->set_has_seed(true);
-  for (const auto& [tok, bias] : p.logit_bias) (*out->mutable_logit_bias())[tok] = bias;
-}
-
-SamplingParams DecodeSampling(const v1::SamplingParams& p) {
-  SamplingParams s;
-  s.temperature = p.temperature();
-  s.top_k = p.top_k();
-  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
-  s.min_p = p.min_p();
-  s.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
-  s.frequency_penalty = p.frequency_penalty();
-  s.presence_penalty = p.presence_penalty();
-  s.seed = p.seed();
-  s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
-  std::sort(s.logit_bias.begin(), s.logit_bias.end());
-  return s;
-}
 
 void EncodeFrame(const StageFrame& f, std::string_view link_key, v1::ActivationFrame* out) {
   out->Clear();
@@ -68,15 +96,7 @@ void EncodeFrame(const StageFrame& f, std::string_view link_key, v1::ActivationF
     out->add_shape(n > 0 ? static_cast<int64_t>(f.hidden.size()) / n : 0);
     out->set_payload(f.hidden.data(), f.hidden.size() * sizeof(float));
   }
-  for (const SeqSampling& s : f.sampling) {
-    v1::SeqSampling* o = out->add_sampling();
-    o->set_seq_id(s.seq);
-    EncodeSampling(s.params, o->mutable_params());
-    o->set_draw_index(s.draw_index);
-    for (int32_t t : s.recent_tokens) o->add_recent_tokens(t);
-    o->set_logprobs(s.logprobs);
-    o->set_top_logprobs(s.top_logprobs);
-  }
+  for (const SequenceSampling& s : f.admit) EncodeSequenceSampling(s, out->add_admit());
   for (SeqId r : f.release) out->add_release_seq_ids(r);
   if (!f.error.empty()) out->set_error(f.error);
   out->set_sent_unix_ns(f.sent_unix_ns);
@@ -112,8 +132,9 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
                absl::StrCat("frame is for stage ", in.stage(), ", this is stage ", e.stage));
   }
   const int64_t n = in.seq_ids_size();
-  if (n > e.max_tokens) {
-    return Bad("seq_ids", absl::StrCat(n, " tokens exceed the batch limit of ", e.max_tokens));
+  if (n > e.max_batch_tokens) {
+    return Bad("seq_ids",
+               absl::StrCat(n, " tokens exceed the batch limit of ", e.max_batch_tokens));
   }
   if (in.positions_size() != n || in.tokens_size() != n || in.want_logits_size() != n) {
     return Bad("per-token fields", absl::StrCat("seq_ids has ", n, " entries, positions ",
@@ -134,6 +155,7 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
     if (n == 0 && (in.shape_size() != 0 || !in.payload().empty())) {
       return Bad("payload", "a frame without tokens carries activations");
     }
+    if (in.admit_size() != 0) return Bad("admit", "a frame without tokens admits sequences");
     return f;  // release-only or error frame
   }
   // Activations.
@@ -171,7 +193,7 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
       return Bad(absl::StrCat("positions[", i, "]"),
                  absl::StrCat(s.pos, " is outside the context of ", e.context_length));
     }
-    if (e.first_stage && (s.token < 0 || s.token >= e.vocab_size)) {
+    if (s.token < 0 || s.token >= e.vocab_size) {  // stage 0's input, the last's penalties
       return Bad(absl::StrCat("tokens[", i, "]"),
                  absl::StrCat(s.token, " is outside the vocabulary of ", e.vocab_size));
     }
@@ -179,39 +201,15 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
       return Bad("want_logits", absl::StrCat("sequence ", s.seq, " asks for two samples"));
     }
   }
-  // Sampling: exactly one entry per sequence that wants logits.
-  std::set<SeqId> seen;
-  for (const v1::SeqSampling& s : in.sampling()) {
-    const std::string field = absl::StrCat("sampling[seq ", s.seq_id(), "]");
-    if (!wanting.count(s.seq_id())) return Bad(field, "sequence wants no logits in this frame");
-    if (!seen.insert(s.seq_id()).second) return Bad(field, "duplicate");
-    if (s.recent_tokens_size() > kMaxRecentTokens) {
-      return Bad(field, absl::StrCat(s.recent_tokens_size(), " recent tokens"));
-    }
-    if (s.params().logit_bias_size() > static_cast<int>(kMaxLogitBias)) {
-      return Bad(field, absl::StrCat(s.params().logit_bias_size(), " logit biases"));
-    }
-    if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxTopLogprobs) {
-      return Bad(field, absl::StrCat("top_logprobs ", s.top_logprobs()));
-    }
-    SeqSampling o;
-    o.seq = s.seq_id();
-    o.params = DecodeSampling(s.params());
-    CASCADE_RETURN_IF_ERROR(o.params.Validate());
-    for (const auto& [tok, bias] : o.params.logit_bias) {
-      if (tok >= e.vocab_size) {
-        return Bad(field, absl::StrCat("logit_bias token ", tok, " is outside the vocabulary"));
-      }
-    }
-    o.top_logprobs = s.top_logprobs();
-    o.draw_index = s.draw_index();
-    o.recent_tokens.assign(s.recent_tokens().begin(), s.recent_tokens().end());
-    o.logprobs = s.logprobs();
-    f.sampling.push_back(std::move(o));
-  }
-  if (!in.sampling().empty() && seen.size() != wanting.size()) {
-    return Bad("sampling", absl::StrCat(wanting.size(), " sequences want logits but ", seen.size(),
-                                        " have sampling parameters"));
+  // Admitted sequences: each once, each with a token in this frame.
+  std::set<SeqId> in_frame, admitted;
+  for (const TokenSlot& s : f.slots) in_frame.insert(s.seq);
+  for (const v1::SequenceSampling& a : in.admit()) {
+    const std::string field = absl::StrCat("admit[seq ", a.seq_id(), "]");
+    if (!in_frame.count(a.seq_id())) return Bad(field, "the sequence has no token in this frame");
+    if (!admitted.insert(a.seq_id()).second) return Bad(field, "duplicate");
+    CASCADE_ASSIGN_OR_RETURN(SequenceSampling o, DecodeSequenceSampling(a, e.vocab_size));
+    f.admit.push_back(std::move(o));
   }
   return f;
 }

@@ -1,14 +1,21 @@
 // StageFrame: one micro-batch step as it travels the pipeline, and its wire form
-// (cascade.v1.ActivationFrame, version 1).
+// (cascade.v1.ActivationFrame of data_plane.proto, version 2); StepResult: the sampled
+// tokens the last stage sends back.
+//
+// A sequence's sampling settings travel once per pipeline: in `admit`, with the frame
+// that carries the sequence's first token to that pipeline (after a re-plan, again). The
+// last stage keeps them until the sequence is released; a steady decode step carries only
+// tokens, positions and sequence ids.
 //
 // Contract:
 // - EncodeFrame never fails. DecodeFrame checks every field of an untrusted frame against
 //   what the receiving stage expects (version, plan, stage index, dtype, shape against the
 //   payload size, one entry per token in every per-token field, token ids, positions,
-//   sampling values and sizes) before it copies anything; a bad frame gives
-//   InvalidArgument naming the field. First of all it checks the link key (in time that
-//   does not depend on the key): a frame without this link's key gives PermissionDenied,
-//   and whoever sent it must learn nothing more and change nothing (no error frame).
+//   the admitted sequences' sampling values and sizes) before it copies anything; a bad
+//   frame gives InvalidArgument naming the field. First of all it checks the link key (in
+//   time that does not depend on the key): a frame without this link's key gives
+//   PermissionDenied, and whoever sent it must learn nothing more and change nothing (no
+//   error frame).
 // - Plain data; thread-compatible.
 #ifndef CASCADE_TRANSPORT_FRAME_H_
 #define CASCADE_TRANSPORT_FRAME_H_
@@ -20,20 +27,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cascade/v1/worker.pb.h"
+#include "cascade/v1/data_plane.pb.h"
 #include "generation/batch.h"
 #include "generation/sampler.h"
 
 namespace cascade {
 
-constexpr uint32_t kFrameVersion = 1;
+constexpr uint32_t kFrameVersion = 2;
 
-// How the last stage samples one sequence of the batch.
-struct SeqSampling {
+// How the last stage samples one sequence, for as long as the sequence runs on the
+// pipeline. The draw for the token after position p is draw index p + 1; the penalties
+// look at the sequence's own tokens, which every frame carries.
+struct SequenceSampling {
   SeqId seq = 0;
   SamplingParams params;
-  uint64_t draw_index = 0;             // the new token's position
-  std::vector<int32_t> recent_tokens;  // penalty window
   bool logprobs = false;
   int32_t top_logprobs = 0;  // with logprobs: alternatives to report
 };
@@ -44,8 +51,8 @@ struct StageFrame {
   uint32_t stage = 0;
   Batch slots;                // one per token
   std::vector<float> hidden;  // (slots, dim) for stages after the first; else empty
-  std::vector<SeqSampling> sampling;
-  std::vector<SeqId> release;  // free these sequences' KV before running the batch
+  std::vector<SequenceSampling> admit;  // sequences new to this pipeline (see above)
+  std::vector<SeqId> release;  // free these sequences' KV (and sampling) before the batch
   std::string error;           // set: an earlier stage failed this batch; pass it on
   int64_t sent_unix_ns = 0;    // the sender's wall clock when it sent the frame (0: unknown)
 };
@@ -55,7 +62,7 @@ struct SampledToken {
   int32_t token = 0;
   float logprob = 0;
   int32_t position = 0;
-  std::vector<TokenLogprob> top;  // the likeliest tokens (SeqSampling::top_logprobs of them)
+  std::vector<TokenLogprob> top;  // the likeliest tokens (SequenceSampling::top_logprobs of them)
 };
 
 struct StepResult {
@@ -80,13 +87,12 @@ struct FrameExpectations {
   bool first_stage = false;
   int64_t dim = 0;
   int64_t vocab_size = 0;
-  int64_t max_tokens = 0;
+  int64_t max_batch_tokens = 0;  // tokens one frame may carry
   int64_t context_length = 0;
 };
 
 // Limits on the variable-length parts of a frame.
 constexpr int64_t kMaxReleasePerFrame = 1 << 16;
-constexpr int64_t kMaxRecentTokens = 1 << 12;
 
 // Encoders write the whole message, the link's key (LoadStageRequest's outbound key; ""
 // where none is used) included: the decoders refuse a frame or result without it.
@@ -98,8 +104,6 @@ void EncodeResult(const StepResult& result, std::string_view link_key, v1::StepR
 absl::StatusOr<StepResult> DecodeResult(const v1::StepResult& in, const std::string& link_key,
                                         uint64_t plan_id, int64_t vocab_size);
 
-void EncodeSampling(const SamplingParams& p, v1::SamplingParams* out);
-SamplingParams DecodeSampling(const v1::SamplingParams& p);
 
 }  // namespace cascade
 

@@ -15,7 +15,7 @@ FrameExpectations Middle() {
   e.first_stage = false;
   e.dim = 4;
   e.vocab_size = 100;
-  e.max_tokens = 16;
+  e.max_batch_tokens = 16;
   e.context_length = 64;
   return e;
 }
@@ -28,20 +28,19 @@ StageFrame Sample() {
   f.slots = {{5, 11, 0, false}, {6, 11, 1, true}, {9, 12, 4, true}};
   f.hidden.resize(3 * 4);
   for (size_t i = 0; i < f.hidden.size(); ++i) f.hidden[i] = 0.5f * static_cast<float>(i);
-  SeqSampling a;
+  SequenceSampling a;
   a.seq = 11;
   a.params.temperature = 0.7f;
   a.params.seed = 99;
-  a.draw_index = 2;
-  a.recent_tokens = {5, 6};
+  a.params.repetition_penalty = 1.2f;
+  a.params.penalty_last_n = 32;
   a.params.logit_bias = {{3, -100.0f}, {42, 2.5f}};
   a.logprobs = true;
   a.top_logprobs = 4;
-  SeqSampling b;
+  SequenceSampling b;
   b.seq = 12;
   b.params = SamplingParams::Greedy();
-  b.draw_index = 5;
-  f.sampling = {a, b};
+  f.admit = {a, b};
   f.release = {4, 8};
   return f;
 }
@@ -62,12 +61,18 @@ TEST(Frame, RoundTrip) {
   EXPECT_EQ(f->slots[2].pos, 4);
   EXPECT_TRUE(f->slots[1].want_logits);
   EXPECT_EQ(f->hidden, want.hidden);
-  ASSERT_EQ(f->sampling.size(), 2u);
-  EXPECT_EQ(f->sampling[0].params.seed, 99u);
-  EXPECT_FLOAT_EQ(f->sampling[0].params.temperature, 0.7f);
-  EXPECT_EQ(f->sampling[0].recent_tokens, (std::vector<int32_t>{5, 6}));
-  EXPECT_EQ(f->sampling[0].params.logit_bias, want.sampling[0].params.logit_bias);
-  EXPECT_EQ(f->sampling[0].top_logprobs, 4);
+  ASSERT_EQ(f->admit.size(), 2u);
+  EXPECT_EQ(f->admit[0].seq, 11);
+  EXPECT_EQ(f->admit[0].params.seed, 99u);
+  EXPECT_FLOAT_EQ(f->admit[0].params.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(f->admit[0].params.repetition_penalty, 1.2f);
+  EXPECT_EQ(f->admit[0].params.penalty_last_n, 32);
+  EXPECT_EQ(f->admit[0].params.logit_bias, want.admit[0].params.logit_bias);
+  EXPECT_TRUE(f->admit[0].logprobs);
+  EXPECT_EQ(f->admit[0].top_logprobs, 4);
+  EXPECT_TRUE(f->admit[1].params.greedy());
+  // A frame's token ids reach every stage (the last stage's penalty window).
+  EXPECT_EQ(f->slots[1].token, 6);
   EXPECT_EQ(f->release, (std::vector<SeqId>{4, 8}));
 }
 
@@ -84,7 +89,7 @@ void ExpectRejected(const std::function<void(v1::ActivationFrame*)>& mutate,
 }
 
 TEST(Frame, RejectsEveryKindOfBadField) {
-  ExpectRejected([](auto* w) { w->set_version(2); }, "version");
+  ExpectRejected([](auto* w) { w->set_version(1); }, "1 is not the supported version 2");
   ExpectRejected([](auto* w) { w->set_plan_id(8); }, "plan_id");
   ExpectRejected([](auto* w) { w->set_stage(2); }, "frame is for stage 2, this is stage 1");
   ExpectRejected([](auto* w) { w->set_dtype(v1::DTYPE_UNSPECIFIED); }, "dtype");
@@ -93,10 +98,12 @@ TEST(Frame, RejectsEveryKindOfBadField) {
   ExpectRejected([](auto* w) { w->add_positions(3); }, "per-token fields");
   ExpectRejected([](auto* w) { w->set_positions(0, -1); }, "positions[0]");
   ExpectRejected([](auto* w) { w->set_positions(1, 64); }, "outside the context");
-  ExpectRejected([](auto* w) { w->mutable_sampling(0)->set_seq_id(99); }, "wants no logits");
-  ExpectRejected([](auto* w) { w->mutable_sampling(0)->mutable_params()->set_top_p(3.0f); },
-                 "top_p");
-  ExpectRejected([](auto* w) { w->mutable_sampling()->RemoveLast(); }, "have sampling");
+  ExpectRejected([](auto* w) { w->mutable_admit(0)->set_seq_id(99); },
+                 "admit[seq 99]: the sequence has no token in this frame");
+  ExpectRejected([](auto* w) { w->mutable_admit(1)->set_seq_id(11); }, "admit[seq 11]: duplicate");
+  ExpectRejected([](auto* w) { w->mutable_admit(0)->set_top_p(3.0f); }, "top_p");
+  ExpectRejected([](auto* w) { w->mutable_admit(0)->set_penalty_last_n(5000); }, "penalty_last_n");
+  ExpectRejected([](auto* w) { w->set_tokens(0, 100); }, "tokens[0]: 100 is outside the vocabulary");
   ExpectRejected(
       [](auto* w) {
         for (int i = 0; i < 20; ++i) {
@@ -108,13 +115,18 @@ TEST(Frame, RejectsEveryKindOfBadField) {
       },
       "exceed the batch limit");
   ExpectRejected([](auto* w) { w->set_want_logits(0, true); }, "asks for two samples");
-  ExpectRejected([](auto* w) { w->mutable_sampling(0)->set_top_logprobs(21); }, "top_logprobs 21");
+  ExpectRejected([](auto* w) { w->mutable_admit(0)->set_top_logprobs(21); }, "top_logprobs 21");
   ExpectRejected(
-      [](auto* w) { (*w->mutable_sampling(0)->mutable_params()->mutable_logit_bias())[100] = 1; },
+      [](auto* w) {
+        v1::TokenBias* b = w->mutable_admit(0)->add_logit_bias();
+        b->set_token(100);
+        b->set_bias(1);
+      },
       "logit_bias token 100 is outside the vocabulary");
-  ExpectRejected(
-      [](auto* w) { (*w->mutable_sampling(0)->mutable_params()->mutable_logit_bias())[7] = 200; },
-      "outside [-100, 100]");
+  ExpectRejected([](auto* w) { w->mutable_admit(0)->mutable_logit_bias(1)->set_bias(200); },
+                 "outside [-100, 100]");
+  ExpectRejected([](auto* w) { w->mutable_admit(0)->mutable_logit_bias(1)->set_token(3); },
+                 "not sorted and distinct");
 }
 
 TEST(Frame, ResultsCarryTheTopTokensAndAreChecked) {

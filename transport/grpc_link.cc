@@ -116,7 +116,7 @@ std::unique_ptr<ResultSender> MakeGrpcResultSender(const HostPort& target,
                                                    const SenderOptions& options) {
   return std::make_unique<NetworkResultSender>(
       "coordinator at " + target.ToString(),
-      std::make_unique<GrpcDialer<v1::Coordinator>>(target, nullptr), options);
+      std::make_unique<GrpcDialer<v1::ResultSink>>(target, nullptr), options);
 }
 
 namespace {
@@ -202,6 +202,16 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StagePipeService::F
     grpc::CallbackServerContext* ctx) {
   // gRPC owns the reactor: OnDone deletes it.
   return new ForwardReactor(router_, ctx->peer());
+}
+
+grpc::Status ResultSinkService::Results(grpc::ServerContext* ctx,
+                                        grpc::ServerReader<v1::StepResult>* reader,
+                                        v1::ResultsAck*) {
+  v1::StepResult wire;
+  while (reader->Read(&wire)) {
+    if (absl::Status st = results_(wire, ctx->peer()); !st.ok()) return ToGrpc(st);
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace cascade

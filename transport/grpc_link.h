@@ -1,6 +1,6 @@
 // The gRPC data plane: activation frames on StagePipe.Forward bidirectional streams (frames
-// one way, rejection notices the other) and step results on the Coordinator.Results
-// stream. Senders are ReconnectingLinks (transport/reconnecting_link.h) with gRPC dialers;
+// one way, rejection notices the other) and step results on the ResultSink.Results
+// stream (data_plane.proto). Senders are ReconnectingLinks (transport/reconnecting_link.h) with gRPC dialers;
 // the receiving side is the StagePipe service, which parses each message itself and hands
 // it to the process's FrameRouter (transport/inbox.h), exactly as the TCP server does.
 //
@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "cascade/v1/worker.grpc.pb.h"
+#include "cascade/v1/data_plane.grpc.pb.h"
 #include "transport/address.h"
 #include "transport/inbox.h"
 #include "transport/link.h"
@@ -40,6 +40,19 @@ class StagePipeService final
 
  private:
   FrameRouter* router_;
+};
+
+// ResultSink service: hands each step result to `results` (the same handler the TCP and
+// MPI data planes call). A result the handler refuses (e.g. PermissionDenied: not from the
+// plan's last stage) ends the stream with that status.
+class ResultSinkService final : public v1::ResultSink::Service {
+ public:
+  explicit ResultSinkService(ResultHandler results) : results_(std::move(results)) {}
+  grpc::Status Results(grpc::ServerContext* ctx, grpc::ServerReader<v1::StepResult>* reader,
+                       v1::ResultsAck*) override;
+
+ private:
+  const ResultHandler results_;
 };
 
 }  // namespace cascade

@@ -26,7 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "cascade/v1/worker.pb.h"
+#include "cascade/v1/data_plane.pb.h"
 #include "transport/frame.h"
 #include "transport/link.h"
 #include "util/bounded_queue.h"

@@ -31,7 +31,7 @@ FrameExpectations Stage1() {
   e.stage = 1;
   e.dim = 4;
   e.vocab_size = 100;
-  e.max_tokens = 16;
+  e.max_batch_tokens = 16;
   e.context_length = 64;
   return e;
 }

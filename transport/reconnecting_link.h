@@ -28,7 +28,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "cascade/v1/worker.pb.h"
+#include "cascade/v1/data_plane.pb.h"
 #include "google/protobuf/message_lite.h"
 #include "transport/link.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cascade/v1/worker.pb.h"
+#include "cascade/v1/control_plane.pb.h"
 
 namespace cascade {
 

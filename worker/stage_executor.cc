@@ -3,10 +3,8 @@
 #include <time.h>
 
 #include <chrono>
-#include <map>
 
 #include "absl/strings/str_cat.h"
-#include "generation/sampler.h"
 #include "util/logging.h"
 
 namespace cascade {
@@ -114,6 +112,7 @@ void StageExecutor::Handle(StageFrame frame, FrameStats* fs) {
   }
   if (!frame.release.empty()) {
     for (SeqId seq : frame.release) stage_->FreeSequence(seq);
+    if (stage_->is_last()) samplers_.Release(frame.release);
     fs->kv_released = true;
   }
   if (!frame.error.empty()) {
@@ -128,6 +127,14 @@ void StageExecutor::Handle(StageFrame frame, FrameStats* fs) {
     }
     return;
   }
+  if (stage_->is_last()) {
+    absl::Status known = samplers_.Admit(frame.admit);
+    if (known.ok()) known = samplers_.Observe(frame.slots);
+    if (!known.ok()) {
+      Fail(frame, absl::StrCat("stage ", stage_index_, ": ", known.message()));
+      return;
+    }
+  }
   absl::Status st = stage_->Forward(frame.slots, frame.hidden, &buffer_);
   if (st.ok()) st = stage_->backend().Health();
   if (!st.ok()) {
@@ -141,7 +148,7 @@ void StageExecutor::Handle(StageFrame frame, FrameStats* fs) {
     next.stage = stage_index_ + 1;
     next.slots = std::move(frame.slots);
     next.hidden.swap(buffer_);
-    next.sampling = std::move(frame.sampling);
+    next.admit = std::move(frame.admit);
     next.release = std::move(frame.release);
     fs->tokens = next.slots.size();
     fs->bytes_out = next.hidden.size() * sizeof(float);
@@ -153,8 +160,6 @@ void StageExecutor::Handle(StageFrame frame, FrameStats* fs) {
     return;
   }
   // Last stage: sample each sequence that wants a token, in slot order.
-  std::map<SeqId, const SeqSampling*> sampling;
-  for (const SeqSampling& s : frame.sampling) sampling[s.seq] = &s;
   StepResult result;
   result.plan_id = plan_id_;
   result.batch_id = frame.batch_id;
@@ -164,21 +169,7 @@ void StageExecutor::Handle(StageFrame frame, FrameStats* fs) {
     if (!slot.want_logits) continue;
     std::span<const float> logits(buffer_.data() + row * vocab, vocab);
     ++row;
-    auto it = sampling.find(slot.seq);
-    SamplingParams params = SamplingParams::Greedy();
-    uint64_t draw = static_cast<uint64_t>(slot.pos) + 1;
-    std::span<const int32_t> recent;
-    bool logprob = false;
-    int32_t top_n = 0;
-    if (it != sampling.end()) {
-      params = it->second->params;
-      draw = it->second->draw_index;
-      recent = it->second->recent_tokens;
-      logprob = it->second->logprobs;
-      top_n = it->second->top_logprobs;
-    }
-    SampleResult s = Sample(logits, params, recent, draw, logprob, top_n);
-    result.tokens.push_back({slot.seq, s.token, s.logprob, slot.pos + 1, std::move(s.top)});
+    result.tokens.push_back(samplers_.Sample(slot, logits));
   }
   result.sent_unix_ns = UnixNanos();
   if (absl::Status s = results_->Send(std::move(result)); !s.ok()) {

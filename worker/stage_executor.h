@@ -9,6 +9,9 @@
 //   executor keeps serving the next frames.
 // - Release lists travel with the frames, so a sequence's KV blocks are freed on every
 //   stage in pipeline order, after any batch of it that was still in flight.
+// - A sequence's sampling arrives once, in the frame that admits it; the last stage keeps
+//   it (SequenceSamplers) until the sequence is released. A frame that asks the last stage
+//   for a sequence it never admitted fails its batch, naming the sequence.
 // - Stats() is thread-safe.
 #ifndef CASCADE_WORKER_STAGE_EXECUTOR_H_
 #define CASCADE_WORKER_STAGE_EXECUTOR_H_
@@ -24,6 +27,7 @@
 #include "engine/stage.h"
 #include "transport/link.h"
 #include "util/histogram.h"
+#include "worker/sequence_samplers.h"
 
 namespace cascade {
 
@@ -101,6 +105,7 @@ class StageExecutor {
   mutable absl::Mutex stats_mu_;
   ExecutorStats stats_ ABSL_GUARDED_BY(stats_mu_);
   std::vector<float> buffer_;
+  SequenceSamplers samplers_;  // last stage: each running sequence's sampling
 };
 
 }  // namespace cascade

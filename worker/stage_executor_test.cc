@@ -43,11 +43,12 @@ StageFrame TokenFrame(uint64_t batch, SeqId seq, const std::vector<int32_t>& tok
   for (size_t i = 0; i < tokens.size(); ++i) {
     f.slots.push_back({tokens[i], seq, from + static_cast<int32_t>(i), i + 1 == tokens.size()});
   }
-  SeqSampling s;
-  s.seq = seq;
-  s.params = SamplingParams::Greedy();
-  s.draw_index = static_cast<uint64_t>(from) + tokens.size();
-  f.sampling.push_back(s);
+  if (from == 0) {  // the sequence's first frame admits it
+    SequenceSampling s;
+    s.seq = seq;
+    s.params = SamplingParams::Greedy();
+    f.admit.push_back(s);
+  }
   return f;
 }
 

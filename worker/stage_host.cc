@@ -65,7 +65,7 @@ FrameExpectations ExpectationsFor(const v1::LoadStageRequest& req, const ModelCo
   e.first_stage = req.stage_index() == 0;
   e.dim = c.dim;
   e.vocab_size = c.vocab_size;
-  e.max_tokens = req.max_batch_tokens();
+  e.max_batch_tokens = req.max_batch_tokens();
   e.context_length = c.context_length;
   e.link_key = req.inbound_key();
   return e;

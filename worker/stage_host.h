@@ -28,7 +28,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "cascade/v1/worker.pb.h"
+#include "cascade/v1/control_plane.pb.h"
 #include "model/model_source.h"
 #include "tensor/device.h"
 #include "transport/inbox.h"

@@ -30,7 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "cascade/v1/worker.grpc.pb.h"
+#include "cascade/v1/control_plane.grpc.pb.h"
 #include "tensor/device.h"
 #include "transport/data_plane_server.h"
 #include "transport/grpc_link.h"

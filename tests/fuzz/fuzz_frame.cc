@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   e.first_stage = e.stage == 0;
   e.dim = 8;
   e.vocab_size = 64;
-  e.max_tokens = 32;
+  e.max_batch_tokens = 32;
   e.context_length = 128;
   if (role & 0x80) {
     cascade::v1::StepResult wire;

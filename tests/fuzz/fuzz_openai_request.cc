@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "coordinator/openai_request.h"
+#include "serving/openai_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

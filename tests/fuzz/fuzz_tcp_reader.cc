@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "cascade/v1/worker.pb.h"
+#include "cascade/v1/data_plane.pb.h"
 #include "transport/tcp_wire.h"
 
 namespace {

@@ -12,7 +12,7 @@
 #include "kernels/gpu.h"
 #include "model/test_util.h"
 #include "model/tokenizer.h"
-#include "tools/local_engine.h"
+#include "local/local_engine.h"
 
 namespace cascade {
 namespace {

@@ -46,7 +46,8 @@ service ServerReflection {
 """)
 subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", proto_dir,
                        "--python_out", work, "--grpc_python_out", work,
-                       "cascade/v1/inference.proto", "cascade/v1/worker.proto",
+                       "cascade/v1/inference.proto", "cascade/v1/control_plane.proto",
+                       "cascade/v1/data_plane.proto",
                        "grpc/health/v1/health.proto"], cwd=proto_dir)
 subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", os.path.join(work, "refl"),
                        "--python_out", work, "--grpc_python_out", work, "reflection.proto"])

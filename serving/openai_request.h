@@ -1,5 +1,6 @@
 // OpenAI request bodies: /v1/completions and /v1/chat/completions, parsed and checked into
-// what the scheduler runs.
+// the serving core's request model (GenerateSpec): only translation, every default not
+// OpenAI's own is GenerateSpec's.
 //
 // What is supported is supported fully; everything else is refused, never ignored: an
 // argument Cascade does not know, or one it knows but cannot honour (tools,
@@ -11,8 +12,8 @@
 //
 // Contract: pure functions of their input; any byte string is a valid input (fuzzed by
 // tests/fuzz/fuzz_openai_request.cc). Thread-safe.
-#ifndef CASCADE_COORDINATOR_OPENAI_REQUEST_H_
-#define CASCADE_COORDINATOR_OPENAI_REQUEST_H_
+#ifndef CASCADE_SERVING_OPENAI_REQUEST_H_
+#define CASCADE_SERVING_OPENAI_REQUEST_H_
 
 #include <cstdint>
 #include <string>
@@ -20,32 +21,24 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "cascade/v1/inference.pb.h"
-#include "coordinator/chat_template.h"
+#include "serving/chat_template.h"
+#include "serving/generate_spec.h"
 
 namespace cascade {
 
 enum class OpenAiEndpoint { kCompletions, kChat };
 
-constexpr int32_t kMaxChoices = 16;         // n (times the number of prompts)
 constexpr int32_t kMaxCompletionLogprobs = 5;
+constexpr int32_t kCompletionsDefaultMaxTokens = 16;  // OpenAI's for /v1/completions
 
 struct OpenAiRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
-  // Everything one choice needs but its prompt (and seed, for n > 1): model, sampling,
-  // max_tokens, stop, logprobs and top_logprobs.
-  v1::GenerateRequest base;
-  // Completions: one entry per prompt (text or ids); chat: empty.
-  struct Prompt {
-    std::string text;
-    std::vector<int32_t> ids;  // used when non-empty
-  };
-  std::vector<Prompt> prompts;
+  // Everything the serving core runs. Completions: one prompt per entry of 'prompt'; chat:
+  // none yet (the API renders `messages` with the model's chat template into one).
+  GenerateSpec spec;
   std::vector<ChatMessage> messages;  // chat
-  int32_t n = 1;                      // choices per prompt
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  bool echo = false;           // completions: the prompt comes back in front of the text
 };
 
 // Parses a request body. InvalidArgument with ErrorParam() set names what is wrong.
@@ -60,4 +53,4 @@ std::string ErrorParam(const absl::Status& status);
 
 }  // namespace cascade
 
-#endif  // CASCADE_COORDINATOR_OPENAI_REQUEST_H_
+#endif  // CASCADE_SERVING_OPENAI_REQUEST_H_

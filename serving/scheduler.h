@@ -30,8 +30,8 @@
 // - All sequence state is owned by the scheduler thread (Start/Stop); the other entry
 //   points only post to its inbox. A finished or cancelled sequence's KV blocks are
 //   released on every stage by the next frame (or a release-only frame) it sends.
-#ifndef CASCADE_COORDINATOR_SCHEDULER_H_
-#define CASCADE_COORDINATOR_SCHEDULER_H_
+#ifndef CASCADE_SERVING_SCHEDULER_H_
+#define CASCADE_SERVING_SCHEDULER_H_
 
 #include <chrono>
 #include <cstdint>
@@ -47,10 +47,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/cluster_config.h"
-#include "coordinator/request_stream.h"
-#include "coordinator/serving_metrics.h"
-#include "generation/sequence.h"
+#include "serving/request_stream.h"
+#include "serving/scheduler_config.h"
+#include "serving/serving_metrics.h"
+#include "serving/sequence.h"
 #include "model/tokenizer.h"
 #include "transport/link.h"
 
@@ -135,7 +135,6 @@ class Scheduler {
   struct Pending {
     std::shared_ptr<RequestStream> stream;
     SequenceRequest req;
-    int32_t max_tokens = 0;  // resolved: > 0, within the context
     Clock::time_point submitted;
   };
   struct Flight {
@@ -157,6 +156,8 @@ class Scheduler {
   int64_t BlocksFor(int32_t prompt_len, int32_t max_tokens) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // InvalidArgument unless a prompt of `prompt` tokens fits the attached pipeline's cache.
+  absl::Status FitsTheCache(int32_t prompt) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAttach(PipelineSpec p);
   void ApplyDetach(const absl::Status& why);
   void ApplyFailAll(const absl::Status& why);
@@ -210,4 +211,4 @@ class Scheduler {
 
 }  // namespace cascade
 
-#endif  // CASCADE_COORDINATOR_SCHEDULER_H_
+#endif  // CASCADE_SERVING_SCHEDULER_H_

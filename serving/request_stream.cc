@@ -1,4 +1,4 @@
-#include "coordinator/request_stream.h"
+#include "serving/request_stream.h"
 
 #include "absl/time/time.h"
 

@@ -1,4 +1,4 @@
-#include "coordinator/chat_template.h"
+#include "serving/chat_template.h"
 
 #include <utility>
 

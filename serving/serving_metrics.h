@@ -4,8 +4,8 @@
 // generation rate (tokens per second over the last minute) the cost figures use.
 //
 // Contract: thread-safe; every Record* is O(1) (a lock and a few adds). Snapshot() copies.
-#ifndef CASCADE_COORDINATOR_SERVING_METRICS_H_
-#define CASCADE_COORDINATOR_SERVING_METRICS_H_
+#ifndef CASCADE_SERVING_SERVING_METRICS_H_
+#define CASCADE_SERVING_SERVING_METRICS_H_
 
 #include <array>
 #include <chrono>
@@ -65,4 +65,4 @@ class ServingMetrics {
 
 }  // namespace cascade
 
-#endif  // CASCADE_COORDINATOR_SERVING_METRICS_H_
+#endif  // CASCADE_SERVING_SERVING_METRICS_H_

@@ -1,4 +1,4 @@
-#include "tools/local_engine.h"
+#include "local/local_engine.h"
 
 namespace cascade {
 

@@ -1,4 +1,4 @@
-#include "generation/sequence.h"
+#include "serving/sequence.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -98,22 +98,6 @@ TEST_F(SequenceTest, AFullContextEndsWithContextFull) {
   Sequence::Step step = s.Accept(continuation_[1]);
   EXPECT_TRUE(step.finished);
   EXPECT_EQ(step.reason, FinishReason::kContextFull);
-}
-
-TEST_F(SequenceTest, PenaltyWindowIsTheLastNTokensOnlyWhenPenaltiesAreOn) {
-  SequenceRequest r = Request(10);
-  Sequence off(*tok_, r, 10, 512);
-  EXPECT_TRUE(off.PenaltyWindow().empty());
-  r.sampling.repetition_penalty = 1.3f;
-  r.sampling.penalty_last_n = 3;
-  Sequence on(*tok_, r, 10, 512);
-  on.Accept(continuation_[0]);
-  on.Accept(continuation_[1]);
-  auto w = on.PenaltyWindow();
-  ASSERT_EQ(w.size(), 3u);
-  EXPECT_EQ(w[0], prompt_.back());
-  EXPECT_EQ(w[1], continuation_[0]);
-  EXPECT_EQ(w[2], continuation_[1]);
 }
 
 TEST_F(SequenceTest, ValidationNamesEachProblem) {

@@ -1,4 +1,4 @@
-#include "coordinator/openai_request.h"
+#include "serving/openai_request.h"
 
 #include "gtest/gtest.h"
 
@@ -23,44 +23,44 @@ TEST(OpenAiRequest, CompletionDefaultsAndFields) {
           "stream":true,"stream_options":{"include_usage":true},"user":"u","top_k":-1})",
       kCompl);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->base.model(), "m");
-  EXPECT_EQ(r->base.max_tokens(), 7);
-  EXPECT_EQ(r->base.sampling().temperature(), 0.0f);
-  EXPECT_EQ(r->base.sampling().top_p(), 0.5f);
-  EXPECT_EQ(r->base.sampling().top_k(), 0);
-  EXPECT_TRUE(r->base.sampling().has_seed());
-  EXPECT_EQ(r->base.sampling().seed(), 42u);
-  EXPECT_EQ(r->base.stop_size(), 2);
-  EXPECT_TRUE(r->base.logprobs());
-  EXPECT_EQ(r->base.top_logprobs(), 3);
-  EXPECT_EQ(r->n, 2);
+  EXPECT_EQ(r->spec.model, "m");
+  EXPECT_EQ(r->spec.max_tokens, 7);
+  EXPECT_EQ(r->spec.sampling.temperature, 0.0f);
+  EXPECT_EQ(r->spec.sampling.top_p, 0.5f);
+  EXPECT_EQ(r->spec.sampling.top_k, 0);
+  EXPECT_TRUE(r->spec.seed.has_value());
+  EXPECT_EQ(r->spec.seed.value_or(0), 42u);
+  EXPECT_EQ(r->spec.stop.size(), 2u);
+  EXPECT_TRUE(r->spec.logprobs);
+  EXPECT_EQ(r->spec.top_logprobs, 3);
+  EXPECT_EQ(r->spec.n, 2);
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
-  ASSERT_EQ(r->prompts.size(), 1u);
-  EXPECT_EQ(r->prompts[0].text, "Hi");
-  EXPECT_EQ(r->base.sampling().logit_bias().at(5), -100.0f);
-  EXPECT_EQ(r->base.sampling().logit_bias().at(7), 2.5f);
+  ASSERT_EQ(r->spec.prompts.size(), 1u);
+  EXPECT_EQ(r->spec.prompts[0].text, "Hi");
+  EXPECT_EQ(r->spec.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{5, -100.0f}, {7, 2.5f}}));
 
   auto d = ParseOpenAiRequest(R"({"prompt":"Hi"})", kCompl);
   ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->base.max_tokens(), 16);  // OpenAI's default for completions
-  EXPECT_EQ(d->base.sampling().temperature(), 1.0f);
-  EXPECT_FALSE(d->base.sampling().has_seed());
-  EXPECT_FALSE(d->base.logprobs());
+  EXPECT_EQ(d->spec.max_tokens, 16);  // OpenAI's default for completions
+  EXPECT_EQ(d->spec.sampling.temperature, 1.0f);
+  EXPECT_FALSE(d->spec.seed.has_value());
+  EXPECT_FALSE(d->spec.logprobs);
   auto c = ParseOpenAiRequest(R"({"messages":[{"role":"user","content":"Hi"}]})", kChat);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->base.max_tokens(), 0);  // chat: up to the context
+  EXPECT_EQ(c->spec.max_tokens, 0);  // chat: up to the context
 }
 
 TEST(OpenAiRequest, PromptShapes) {
   auto list = ParseOpenAiRequest(R"({"prompt":["a","b",[1,2,3]]})", kCompl);
   ASSERT_TRUE(list.ok()) << list.status();
-  ASSERT_EQ(list->prompts.size(), 3u);
-  EXPECT_EQ(list->prompts[1].text, "b");
-  EXPECT_EQ(list->prompts[2].ids, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(list->spec.prompts.size(), 3u);
+  EXPECT_EQ(list->spec.prompts[1].text, "b");
+  EXPECT_EQ(list->spec.prompts[2].ids, (std::vector<int32_t>{1, 2, 3}));
   auto ids = ParseOpenAiRequest(R"({"prompt":[4,5]})", kCompl);
   ASSERT_TRUE(ids.ok());
-  EXPECT_EQ(ids->prompts[0].ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(ids->spec.prompts[0].ids, (std::vector<int32_t>{4, 5}));
   for (const char* bad : {R"({"prompt":[]})", R"({"prompt":[1,"a"]})", R"({"prompt":[-1]})",
                           R"({"prompt":""})", R"({"prompt":{}})", R"({})", R"({"prompt":[[]]})"}) {
     EXPECT_EQ(RefusedParam(bad, kCompl), "prompt") << bad;
@@ -80,8 +80,8 @@ TEST(OpenAiRequest, ChatMessages) {
   ASSERT_EQ(r->messages.size(), 3u);
   EXPECT_EQ(r->messages[0].role, "system");
   EXPECT_EQ(r->messages[1].content, "Hi there");
-  EXPECT_EQ(r->base.top_logprobs(), 2);
-  EXPECT_EQ(r->base.max_tokens(), 9);
+  EXPECT_EQ(r->spec.top_logprobs, 2);
+  EXPECT_EQ(r->spec.max_tokens, 9);
   EXPECT_EQ(RefusedParam(R"({"messages":[{"role":"tool","content":"x"}]})", kChat),
             "messages[0].role");
   EXPECT_EQ(RefusedParam(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",

@@ -1,15 +1,17 @@
-#include "coordinator/openai_request.h"
+#include "serving/openai_request.h"
 
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "generation/sampler.h"
-#include "generation/sequence.h"
 #include "nlohmann/json.hpp"
+#include "serving/sequence.h"
+#include "util/status_macros.h"
 
 namespace cascade {
 namespace {
@@ -48,14 +50,53 @@ class Parser {
         return ParamError(key, absl::StrCat("Unrecognized request argument supplied: ", key));
       }
     }
-    if (absl::Status st = Unsupported(); !st.ok()) return st;
-    v1::GenerateRequest& g = r.base;
+    CASCADE_RETURN_IF_ERROR(Unsupported());
+    GenerateSpec& g = r.spec;
     if (const Json* v = Get("model")) {
       if (!v->is_string()) return Want("model", "a string");
-      g.set_model(v->get<std::string>());
+      g.model = v->get<std::string>();
     }
-    // Limits. Completions default to 16 tokens as OpenAI's do; chat runs to the context.
-    g.set_max_tokens(endpoint_ == OpenAiEndpoint::kCompletions ? 16 : 0);
+    CASCADE_RETURN_IF_ERROR(MaxTokens(&g));
+    CASCADE_RETURN_IF_ERROR(Sampling(&g));
+    CASCADE_RETURN_IF_ERROR(LogitBias(&g.sampling));
+    CASCADE_RETURN_IF_ERROR(Stop(&g));
+    if (const Json* v = Get("ignore_eos")) {
+      if (!v->is_boolean()) return Want("ignore_eos", "a boolean");
+      g.ignore_eos = v->get<bool>();
+    }
+    CASCADE_RETURN_IF_ERROR(Logprobs(&g));
+    CASCADE_RETURN_IF_ERROR(Choices(&g));
+    CASCADE_RETURN_IF_ERROR(Streaming(&r));
+    if (const Json* v = Get("user")) {
+      if (!v->is_string()) return Want("user", "a string");
+    }
+    if (endpoint_ == OpenAiEndpoint::kCompletions) {
+      if (const Json* v = Get("echo")) {
+        if (!v->is_boolean()) return Want("echo", "a boolean");
+        g.echo = v->get<bool>();
+        if (g.echo && g.logprobs) {
+          return ParamError("echo", "'echo' with 'logprobs' (the prompt's logprobs) is not "
+                                    "supported");
+        }
+      }
+      CASCADE_RETURN_IF_ERROR(Prompts(&g));
+    } else {
+      CASCADE_RETURN_IF_ERROR(Messages(&r));
+    }
+    const int64_t choices =
+        static_cast<int64_t>(g.n) * std::max<int64_t>(1, static_cast<int64_t>(g.prompts.size()));
+    if (choices > kMaxChoices) {
+      return ParamError(g.prompts.size() > 1 ? "prompt" : "n",
+                        absl::StrCat(g.prompts.size(), " prompts x n = ", g.n, " is ", choices,
+                                     " choices; at most ", kMaxChoices));
+    }
+    return r;
+  }
+
+ private:
+  // Completions default to 16 tokens, as OpenAI's do; chat runs to the context.
+  absl::Status MaxTokens(GenerateSpec* g) const {
+    g->max_tokens = endpoint_ == OpenAiEndpoint::kCompletions ? kCompletionsDefaultMaxTokens : 0;
     for (const char* key : {"max_tokens", "max_completion_tokens"}) {
       if (endpoint_ == OpenAiEndpoint::kCompletions && std::string(key) != "max_tokens") continue;
       if (const Json* v = Get(key)) {
@@ -64,26 +105,26 @@ class Parser {
         if (n < 1 || n > kMaxTokensLimit) {
           return ParamError(key, absl::StrCat("'", key, "' must be in [1, ", kMaxTokensLimit, "]"));
         }
-        g.set_max_tokens(static_cast<int32_t>(n));
+        g->max_tokens = static_cast<int32_t>(n);
       }
     }
-    // Sampling: OpenAI's defaults (temperature 1, top_p 1), no top-k/min-p unless asked.
-    v1::SamplingParams* s = g.mutable_sampling();
-    s->set_temperature(1.0f);
-    s->set_top_p(1.0f);
+    return absl::OkStatus();
+  }
+
+  // What is not given keeps SamplingParams{}'s value (OpenAI's own defaults).
+  absl::Status Sampling(GenerateSpec* g) const {
+    SamplingParams& s = g->sampling;
     struct Num {
       const char* key;
       double lo, hi;
-      void (v1::SamplingParams::*set)(float);
+      float SamplingParams::*field;
     };
-    for (const Num& n : {Num{"temperature", 0, 2, &v1::SamplingParams::set_temperature},
-                         Num{"top_p", 0, 1, &v1::SamplingParams::set_top_p},
-                         Num{"min_p", 0, 1, &v1::SamplingParams::set_min_p},
-                         Num{"presence_penalty", -2, 2, &v1::SamplingParams::set_presence_penalty},
-                         Num{"frequency_penalty", -2, 2,
-                             &v1::SamplingParams::set_frequency_penalty},
-                         Num{"repetition_penalty", 0, 10,
-                             &v1::SamplingParams::set_repetition_penalty}}) {
+    for (const Num& n : {Num{"temperature", 0, 2, &SamplingParams::temperature},
+                         Num{"top_p", 0, 1, &SamplingParams::top_p},
+                         Num{"min_p", 0, 1, &SamplingParams::min_p},
+                         Num{"presence_penalty", -2, 2, &SamplingParams::presence_penalty},
+                         Num{"frequency_penalty", -2, 2, &SamplingParams::frequency_penalty},
+                         Num{"repetition_penalty", 0, 10, &SamplingParams::repetition_penalty}}) {
       const Json* v = Get(n.key);
       if (v == nullptr) continue;
       if (!v->is_number()) return Want(n.key, "a number");
@@ -91,129 +132,119 @@ class Parser {
       if (!(x >= n.lo && x <= n.hi)) {
         return ParamError(n.key, absl::StrCat("'", n.key, "' must be in [", n.lo, ", ", n.hi, "]"));
       }
-      (s->*n.set)(static_cast<float>(x));
+      s.*n.field = static_cast<float>(x);
     }
-    if (s->top_p() == 0.0f) return ParamError("top_p", "'top_p' must be in (0, 1]");
+    if (s.top_p == 0.0f) return ParamError("top_p", "'top_p' must be in (0, 1]");
+    // A repetition penalty of 0 has always meant none here (vLLM's extension takes 1).
+    if (s.repetition_penalty == 0.0f) s.repetition_penalty = 1.0f;
     if (const Json* v = Get("top_k")) {
       int64_t k;
       if (!Int(*v, &k) || k < -1 || k > std::numeric_limits<int32_t>::max()) {
         return Want("top_k", "an integer >= -1 (-1 or 0: off)");
       }
-      s->set_top_k(static_cast<int32_t>(std::max<int64_t>(0, k)));
+      s.top_k = static_cast<int32_t>(std::max<int64_t>(0, k));
     }
     if (const Json* v = Get("seed")) {
       if (v->is_number_unsigned()) {
-        s->set_seed(v->get<uint64_t>());
+        g->seed = v->get<uint64_t>();
       } else if (v->is_number_integer()) {
-        s->set_seed(static_cast<uint64_t>(v->get<int64_t>()));
+        g->seed = static_cast<uint64_t>(v->get<int64_t>());
       } else {
         return Want("seed", "an integer");
       }
-      s->set_has_seed(true);
     }
-    if (const Json* v = Get("logit_bias")) {
-      if (!v->is_object()) return Want("logit_bias", "an object of token ids to numbers");
-      if (v->size() > kMaxLogitBias) {
-        return ParamError("logit_bias", absl::StrCat("'logit_bias' has more than ", kMaxLogitBias,
-                                                     " entries"));
+    return absl::OkStatus();
+  }
+
+  absl::Status LogitBias(SamplingParams* s) const {
+    const Json* v = Get("logit_bias");
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_object()) return Want("logit_bias", "an object of token ids to numbers");
+    if (v->size() > kMaxLogitBias) {
+      return ParamError("logit_bias",
+                        absl::StrCat("'logit_bias' has more than ", kMaxLogitBias, " entries"));
+    }
+    std::map<int32_t, float> biases;  // sorted, each token once
+    for (const auto& [key, bias] : v->items()) {
+      int32_t id;
+      if (!absl::SimpleAtoi(key, &id) || id < 0) {
+        return ParamError("logit_bias",
+                          absl::StrCat("'logit_bias' key '", key, "' is not a token id"));
       }
-      for (const auto& [key, bias] : v->items()) {
-        int32_t id;
-        if (!absl::SimpleAtoi(key, &id) || id < 0) {
-          return ParamError("logit_bias", absl::StrCat("'logit_bias' key '", key,
-                                                       "' is not a token id"));
-        }
-        if (!bias.is_number() || !(std::fabs(bias.get<double>()) <= 100)) {
-          return ParamError("logit_bias",
-                            absl::StrCat("'logit_bias' for token ", id, " must be in [-100, 100]"));
-        }
-        (*s->mutable_logit_bias())[id] = bias.get<float>();
+      if (!bias.is_number() || !(std::fabs(bias.get<double>()) <= 100)) {
+        return ParamError("logit_bias",
+                          absl::StrCat("'logit_bias' for token ", id, " must be in [-100, 100]"));
+      }
+      biases[id] = bias.get<float>();
+    }
+    s->logit_bias.assign(biases.begin(), biases.end());
+    return absl::OkStatus();
+  }
+
+  absl::Status Stop(GenerateSpec* g) const {
+    const Json* v = Get("stop");
+    if (v == nullptr) return absl::OkStatus();
+    if (v->is_string()) {
+      g->stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      for (const Json& x : *v) {
+        if (!x.is_string()) return Want("stop", "a string or a list of strings");
+        g->stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return Want("stop", "a string or a list of strings");
+    }
+    if (g->stop.size() > kMaxStopStrings) {
+      return ParamError("stop", absl::StrCat("at most ", kMaxStopStrings, " stop strings"));
+    }
+    for (const std::string& stop : g->stop) {
+      if (stop.empty() || stop.size() > kMaxStopBytes) {
+        return ParamError("stop",
+                          absl::StrCat("stop strings must have 1 to ", kMaxStopBytes, " bytes"));
       }
     }
-    if (const Json* v = Get("stop")) {
-      if (v->is_string()) {
-        g.add_stop(v->get<std::string>());
-      } else if (v->is_array()) {
-        for (const Json& x : *v) {
-          if (!x.is_string()) return Want("stop", "a string or a list of strings");
-          g.add_stop(x.get<std::string>());
-        }
-      } else {
-        return Want("stop", "a string or a list of strings");
-      }
-      if (g.stop_size() > static_cast<int>(kMaxStopStrings)) {
-        return ParamError("stop", absl::StrCat("at most ", kMaxStopStrings, " stop strings"));
-      }
-      for (const std::string& stop : g.stop()) {
-        if (stop.empty() || stop.size() > kMaxStopBytes) {
-          return ParamError("stop", absl::StrCat("stop strings must have 1 to ", kMaxStopBytes,
-                                                 " bytes"));
-        }
-      }
-    }
-    if (const Json* v = Get("ignore_eos")) {
-      if (!v->is_boolean()) return Want("ignore_eos", "a boolean");
-      g.set_ignore_eos(v->get<bool>());
-    }
-    if (absl::Status st = Logprobs(&g); !st.ok()) return st;
+    return absl::OkStatus();
+  }
+
+  absl::Status Choices(GenerateSpec* g) const {
     if (const Json* v = Get("n")) {
       int64_t n;
       if (!Int(*v, &n) || n < 1 || n > kMaxChoices) {
         return ParamError("n", absl::StrCat("'n' must be an integer in [1, ", kMaxChoices, "]"));
       }
-      r.n = static_cast<int32_t>(n);
+      g->n = static_cast<int32_t>(n);
     }
     if (const Json* v = Get("best_of")) {
       int64_t b;
-      if (!Int(*v, &b) || b != r.n) {
+      if (!Int(*v, &b) || b != g->n) {
         return ParamError("best_of", "'best_of' is supported only equal to 'n' (no ranking of "
                                      "candidates by likelihood)");
       }
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status Streaming(OpenAiRequest* r) const {
     if (const Json* v = Get("stream")) {
       if (!v->is_boolean()) return Want("stream", "a boolean");
-      r.stream = v->get<bool>();
+      r->stream = v->get<bool>();
     }
     if (const Json* v = Get("stream_options")) {
       if (!v->is_object()) return Want("stream_options", "an object");
-      if (!r.stream) return ParamError("stream_options", "'stream_options' needs 'stream': true");
+      if (!r->stream) return ParamError("stream_options", "'stream_options' needs 'stream': true");
       for (const auto& [key, value] : v->items()) {
         if (key == "include_usage") {
           if (!value.is_boolean()) return Want("stream_options.include_usage", "a boolean");
-          r.include_usage = value.get<bool>();
+          r->include_usage = value.get<bool>();
         } else if (key != "include_obfuscation" || !value.is_boolean()) {
           return ParamError(absl::StrCat("stream_options.", key),
                             absl::StrCat("Unrecognized stream option: ", key));
         }
       }
     }
-    if (const Json* v = Get("user")) {
-      if (!v->is_string()) return Want("user", "a string");
-    }
-    if (endpoint_ == OpenAiEndpoint::kCompletions) {
-      if (const Json* v = Get("echo")) {
-        if (!v->is_boolean()) return Want("echo", "a boolean");
-        r.echo = v->get<bool>();
-        if (r.echo && g.logprobs()) {
-          return ParamError("echo", "'echo' with 'logprobs' (the prompt's logprobs) is not "
-                                    "supported");
-        }
-      }
-      if (absl::Status st = Prompts(&r); !st.ok()) return st;
-    } else {
-      if (absl::Status st = Messages(&r); !st.ok()) return st;
-    }
-    const int64_t choices =
-        static_cast<int64_t>(r.n) * std::max<int64_t>(1, static_cast<int64_t>(r.prompts.size()));
-    if (choices > kMaxChoices) {
-      return ParamError(r.prompts.size() > 1 ? "prompt" : "n",
-                        absl::StrCat(r.prompts.size(), " prompts x n = ", r.n, " is ", choices,
-                                     " choices; at most ", kMaxChoices));
-    }
-    return r;
+    return absl::OkStatus();
   }
 
- private:
   const Json* Get(const char* key) const {
     auto it = j_.find(key);
     return it == j_.end() || it->is_null() ? nullptr : &*it;
@@ -284,7 +315,7 @@ class Parser {
     return absl::OkStatus();
   }
 
-  absl::Status Logprobs(v1::GenerateRequest* g) const {
+  absl::Status Logprobs(GenerateSpec* g) const {
     const Json* lp = Get("logprobs");
     if (endpoint_ == OpenAiEndpoint::kCompletions) {
       // An integer 0..5: the sampled token's logprob and that many alternatives.
@@ -297,15 +328,15 @@ class Parser {
                                                    kMaxCompletionLogprobs, "]"));
       }
       if (n >= 0) {
-        g->set_logprobs(true);
-        g->set_top_logprobs(static_cast<int32_t>(n));
+        g->logprobs = true;
+        g->top_logprobs = static_cast<int32_t>(n);
       }
       return absl::OkStatus();
     }
     // Chat: logprobs is a boolean, top_logprobs 0..20 needs it.
     if (lp != nullptr) {
       if (!lp->is_boolean()) return Want("logprobs", "a boolean");
-      g->set_logprobs(lp->get<bool>());
+      g->logprobs = lp->get<bool>();
     }
     if (const Json* top = Get("top_logprobs")) {
       int64_t n;
@@ -313,13 +344,13 @@ class Parser {
         return ParamError("top_logprobs", absl::StrCat("'top_logprobs' must be an integer in [0, ",
                                                        kMaxTopLogprobs, "]"));
       }
-      if (!g->logprobs()) return ParamError("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-      g->set_top_logprobs(static_cast<int32_t>(n));
+      if (!g->logprobs) return ParamError("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      g->top_logprobs = static_cast<int32_t>(n);
     }
     return absl::OkStatus();
   }
 
-  absl::Status Prompts(OpenAiRequest* r) const {
+  absl::Status Prompts(GenerateSpec* r) const {
     const Json* p = Get("prompt");
     if (p == nullptr) return ParamError("prompt", "'prompt' is required");
     auto ids = [](const Json& list, std::vector<int32_t>* out) {
@@ -336,7 +367,7 @@ class Parser {
     if (p->is_string()) {
       r->prompts.push_back({p->get<std::string>(), {}});
     } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
-      OpenAiRequest::Prompt one;
+      PromptInput one;
       if (!ids(*p, &one.ids)) return ParamError("prompt", kShape);
       r->prompts.push_back(std::move(one));
     } else if (p->is_array() && !p->empty()) {
@@ -344,7 +375,7 @@ class Parser {
         return ParamError("prompt", absl::StrCat("at most ", kMaxChoices, " prompts"));
       }
       for (const Json& x : *p) {
-        OpenAiRequest::Prompt one;
+        PromptInput one;
         if (x.is_string()) {
           one.text = x.get<std::string>();
         } else if (!x.is_array() || !ids(x, &one.ids)) {

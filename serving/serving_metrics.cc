@@ -1,4 +1,4 @@
-#include "coordinator/serving_metrics.h"
+#include "serving/serving_metrics.h"
 
 #include <algorithm>
 

@@ -5,11 +5,14 @@
 // a sequence's text is the same however it is batched, interrupted or resumed.
 //
 // Test-only. Thread-safe.
-#ifndef CASCADE_COORDINATOR_FAKE_PIPELINE_H_
-#define CASCADE_COORDINATOR_FAKE_PIPELINE_H_
+#ifndef CASCADE_SERVING_FAKE_PIPELINE_H_
+#define CASCADE_SERVING_FAKE_PIPELINE_H_
 
 #include <atomic>
 #include <functional>
+#include <map>
+#include <string>
+#include <utility>
 #include <memory>
 #include <set>
 #include <thread>
@@ -116,13 +119,24 @@ class FakePipeline {
           continue;
         }
       }
+      // As the last stage does: sampling arrives once per sequence and plan, and goes
+      // with the release.
+      for (SeqId seq : f->release) seeds_.erase({f->plan_id, seq});
+      for (const SequenceSampling& a : f->admit) seeds_[{f->plan_id, a.seq}] = a.params.seed;
       if (f->slots.empty()) continue;  // releases only
       StepResult r;
       r.plan_id = f->plan_id;
       r.batch_id = f->batch_id;
-      for (const SeqSampling& s : f->sampling) {
-        r.tokens.push_back({s.seq, TokenFor(s.params.seed, s.draw_index), -0.5f,
-                            static_cast<int32_t>(s.draw_index), {}});
+      for (const TokenSlot& s : f->slots) {
+        if (!s.want_logits) continue;
+        auto seed = seeds_.find({f->plan_id, s.seq});
+        if (seed == seeds_.end()) {
+          r.tokens.clear();
+          r.error = "sequence " + std::to_string(s.seq) + " was never admitted";
+          break;
+        }
+        const uint64_t draw = static_cast<uint64_t>(s.pos) + 1;
+        r.tokens.push_back({s.seq, TokenFor(seed->second, draw), -0.5f, s.pos + 1, {}});
       }
       {
         // Before the result goes out: whoever sees it sees the pipeline paused.
@@ -142,9 +156,10 @@ class FakePipeline {
   uint64_t broken_plan_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<StageFrame> seen_ ABSL_GUARDED_BY(mu_);
   std::set<SeqId> released_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<uint64_t, SeqId>, uint64_t> seeds_;  // (plan, sequence): seed; Loop's
   std::thread thread_;
 };
 
 }  // namespace cascade::testing
 
-#endif  // CASCADE_COORDINATOR_FAKE_PIPELINE_H_
+#endif  // CASCADE_SERVING_FAKE_PIPELINE_H_

@@ -7,8 +7,8 @@
 // step. A listener set with SetListener() is called after every Push() (on the pushing
 // thread, outside the stream's lock; it must be quick and must not call Push()), so an
 // event-driven handler (the HTTP server) need not poll. Thread-safe.
-#ifndef CASCADE_COORDINATOR_REQUEST_STREAM_H_
-#define CASCADE_COORDINATOR_REQUEST_STREAM_H_
+#ifndef CASCADE_SERVING_REQUEST_STREAM_H_
+#define CASCADE_SERVING_REQUEST_STREAM_H_
 
 #include <atomic>
 #include <chrono>
@@ -23,7 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "generation/sequence.h"
+#include "serving/sequence.h"
 
 namespace cascade {
 
@@ -70,4 +70,4 @@ class RequestStream {
 
 }  // namespace cascade
 
-#endif  // CASCADE_COORDINATOR_REQUEST_STREAM_H_
+#endif  // CASCADE_SERVING_REQUEST_STREAM_H_

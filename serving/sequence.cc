@@ -1,4 +1,4 @@
-#include "generation/sequence.h"
+#include "serving/sequence.h"
 
 #include <algorithm>
 
@@ -64,6 +64,11 @@ absl::Status ValidateSequenceRequest(const SequenceRequest& req, int64_t vocab_s
   return absl::OkStatus();
 }
 
+int32_t ResolveMaxTokens(int32_t requested, int32_t prompt_len, int64_t room) {
+  const int64_t fits = room - prompt_len;
+  return static_cast<int32_t>(requested > 0 ? std::min<int64_t>(requested, fits) : fits);
+}
+
 Sequence::Sequence(const Tokenizer& tokenizer, SequenceRequest request, int32_t max_tokens,
                    int64_t context_length)
     : tokenizer_(&tokenizer),
@@ -101,14 +106,5 @@ Sequence::Step Sequence::Accept(int32_t token) {
 }
 
 std::string Sequence::Flush() { return text_.Finish(); }
-
-std::span<const int32_t> Sequence::PenaltyWindow() const {
-  const SamplingParams& p = request_.sampling;
-  const bool active = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-                      p.presence_penalty != 0.0f;
-  if (!active) return {};
-  const size_t n = std::min<size_t>(tokens_.size(), static_cast<size_t>(p.penalty_last_n));
-  return std::span<const int32_t>(tokens_).subspan(tokens_.size() - n);
-}
 
 }  // namespace cascade

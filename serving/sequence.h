@@ -15,8 +15,8 @@
 // - Text comes out as TextStream gives it: never a partial UTF-8 character, never text
 //   that may still turn out to be part of a stop string.
 // - Not thread-safe: one owner thread.
-#ifndef CASCADE_GENERATION_SEQUENCE_H_
-#define CASCADE_GENERATION_SEQUENCE_H_
+#ifndef CASCADE_SERVING_SEQUENCE_H_
+#define CASCADE_SERVING_SEQUENCE_H_
 
 #include <cstdint>
 #include <span>
@@ -51,6 +51,12 @@ constexpr int32_t kMaxTokensLimit = 1 << 24;
 absl::Status ValidateSequenceRequest(const SequenceRequest& req, int64_t vocab_size,
                                      int64_t context_length);
 
+// The one max_tokens rule: how many tokens a sequence of `prompt_len` tokens may generate
+// when `room` tokens fit (the context, or less where the KV cache holds less): what it
+// asked for (0: no limit of its own), at most what fits after its prompt. Needs
+// prompt_len < room.
+int32_t ResolveMaxTokens(int32_t requested, int32_t prompt_len, int64_t room);
+
 class Sequence {
  public:
   // `max_tokens` here is the resolved limit (> 0); the request's own field is kept as
@@ -78,9 +84,6 @@ class Sequence {
   int32_t generated() const { return static_cast<int32_t>(tokens_.size()) - prompt_len_; }
   int32_t max_tokens() const { return max_tokens_; }
   bool finished() const { return finished_; }
-  // The token ids the sampling penalties look at for the next draw (empty when the
-  // request's penalties are off).
-  std::span<const int32_t> PenaltyWindow() const;
 
  private:
   const Tokenizer* tokenizer_;
@@ -95,4 +98,4 @@ class Sequence {
 
 }  // namespace cascade
 
-#endif  // CASCADE_GENERATION_SEQUENCE_H_
+#endif  // CASCADE_SERVING_SEQUENCE_H_

@@ -1,9 +1,13 @@
-// The scheduler against a fake pipeline (coordinator/fake_pipeline.h): batching, finish
+// The scheduler against a fake pipeline (serving/fake_pipeline.h): batching, finish
 // rules, admission, cancellation, lost batches, and moving sequences to a new pipeline.
 // The same scheduler over real stages is tested in tests/pipeline_test.cc.
-#include "coordinator/scheduler.h"
+#include "serving/scheduler.h"
 
-#include "coordinator/fake_pipeline.h"
+#include <map>
+#include <set>
+#include <utility>
+
+#include "serving/fake_pipeline.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model_source.h"
@@ -267,6 +271,22 @@ TEST_F(SchedulerTest, DetachedSequencesResumeOnTheNextPipelineWithTheSameText) {
     }
   }
   EXPECT_TRUE(reprefilled);
+  // Each sequence's sampling went to each plan once, with its first frame there (position
+  // 0): a steady decode step carries tokens only.
+  std::map<std::pair<uint64_t, uint64_t>, int> admitted;  // (plan, seed): frames admitting it
+  for (const StageFrame& f : pipeline_->frames()) {
+    std::set<SeqId> starting, admitting;
+    for (const TokenSlot& t : f.slots) {
+      if (t.pos == 0) starting.insert(t.seq);
+    }
+    for (const SequenceSampling& a : f.admit) {
+      admitting.insert(a.seq);
+      ++admitted[{f.plan_id, a.params.seed}];
+    }
+    EXPECT_EQ(admitting, starting) << "plan " << f.plan_id << " batch " << f.batch_id;
+  }
+  using Key = std::pair<uint64_t, uint64_t>;
+  EXPECT_EQ(admitted, (std::map<Key, int>{{{1, 77}, 1}, {{2, 77}, 1}, {{2, 1}, 1}}));
 }
 
 TEST_F(SchedulerTest, FailAllEndsEverySequenceWithTheReason) {

@@ -5,8 +5,8 @@
 //
 // Contract: pure functions. RenderChat fails with InvalidArgument for an empty message
 // list, an unknown role, or a template of no known family (naming which).
-#ifndef CASCADE_COORDINATOR_CHAT_TEMPLATE_H_
-#define CASCADE_COORDINATOR_CHAT_TEMPLATE_H_
+#ifndef CASCADE_SERVING_CHAT_TEMPLATE_H_
+#define CASCADE_SERVING_CHAT_TEMPLATE_H_
 
 #include <string>
 #include <vector>
@@ -33,4 +33,4 @@ absl::StatusOr<std::string> RenderChat(ChatFormat format, const std::vector<Chat
 
 }  // namespace cascade
 
-#endif  // CASCADE_COORDINATOR_CHAT_TEMPLATE_H_
+#endif  // CASCADE_SERVING_CHAT_TEMPLATE_H_

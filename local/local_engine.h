@@ -6,14 +6,14 @@
 // Contract: Create loads every stage and starts the scheduler with the pipeline attached;
 // the destructor stops both. The ModelSource and Tokenizer must outlive the engine.
 // Thread-safe as the Scheduler is.
-#ifndef CASCADE_TOOLS_LOCAL_ENGINE_H_
-#define CASCADE_TOOLS_LOCAL_ENGINE_H_
+#ifndef CASCADE_LOCAL_LOCAL_ENGINE_H_
+#define CASCADE_LOCAL_LOCAL_ENGINE_H_
 
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/scheduler.h"
+#include "serving/scheduler.h"
 #include "worker/local_pipeline.h"
 
 namespace cascade {
@@ -43,4 +43,4 @@ class LocalEngine {
 
 }  // namespace cascade
 
-#endif  // CASCADE_TOOLS_LOCAL_ENGINE_H_
+#endif  // CASCADE_LOCAL_LOCAL_ENGINE_H_

@@ -1,10 +1,11 @@
-#include "coordinator/scheduler.h"
+#include "serving/scheduler.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "util/logging.h"
+#include "util/status_macros.h"
 
 namespace cascade {
 
@@ -82,19 +83,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Enqueue(SequenceReques
   p.stream = std::make_shared<RequestStream>();
   p.submitted = Clock::now();
   const int32_t prompt = static_cast<int32_t>(req.prompt.size());
-  const int64_t room = context_length_ - prompt;
-  p.max_tokens = static_cast<int32_t>(req.max_tokens > 0 ? std::min<int64_t>(req.max_tokens, room)
-                                                         : room);
   p.req = std::move(req);
   std::shared_ptr<RequestStream> stream = p.stream;
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::UnavailableError("the server is shutting down");
   if (!not_admitting_.ok()) return not_admitting_;
-  if (attached_ && prompt >= kv_blocks_ * kv_block_size_) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt,
-                                                   " tokens exceeds the KV cache of ",
-                                                   kv_blocks_ * kv_block_size_, " tokens"));
-  }
+  if (attached_) CASCADE_RETURN_IF_ERROR(FitsTheCache(prompt));
   if (static_cast<int>(waiting_.size()) >= config_.max_waiting) {
     ++stats_.rejected;
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -131,18 +125,26 @@ bool Scheduler::HasWork() const {
          (attached_ && !waiting_.empty() && running_count_ < config_.max_running);
 }
 
+absl::Status Scheduler::FitsTheCache(int32_t prompt) const {
+  const int64_t cache_tokens = kv_blocks_ * kv_block_size_;
+  if (prompt < cache_tokens) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt,
+                                                 " tokens exceeds the KV cache of ",
+                                                 cache_tokens, " tokens"));
+}
+
 void Scheduler::Admit() {
-  const int64_t budget_tokens = kv_blocks_ * kv_block_size_;
+  const int64_t room = std::min<int64_t>(context_length_, kv_blocks_ * kv_block_size_);
   while (!waiting_.empty() && running_count_ < config_.max_running) {
     Pending& p = waiting_.front();
     const int32_t prompt = static_cast<int32_t>(p.req.prompt.size());
-    if (p.stream->cancelled() || prompt >= budget_tokens) {
+    const absl::Status fits = FitsTheCache(prompt);
+    if (p.stream->cancelled() || !fits.ok()) {
       StreamEvent e;
       e.last = true;
       e.finish = FinishReason::kCancelled;
       if (!p.stream->cancelled()) {
-        e.status = absl::InvalidArgumentError(absl::StrCat(
-            "prompt of ", prompt, " tokens exceeds the KV cache of ", budget_tokens, " tokens"));
+        e.status = fits;
         ++stats_.failed;
       }
       metrics_.RecordEnded(
@@ -152,8 +154,7 @@ void Scheduler::Admit() {
       continue;
     }
     // A sequence longer than the whole cache is capped to what the cache holds.
-    const int32_t max_tokens =
-        static_cast<int32_t>(std::min<int64_t>(p.max_tokens, budget_tokens - prompt));
+    const int32_t max_tokens = ResolveMaxTokens(p.req.max_tokens, prompt, room);
     const int64_t blocks = BlocksFor(prompt, max_tokens);
     if (blocks_reserved_ + blocks > kv_blocks_) break;
     Running s;
@@ -451,6 +452,19 @@ void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& stat
   s.stream = nullptr;  // erased by the loop
 }
 
+namespace {
+
+SequenceSampling SamplingOf(SeqId id, const SequenceRequest& req) {
+  SequenceSampling s;
+  s.seq = id;
+  s.params = req.sampling;
+  s.logprobs = req.logprobs;
+  s.top_logprobs = req.top_logprobs;
+  return s;
+}
+
+}  // namespace
+
 bool Scheduler::SendBatch() {
   std::vector<std::pair<SeqId, Running*>> ready;
   int64_t active = 0;
@@ -484,19 +498,11 @@ bool Scheduler::SendBatch() {
     if (chunk <= 0) break;
     const int32_t end = s.processed + chunk;
     const bool samples = end == static_cast<int32_t>(tokens.size());
+    // A sequence's first frame to this pipeline (new, or prefilled again on a new plan)
+    // carries its sampling; the last stage keeps it until the sequence is released.
+    if (s.processed == 0) frame.admit.push_back(SamplingOf(id, s.seq->request()));
     for (int32_t pos = s.processed; pos < end; ++pos) {
       frame.slots.push_back({tokens[pos], id, pos, samples && pos + 1 == end});
-    }
-    if (samples) {
-      SeqSampling ss;
-      ss.seq = id;
-      ss.params = s.seq->request().sampling;
-      ss.draw_index = static_cast<uint64_t>(end);
-      ss.logprobs = s.seq->request().logprobs;
-      ss.top_logprobs = s.seq->request().top_logprobs;
-      const auto window = s.seq->PenaltyWindow();
-      ss.recent_tokens.assign(window.begin(), window.end());
-      frame.sampling.push_back(std::move(ss));
     }
     budget -= chunk;
     s.in_flight = true;

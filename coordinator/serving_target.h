@@ -1,0 +1,33 @@
+// ServingTarget: what the API adapters (the public gRPC service, the OpenAI-compatible
+// HTTP API) need from the process that serves: the served model (tokenizer, chat template,
+// id), the serving core's scheduler while it serves, and the model's description. The
+// adapters translate requests into the serving core's model (serving/generate_spec.h) and
+// submit them here; they own no state of their own.
+//
+// Contract: implementations are thread-safe (both servers call them concurrently).
+#ifndef CASCADE_COORDINATOR_SERVING_TARGET_H_
+#define CASCADE_COORDINATOR_SERVING_TARGET_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "cascade/v1/inference.pb.h"
+#include "coordinator/served_model.h"
+#include "serving/scheduler.h"
+
+namespace cascade {
+
+class ServingTarget {
+ public:
+  virtual ~ServingTarget() = default;
+  // The served model: tokenizer, chat template, id.
+  virtual const ServedModel& model() const = 0;
+  // The scheduler while the cluster serves, or Unavailable with the reason.
+  virtual absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const = 0;
+  // The model's description with the cluster's stages and readiness.
+  virtual v1::ModelInfo model_info() const = 0;
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_COORDINATOR_SERVING_TARGET_H_

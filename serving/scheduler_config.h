@@ -1,0 +1,20 @@
+// SchedulerConfig: the scheduler's settings, each default written once here. The
+// coordinator's configuration tree (coordinator/cluster_config.h) holds one and exposes
+// every field as a flag and a cluster-file key; LocalEngine takes one as it is.
+// Plain data; thread-compatible.
+#ifndef CASCADE_SERVING_SCHEDULER_CONFIG_H_
+#define CASCADE_SERVING_SCHEDULER_CONFIG_H_
+
+#include <cstdint>
+
+namespace cascade {
+
+struct SchedulerConfig {
+  int64_t prefill_chunk = 256;  // prompt tokens of one sequence per micro-batch
+  int max_running = 64;         // sequences admitted at once
+  int max_waiting = 256;        // queued requests beyond which Submit refuses
+};
+
+}  // namespace cascade
+
+#endif  // CASCADE_SERVING_SCHEDULER_CONFIG_H_
