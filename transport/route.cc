@@ -14,9 +14,10 @@ Scheme RankLinkScheme(int from_node, int to_node, bool nccl_data_plane) {
 TransportFactory RouteActivationsByNode(TransportFactory mpi, std::vector<int> node_of_rank,
                                         int this_node, bool nccl_data_plane) {
   TransportFactory routed = mpi;
-  routed.activation = [mpi = std::move(mpi), nodes = std::move(node_of_rank), this_node,
-                       nccl_data_plane](const Address& a, const SenderOptions& o)
-      -> absl::StatusOr<std::unique_ptr<ActivationSender>> {
+  routed.activation =
+      [mpi = std::move(mpi), nodes = std::move(node_of_rank), this_node, nccl_data_plane](
+          const Address& a,
+          const SenderOptions& o) -> absl::StatusOr<std::unique_ptr<ActivationSender>> {
     const bool known = a.rank >= 0 && a.rank < static_cast<int>(nodes.size());
     const int to_node = known ? nodes[a.rank] : -1;
     if (RankLinkScheme(this_node, to_node, nccl_data_plane) == Scheme::kNccl) {

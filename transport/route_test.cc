@@ -26,8 +26,8 @@ class TaggedSender : public ActivationSender {
 
 TransportFactory FakeTransport(const std::string& name) {
   TransportFactory f;
-  f.activation = [name](const Address& a, const SenderOptions&)
-      -> absl::StatusOr<std::unique_ptr<ActivationSender>> {
+  f.activation = [name](const Address& a,
+                        const SenderOptions&) -> absl::StatusOr<std::unique_ptr<ActivationSender>> {
     if (a.rank < 0 || a.rank >= 4) return absl::InvalidArgumentError("outside the job");
     return std::make_unique<TaggedSender>(name + "://" + std::to_string(a.rank));
   };
@@ -56,7 +56,8 @@ TEST(RankLinkScheme, NcclOnlyBetweenRanksOfOneNodeWithTheNcclPlane) {
 TEST(RouteActivationsByNode, SameNodeRanksGoOverNcclTheOthersOverMpi) {
   RegisterTransport(Scheme::kNccl, FakeTransport("nccl"));
   // Ranks 0, 1 on node 0 and 2, 3 on node 1; this rank is on node 1.
-  const TransportFactory routed = RouteActivationsByNode(FakeTransport("mpi"), {0, 0, 1, 1}, 1, true);
+  const TransportFactory routed =
+      RouteActivationsByNode(FakeTransport("mpi"), {0, 0, 1, 1}, 1, true);
   EXPECT_EQ(Route(routed, 3), "nccl://3");
   EXPECT_EQ(Route(routed, 2), "nccl://2");
   EXPECT_EQ(Route(routed, 1), "mpi://1");
@@ -66,7 +67,8 @@ TEST(RouteActivationsByNode, SameNodeRanksGoOverNcclTheOthersOverMpi) {
 }
 
 TEST(RouteActivationsByNode, WithoutTheNcclPlaneEverythingStaysOnMpi) {
-  const TransportFactory routed = RouteActivationsByNode(FakeTransport("mpi"), {0, 0, 1, 1}, 1, false);
+  const TransportFactory routed =
+      RouteActivationsByNode(FakeTransport("mpi"), {0, 0, 1, 1}, 1, false);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(Route(routed, r), "mpi://" + std::to_string(r));
 }
 
@@ -79,8 +81,9 @@ TEST(RouteActivationsByNode, ANcclRouteWithoutTheNcclTransportIsRefusedByName) {
 TEST(RouteActivationsByNode, ResultsAndListeningAreMpis) {
   TransportFactory mpi = FakeTransport("mpi");
   bool result_called = false;
-  mpi.result = [&result_called](const Address&, const SenderOptions&)
-      -> absl::StatusOr<std::unique_ptr<ResultSender>> {
+  mpi.result = [&result_called](
+                   const Address&,
+                   const SenderOptions&) -> absl::StatusOr<std::unique_ptr<ResultSender>> {
     result_called = true;
     return absl::UnimplementedError("fake");
   };
