@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
-#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|all]     (default: all)
+#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|dataplane|all]  (default: all)
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
 #   KV_TYPE=f32 bench/run_benchmarks.sh serving   # our KV cache in F32 (default f16, as the peer)
@@ -377,4 +377,11 @@ if "peer" in rows:
         print(f"decode at depth ({who} KV), ours / llama.cpp: {ratio:.2f}x (inter-token p50)")
 PY
   rm -f "$results"
+fi
+
+# Data-plane bytes per decode token per hop (issue 41): a steady step against the same step
+# carrying every sequence's sampling (what an admitting step carries), batches 1 and 16.
+if [[ $WHAT == dataplane || $WHAT == all ]]; then
+  echo "== data plane: bytes per decode token per hop"
+  "$BIN/data_plane_bench"
 fi
