@@ -44,11 +44,11 @@
 #include "absl/synchronization/mutex.h"
 #include "cascade/v1/worker.pb.h"
 #include "coordinator/cluster_config.h"
+#include "coordinator/pipeline_loader.h"
 #include "coordinator/planner.h"
 #include "coordinator/registry.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/served_model.h"
-#include "transport/link.h"
 
 namespace cascade {
 
@@ -63,21 +63,6 @@ enum class ClusterState {
   kStopped,
 };
 const char* ClusterStateName(ClusterState s);
-
-// How the controller reaches the workers' control services.
-class WorkerClient {
- public:
-  virtual ~WorkerClient() = default;
-  // Blocks until the worker has loaded the stage (or failed to).
-  virtual absl::Status LoadStage(const WorkerRecord& worker, const v1::LoadStageRequest& req) = 0;
-  virtual absl::Status Unload(const WorkerRecord& worker, uint64_t plan_id) = 0;
-  // Whether the worker's control service answers now (a short deadline).
-  virtual absl::Status Probe(const WorkerRecord& worker) = 0;
-};
-
-// Makes the link to a pipeline's first stage from its data-plane address and link key.
-using SenderFactory = std::function<absl::StatusOr<std::unique_ptr<ActivationSender>>(
-    const std::string& address, const SenderOptions& options)>;
 
 // A consistent view of the cluster for status reports.
 struct ClusterSnapshot {
