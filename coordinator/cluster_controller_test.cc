@@ -108,7 +108,7 @@ class ControllerTest : public ::testing::Test {
           return absl::StatusOr<std::unique_ptr<ActivationSender>>(
               pipeline_.MakeSender(controller_->Snapshot().plan_id));
         },
-        join_token_);
+        &results_, join_token_);
     controller_->OnStateChange([this](ClusterState s) {
       absl::MutexLock l(&mu_);
       states_.push_back(s);
@@ -175,12 +175,13 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<ServedModel> model_;
   FakeWorkers workers_;
   std::string join_token_;  // what workers present (the controller is made with it)
+  ResultRouter results_;    // outlives the controller, which routes its pipelines here
   std::unique_ptr<ClusterController> controller_;
   // Destroyed before the controller: its thread calls into it.
   FakePipeline pipeline_{[this](StepResult r) {
     v1::StepResult wire;
     EncodeResult(r, workers_.ResultsKey(r.plan_id), &wire);
-    controller_->OnResult(wire, "fake last stage").IgnoreError();
+    results_.OnResult(wire, "fake last stage").IgnoreError();
   }};
   std::string first_stage_address_;
   absl::Mutex mu_;
@@ -327,6 +328,39 @@ TEST_F(ControllerTest, ALostWorkerIsReplacedByASpareAndTheStreamsGoOn) {
   for (const auto& [id, req] : workers_.loads()) spare_loads += id == "spare";
   EXPECT_EQ(spare_loads, 1);
   EXPECT_THAT(States(), ::testing::Contains(ClusterState::kReplanning));
+}
+
+TEST_F(ControllerTest, OnlyTheAttachedPipelinesResultsAreRouted) {
+  auto result_of = [this](uint64_t plan_id) {
+    StepResult r;
+    r.plan_id = plan_id;
+    r.batch_id = 999;
+    v1::StepResult wire;
+    EncodeResult(r, workers_.ResultsKey(plan_id), &wire);
+    return wire;
+  };
+  Start();
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  const uint64_t first_plan = controller_->Snapshot().plan_id;
+  EXPECT_EQ(results_.size(), 1u);
+  // Its last stage's results are taken (an unknown batch: the scheduler ignores it).
+  EXPECT_TRUE(results_.OnResult(result_of(first_plan), "its last stage").ok());
+  SetWorkerState("w0", v1::WORKER_STATE_FAILED);
+  for (int i = 0; i < 1000 && controller_->Snapshot().plan_id == first_plan; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  const uint64_t second_plan = controller_->Snapshot().plan_id;
+  ASSERT_NE(second_plan, first_plan);
+  // The old plan's last stage is refused now; the new one's is taken.
+  EXPECT_EQ(results_.size(), 1u);
+  EXPECT_EQ(results_.OnResult(result_of(first_plan), "the old last stage").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(results_.OnResult(result_of(second_plan), "the new last stage").ok());
+  controller_->Shutdown();
+  EXPECT_EQ(results_.size(), 0u);
 }
 
 TEST_F(ControllerTest, AFirstStageThatCannotBeReachedIsReplacedWithoutWaitingForHeartbeats) {
@@ -557,7 +591,7 @@ TEST_F(ControllerTest, RegistrationIsCheckedAndForgedResultsAreRefused) {
     forged.set_batch_id(batch);
     forged.add_tokens()->set_token(5);
     forged.set_link_key(batch == 1 ? "" : "a guess of sixteen");
-    EXPECT_EQ(controller_->OnResult(forged, "a stranger").code(),
+    EXPECT_EQ(results_.OnResult(forged, "a stranger").code(),
               absl::StatusCode::kPermissionDenied);
   }
   pipeline_.Resume();

@@ -25,7 +25,7 @@ grpc::Status ControlService::Results(grpc::ServerContext* ctx,
                                      v1::ResultsAck*) {
   v1::StepResult wire;
   while (reader->Read(&wire)) {
-    if (absl::Status st = controller_->OnResult(wire, ctx->peer()); !st.ok()) return ToGrpc(st);
+    if (absl::Status st = results_->OnResult(wire, ctx->peer()); !st.ok()) return ToGrpc(st);
   }
   return grpc::Status::OK;
 }

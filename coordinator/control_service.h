@@ -1,6 +1,7 @@
 // The Coordinator gRPC service, the control plane workers talk to: Register, Heartbeat,
-// the gRPC form of the results stream, and ClusterStatus. A thin adapter: every call goes
-// to the ClusterController; absl::Status becomes grpc::Status here.
+// the gRPC form of the results stream, and ClusterStatus. A thin adapter: results go to
+// the ResultRouter, every other call to the ClusterController; absl::Status becomes
+// grpc::Status here.
 //
 // Contract: thread-safe (gRPC's sync server calls handlers concurrently).
 #ifndef CASCADE_COORDINATOR_CONTROL_SERVICE_H_
@@ -8,14 +9,16 @@
 
 #include "cascade/v1/worker.grpc.pb.h"
 #include "coordinator/cluster_controller.h"
+#include "coordinator/result_router.h"
 
 namespace cascade {
 
 class ControlService final : public v1::Coordinator::Service {
  public:
-  // `controller` must outlive the service; `model_id` names the served model in reports.
-  ControlService(ClusterController* controller, std::string model_id)
-      : controller_(controller), model_id_(std::move(model_id)) {}
+  // `controller` and `results` must outlive the service; `model_id` names the served
+  // model in reports.
+  ControlService(ClusterController* controller, ResultRouter* results, std::string model_id)
+      : controller_(controller), results_(results), model_id_(std::move(model_id)) {}
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override;
@@ -28,6 +31,7 @@ class ControlService final : public v1::Coordinator::Service {
 
  private:
   ClusterController* controller_;
+  ResultRouter* results_;
   const std::string model_id_;
 };
 

@@ -7,6 +7,7 @@
 #include "grpc/health/v1/health.pb.h"
 #include "coordinator/prometheus.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/result_router.h"
 #include "coordinator/served_model.h"
 #include "coordinator/worker_client.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -79,10 +80,10 @@ class CoordinatorServer::Impl {
         [](const std::string& address, const SenderOptions& options) {
           return MakeActivationSender(address, options);
         },
-        join_token_);
+        &results_, join_token_);
     worker_client_.SetCoordinatorSecret(controller_->coordinator_secret());
     frontend_ = std::make_unique<Frontend>(*model_, *controller_);
-    control_ = std::make_unique<ControlService>(controller_.get(), model_->id());
+    control_ = std::make_unique<ControlService>(controller_.get(), &results_, model_->id());
     inference_ = std::make_unique<InferenceServiceImpl>(frontend_.get(), api_key);
 
     // The public API: Inference, health, reflection.
@@ -109,7 +110,8 @@ class CoordinatorServer::Impl {
     controller_->OnStateChange([this](ClusterState s) { SetHealth(s == ClusterState::kServing); });
 
     // Results from the last stage: on the TCP or MPI data plane, or on the control
-    // service's Results stream (gRPC data plane).
+    // service's Results stream (gRPC data plane); either way to the router, which hands
+    // each to the scheduler of the pipeline it names.
     std::string results_address = advertise;
     if (config_.data_plane.kind != DataPlane::kGrpc) {
       const bool mpi = config_.data_plane.kind == DataPlane::kMpi;
@@ -123,8 +125,8 @@ class CoordinatorServer::Impl {
         dp.advertise_host = adv.host;
       }
       DataPlaneHandlers h;
-      h.results = [c = controller_.get()](const v1::StepResult& r, const std::string& peer) {
-        return c->OnResult(r, peer);
+      h.results = [this](const v1::StepResult& r, const std::string& peer) {
+        return results_.OnResult(r, peer);
       };
       CASCADE_ASSIGN_OR_RETURN(data_, DataPlaneServer::Start(dp, std::move(h)));
       results_address = mpi ? data_->registered_address() : data_->tcp_address();
@@ -193,6 +195,8 @@ class CoordinatorServer::Impl {
   const ClusterConfig config_;
   std::unique_ptr<ServedModel> model_;
   GrpcWorkerClient worker_client_;
+  // Where every transport hands the results; outlives the servers and the controller.
+  ResultRouter results_;
   std::unique_ptr<ClusterController> controller_;
   std::unique_ptr<Frontend> frontend_;
   std::unique_ptr<ControlService> control_;
