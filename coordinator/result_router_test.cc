@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "coordinator/fake_pipeline.h"
+#include "coordinator/stream_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model_source.h"
@@ -19,40 +20,12 @@ namespace {
 
 using testing::FakePipeline;
 using ::testing::HasSubstr;
+using testing::ReadToEnd;
+using testing::SeededRequest;
+using testing::StreamOutput;
+using testing::UndisturbedIds;
 
 constexpr int64_t kVocab = 512;
-
-struct Output {
-  std::vector<int32_t> ids;
-  absl::Status status;
-};
-
-Output Drain(RequestStream& s) {
-  Output o;
-  for (;;) {
-    auto e = s.Next(std::chrono::seconds(30));
-    if (!e) return {o.ids, absl::DeadlineExceededError("no event in 30 s")};
-    o.ids.insert(o.ids.end(), e->ids.begin(), e->ids.end());
-    if (e->last) {
-      o.status = e->status;
-      return o;
-    }
-  }
-}
-
-SequenceRequest Request(int max_tokens, uint64_t seed) {
-  SequenceRequest r;
-  r.prompt = {300, 301, 302};
-  r.max_tokens = max_tokens;
-  r.sampling.seed = seed;
-  return r;
-}
-
-std::vector<int32_t> Expected(uint64_t seed, int n) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(FakePipeline::TokenFor(seed, 3 + i));
-  return ids;
-}
 
 // One pipeline: a scheduler, the fake stages it sends to, and the key of their results.
 struct Served {
@@ -119,14 +92,14 @@ TEST_F(RouterTest, EachResultReachesThePipelineItBelongsTo) {
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 4; ++i) {
     Served& s = i % 2 ? b_ : a_;
-    auto st = s.scheduler->Submit(Request(8 + i, 40 + i));
+    auto st = s.scheduler->Submit(SeededRequest(8 + i, 40 + i));
     ASSERT_TRUE(st.ok()) << st.status();
     streams.push_back(*st);
   }
   for (int i = 0; i < 4; ++i) {
-    Output o = Drain(*streams[i]);
+    StreamOutput o = ReadToEnd(*streams[i]);
     ASSERT_TRUE(o.status.ok()) << o.status;
-    EXPECT_EQ(o.ids, Expected(40 + i, 8 + i)) << i;
+    EXPECT_EQ(o.ids, UndisturbedIds(40 + i, 8 + i)) << i;
   }
   EXPECT_EQ(a_.scheduler->Stats().completed, 2u);
   EXPECT_EQ(b_.scheduler->Stats().completed, 2u);
@@ -142,16 +115,16 @@ TEST_F(RouterTest, AResultForAPlanNotRoutedIsRefused) {
   EXPECT_EQ(router_.size(), 1u);
   EXPECT_EQ(router_.OnResult(Forged(a_.plan_id, a_.key, 1), "an old last stage").code(),
             absl::StatusCode::kPermissionDenied);
-  auto s = b_.scheduler->Submit(Request(5, 7));
+  auto s = b_.scheduler->Submit(SeededRequest(5, 7));
   ASSERT_TRUE(s.ok());
-  Output o = Drain(**s);
+  StreamOutput o = ReadToEnd(**s);
   ASSERT_TRUE(o.status.ok()) << o.status;
-  EXPECT_EQ(o.ids, Expected(7, 5));
+  EXPECT_EQ(o.ids, UndisturbedIds(7, 5));
 }
 
 TEST_F(RouterTest, AResultWithoutItsPlansKeyChangesNothing) {
   b_.pipeline->Pause();
-  auto s = b_.scheduler->Submit(Request(4, 8));
+  auto s = b_.scheduler->Submit(SeededRequest(4, 8));
   ASSERT_TRUE(s.ok());
   // The other pipeline's key, a guess, none: whatever batch they claim.
   for (uint64_t batch = 1; batch < 4; ++batch) {
@@ -161,16 +134,16 @@ TEST_F(RouterTest, AResultWithoutItsPlansKeyChangesNothing) {
     }
   }
   b_.pipeline->Resume();
-  Output o = Drain(**s);
+  StreamOutput o = ReadToEnd(**s);
   ASSERT_TRUE(o.status.ok()) << o.status;
-  EXPECT_EQ(o.ids, Expected(8, 4));
+  EXPECT_EQ(o.ids, UndisturbedIds(8, 4));
 }
 
 TEST_F(RouterTest, AMalformedResultWithTheKeyFailsItsBatch) {
   a_.corrupt = true;
-  auto s = a_.scheduler->Submit(Request(4, 9));
+  auto s = a_.scheduler->Submit(SeededRequest(4, 9));
   ASSERT_TRUE(s.ok());
-  Output o = Drain(**s);
+  StreamOutput o = ReadToEnd(**s);
   EXPECT_EQ(o.status.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(o.status.message()), HasSubstr("outside the vocabulary"));
 }
