@@ -1,6 +1,6 @@
 #include "coordinator/result_router.h"
 
-#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "transport/frame.h"
@@ -14,7 +14,7 @@ absl::Status ResultRouter::Add(uint64_t plan_id, ResultRoute route) {
         absl::StrCat("plan ", plan_id, ": a results route needs a link key and a scheduler"));
   }
   absl::MutexLock lock(&mu_);
-  if (!routes_.emplace(plan_id, std::move(route)).second) {
+  if (!routes_.emplace(plan_id, std::make_shared<const ResultRoute>(std::move(route))).second) {
     return absl::AlreadyExistsError(absl::StrCat("plan ", plan_id, " is routed already"));
   }
   return absl::OkStatus();
@@ -31,7 +31,7 @@ size_t ResultRouter::size() const {
 }
 
 absl::Status ResultRouter::OnResult(const v1::StepResult& wire, const std::string& peer) {
-  std::optional<ResultRoute> route;
+  std::shared_ptr<const ResultRoute> route;  // a reference: no copy of the key per result
   {
     absl::ReaderMutexLock lock(&mu_);
     auto it = routes_.find(wire.plan_id());

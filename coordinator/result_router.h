@@ -56,7 +56,7 @@ class ResultRouter {
 
  private:
   mutable absl::Mutex mu_;
-  std::map<uint64_t, ResultRoute> routes_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<const ResultRoute>> routes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cascade
