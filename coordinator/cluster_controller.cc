@@ -1,14 +1,15 @@
 #include "coordinator/cluster_controller.h"
 
-#include <future>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "transport/frame.h"
 #include "util/logging.h"
 #include "util/secret.h"
+#include "util/status_macros.h"
 
 namespace cascade {
 namespace {
@@ -44,11 +45,12 @@ const char* ClusterStateName(ClusterState s) {
 
 ClusterController::ClusterController(const ClusterConfig& config, const ServedModel& model,
                                      WorkerClient* workers, SenderFactory make_sender,
-                                     std::string join_token)
+                                     ResultRouter* results, std::string join_token)
     : config_(config),
       model_(model),
       workers_(workers),
       make_sender_(std::move(make_sender)),
+      results_(results),
       join_token_(std::move(join_token)),
       coordinator_secret_(RandomSecret()),
       registry_(NewId(), config.bring_up.heartbeat_interval_s),
@@ -59,7 +61,12 @@ ClusterController::ClusterController(const ClusterConfig& config, const ServedMo
 ClusterController::~ClusterController() { Shutdown(); }
 
 void ClusterController::Start(std::string results_address) {
-  results_address_ = std::move(results_address);
+  PipelineLoaderOptions load;
+  load.model_path = model_.path();
+  load.results_address = std::move(results_address);
+  load.data_plane = config_.data_plane.kind;
+  load.stage = config_.stage;
+  loader_ = std::make_unique<const PipelineLoader>(std::move(load), workers_, make_sender_);
   scheduler_->SetLinkErrorHandler([this](const absl::Status& st) {
     absl::MutexLock lock(&mu_);
     link_errors_.emplace_back(Clock::now(), std::string(st.message()));
@@ -74,6 +81,7 @@ void ClusterController::Shutdown() {
     stop_ = true;
   }
   if (thread_.joinable()) thread_.join();
+  Unroute();
   scheduler_->Stop();
 }
 
@@ -129,34 +137,6 @@ bool ClusterController::MayQuery(const std::string& presented) const {
   return join_token_.empty() || SecretsEqual(presented, join_token_);
 }
 
-absl::Status ClusterController::OnResult(const v1::StepResult& wire, const std::string& peer) {
-  uint64_t plan_id;
-  std::string key;
-  {
-    absl::MutexLock lock(&mu_);
-    plan_id = plan_id_;
-    key = results_key_;
-  }
-  auto r = DecodeResult(wire, key, plan_id, model_.config().vocab_size);
-  if (!r.ok() && r.status().code() == absl::StatusCode::kPermissionDenied) {
-    // Not from this plan's last stage (a stranger, or an old plan's): it touches nothing.
-    spdlog::warn("result from {} refused: {}", peer, r.status().message());
-    return r.status();
-  }
-  if (!r.ok()) {
-    spdlog::warn("result from {} rejected: {}", peer, r.status().message());
-    if (wire.plan_id() != plan_id) return absl::OkStatus();
-    StepResult failed;
-    failed.plan_id = plan_id;
-    failed.batch_id = wire.batch_id();
-    failed.error = std::string(r.status().message());
-    scheduler_->OnResult(std::move(failed));
-    return absl::OkStatus();
-  }
-  scheduler_->OnResult(std::move(*r));
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::shared_ptr<Scheduler>> ClusterController::scheduler() const {
   absl::MutexLock lock(&mu_);
   if (recovering_ && !draining_ && !stop_) return scheduler_;  // requests wait for the new plan
@@ -203,11 +183,14 @@ ClusterSnapshot ClusterController::Snapshot() const {
     absl::MutexLock lock(&mu_);
     s.state = state_;
     s.reason = state_ == ClusterState::kServing ? "" : reason_;
-    s.plan_id = plan_id_;
-    s.plan = plan_;
-    s.plan_workers = plan_workers_;
+    s.plan_id = plan_.plan_id;
+    s.plan = plan_.plan;
+    s.plan_workers = plan_.workers;
   }
-  for (const StagePlan& sp : s.plan.stages) s.stage_addresses.push_back(DataAddress(s.plan_workers[sp.worker]));
+  for (const StagePlan& sp : s.plan.stages) {
+    s.stage_addresses.push_back(
+        StageDataAddress(config_.data_plane.kind, s.plan_workers[sp.worker]));
+  }
   s.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
   s.workers = registry_.All();
   const auto now = Clock::now();
@@ -232,12 +215,6 @@ void ClusterController::SetState(ClusterState s, std::string reason) {
 bool ClusterController::Stopping() const {
   absl::MutexLock lock(&mu_);
   return stop_;
-}
-
-std::string ClusterController::DataAddress(const WorkerSpec& w) const {
-  // TCP or MPI when the worker offers it (its data_address), else its gRPC StagePipe.
-  return config_.data_plane.kind != DataPlane::kGrpc && !w.data_address.empty() ? w.data_address
-                                                                                : w.address;
 }
 
 // Each phase returns the next one; kStopped means the machine makes no further transition
@@ -331,7 +308,7 @@ ClusterState ClusterController::PlanPipeline() {
     s.tp = std::max(1, w.resources.tensor_parallel());
     specs.push_back(s);
   }
-  const PlanCopy old = CurrentPlan();
+  const PipelineTarget old = CurrentPlan();
   absl::StatusOr<Plan> plan =
       replanning ? Replan(model_.profile(), old.plan, old.workers, lost, specs, config_.plan)
                  : MakePlan(model_.profile(), specs, config_.plan);
@@ -350,9 +327,7 @@ ClusterState ClusterController::PlanPipeline() {
   }
   spdlog::info("plan:\n{}", plan->Table(model_.profile(), specs));
   absl::MutexLock lock(&mu_);
-  plan_ = *plan;
-  plan_workers_ = std::move(specs);
-  plan_id_ = NewId();
+  plan_ = {NewId(), *std::move(plan), std::move(specs)};
   return ClusterState::kLoading;
 }
 
@@ -392,79 +367,35 @@ ClusterState ClusterController::NoPlanFits(
   }
 }
 
-ClusterController::PlanCopy ClusterController::CurrentPlan() const {
+PipelineTarget ClusterController::CurrentPlan() const {
   absl::MutexLock lock(&mu_);
-  return {plan_, plan_workers_, plan_id_};
+  return plan_;
+}
+
+bool ClusterController::BroughtUp() const {
+  absl::MutexLock lock(&mu_);
+  return brought_up_;
 }
 
 ClusterState ClusterController::LoadPipeline() {
-  const auto [plan, specs, plan_id] = CurrentPlan();
-  const int S = static_cast<int>(plan.stages.size());
-  SetState(ClusterState::kLoading, absl::StrCat("loading ", S, " stage(s)"));
-  // A fresh key for each link of the plan: link i leads into stage i, link S to us.
-  std::vector<std::string> keys(S + 1);
-  for (std::string& k : keys) k = RandomSecret();
-  {
-    absl::MutexLock lock(&mu_);
-    results_key_ = keys[S];
-  }
-  // Every stage loads at once; each worker pages in only its own layers.
-  std::vector<std::future<absl::Status>> loads;
-  for (int i = 0; i < S; ++i) {
-    const StagePlan& sp = plan.stages[i];
-    v1::LoadStageRequest req;
-    req.set_plan_id(plan_id);
-    req.set_model_path(model_.path());
-    req.set_stage_index(i);
-    req.set_num_stages(S);
-    req.set_first_layer(sp.layers.first);
-    req.set_last_layer(sp.layers.last);
-    req.set_kv_blocks(plan.kv_blocks);
-    req.set_kv_block_size(plan.kv_block_size);
-    req.set_kv_type(plan.kv_type == TensorType::kF16 ? v1::KV_CACHE_TYPE_F16
-                                                     : v1::KV_CACHE_TYPE_F32);
-    req.set_max_batch_tokens(static_cast<int32_t>(plan.batch_tokens));
-    if (i + 1 < S) req.set_next_address(DataAddress(specs[plan.stages[i + 1].worker]));
-    req.set_coordinator_address(results_address_);
-    req.set_threads(config_.stage.threads);
-    if (config_.stage.device) req.set_device(DeviceName(*config_.stage.device));
-    req.set_exact(!config_.stage.quantized_activations);
-    req.set_inbound_key(keys[i]);
-    req.set_outbound_key(keys[i + 1]);
-    std::optional<WorkerRecord> w = registry_.Find(specs[sp.worker].id);
+  const PipelineTarget target = CurrentPlan();
+  SetState(ClusterState::kLoading,
+           absl::StrCat("loading ", target.plan.stages.size(), " stage(s)"));
+  std::vector<WorkerRecord> stage_workers;
+  for (const StagePlan& sp : target.plan.stages) {
+    const std::string& id = target.workers[sp.worker].id;
+    std::optional<WorkerRecord> w = registry_.Find(id);
     if (!w) {
-      Fail(absl::UnavailableError(absl::StrCat("worker ", specs[sp.worker].id, " is gone")));
+      Fail(absl::UnavailableError(absl::StrCat("worker ", id, " is gone")));
       return ClusterState::kStopped;
     }
-    loads.push_back(std::async(std::launch::async, [this, req, w = *w, i]() {
-      absl::Status st = workers_->LoadStage(w, req);
-      if (!st.ok()) {
-        return absl::Status(st.code(), absl::StrCat("loading stage ", i, " on ", w.id, ": ",
-                                                    st.message()));
-      }
-      return st;
-    }));
+    stage_workers.push_back(*std::move(w));
   }
-  absl::Status failed;
   std::vector<std::string> failed_workers;
-  for (size_t i = 0; i < loads.size(); ++i) {
-    absl::Status st = loads[i].get();
-    if (st.ok()) continue;
-    failed_workers.push_back(specs[plan.stages[i].worker].id);
-    if (failed.ok()) failed = st;
-  }
-  if (!failed.ok()) {
-    bool replanning;
-    {
-      absl::MutexLock lock(&mu_);
-      replanning = brought_up_;
-    }
-    if (!replanning) {
-      Fail(failed);
-      return ClusterState::kStopped;
-    }
+  absl::StatusOr<LoadedPipeline> pipeline = loader_->Load(target, stage_workers, &failed_workers);
+  if (!pipeline.ok() && !failed_workers.empty() && BroughtUp()) {
     // After bring-up a worker that cannot load counts as lost: plan without it.
-    spdlog::error("{}; planning without it", failed.message());
+    spdlog::error("{}; planning without it", pipeline.status().message());
     absl::MutexLock lock(&mu_);
     for (const std::string& id : failed_workers) {
       if (auto w = registry_.Find(id)) excluded_[id] = w->generation;
@@ -472,28 +403,47 @@ ClusterState ClusterController::LoadPipeline() {
     }
     return ClusterState::kReplanning;
   }
-
-  if (Stopping()) return ClusterState::kStopped;
-  SenderOptions link;
-  link.link_key = keys[0];
-  auto sender = make_sender_(DataAddress(specs[plan.stages[0].worker]), link);
-  if (!sender.ok()) {
-    Fail(sender.status());
+  if (!pipeline.ok()) {
+    Fail(pipeline.status());
     return ClusterState::kStopped;
   }
-  PipelineSpec pipeline;
-  pipeline.plan_id = plan_id;
-  pipeline.num_stages = S;
-  pipeline.kv_blocks = plan.kv_blocks;
-  pipeline.kv_block_size = plan.kv_block_size;
-  pipeline.max_batch_tokens = plan.batch_tokens;
-  pipeline.first_stage = std::shared_ptr<ActivationSender>(std::move(*sender));
-  scheduler_->Attach(std::move(pipeline));
+  if (Stopping()) return ClusterState::kStopped;
+  if (absl::Status st = AttachPipeline(*std::move(pipeline)); !st.ok()) {
+    Fail(st);
+    return ClusterState::kStopped;
+  }
   return ClusterState::kServing;
 }
 
+absl::Status ClusterController::AttachPipeline(LoadedPipeline pipeline) {
+  const uint64_t plan_id = pipeline.plan_id();
+  // Routed before it is attached: the first results may follow the first frame at once.
+  CASCADE_RETURN_IF_ERROR(results_->Add(
+      plan_id, {pipeline.results_key(), model_.config().vocab_size, scheduler_}));
+  {
+    absl::MutexLock lock(&mu_);
+    attached_plan_ = plan_id;
+  }
+  scheduler_->Attach(std::move(pipeline.spec));
+  return absl::OkStatus();
+}
+
+void ClusterController::Unroute() {
+  uint64_t plan_id;
+  {
+    absl::MutexLock lock(&mu_);
+    plan_id = std::exchange(attached_plan_, 0);
+  }
+  if (plan_id != 0) results_->Remove(plan_id);
+}
+
+void ClusterController::DetachPipeline(const absl::Status& why) {
+  Unroute();
+  scheduler_->Detach(why);
+}
+
 std::vector<std::string> ClusterController::FindLostWorkers(std::string* problem) {
-  const auto [plan, specs, plan_id] = CurrentPlan();
+  const auto [plan_id, plan, specs] = CurrentPlan();
   const auto now = Clock::now();
   std::vector<std::string> lost;
   for (size_t i = 0; i < plan.stages.size(); ++i) {
@@ -524,7 +474,7 @@ std::string ClusterController::CheckFirstStageLink(std::string* problem) {
     errors.swap(link_errors_);
   }
   if (errors.empty()) return "";
-  const auto [plan, specs, plan_id] = CurrentPlan();
+  const auto [plan_id, plan, specs] = CurrentPlan();
   if (plan.stages.empty()) return "";
   const WorkerSpec& spec = specs[plan.stages[0].worker];
   std::optional<WorkerRecord> w = registry_.Find(spec.id);
@@ -554,7 +504,7 @@ std::string ClusterController::CheckFirstStageLink(std::string* problem) {
 }
 
 void ClusterController::TendSpares() {
-  const auto [plan, specs, plan_id] = CurrentPlan();
+  const auto [plan_id, plan, specs] = CurrentPlan();
   std::set<std::string> in_plan;
   for (const StagePlan& st : plan.stages) in_plan.insert(specs[st.worker].id);
   for (const WorkerRecord& w : registry_.Alive()) {
@@ -588,7 +538,7 @@ ClusterState ClusterController::Serve() {
   size_t stages;
   {
     absl::MutexLock lock(&mu_);
-    stages = plan_.stages.size();
+    stages = plan_.plan.stages.size();
     brought_up_ = true;
     recovering_ = false;
     lost_.clear();
@@ -634,12 +584,12 @@ ClusterState ClusterController::Degraded() {
   }
   // The sequences wait, rewound, for the next plan: those that were on the lost stage are
   // not lost, they are prefilled again.
-  scheduler_->Detach(absl::UnavailableError(problem));
+  DetachPipeline(absl::UnavailableError(problem));
   return ClusterState::kReplanning;
 }
 
 void ClusterController::UnloadPlan() {
-  const auto [plan, specs, plan_id] = CurrentPlan();
+  const auto [plan_id, plan, specs] = CurrentPlan();
   if (plan_id == 0) return;
   for (const StagePlan& sp : plan.stages) {
     std::optional<WorkerRecord> w = registry_.Find(specs[sp.worker].id);

@@ -25,6 +25,11 @@
 //   the new plan by prefilling its prompt and the tokens already streamed: the streams go
 //   on with exactly the text an undisturbed run gives. A lost worker takes no part in a
 //   plan again until it registers anew (a restart) or, back from a stop, has unloaded.
+// - What a plan becomes is the PipelineLoader's business (coordinator/pipeline_loader.h:
+//   LoadStage requests, link keys, the first stage's link); the controller decides when to
+//   load, attaches the pipeline it gets to the scheduler and routes the pipeline's results
+//   (ResultRouter, coordinator/result_router.h) while it is attached: results reach the
+//   scheduler through the router, never through the controller.
 // - Every external effect goes through the injected WorkerClient and sender factory, so
 //   the machine is tested with fakes and no network.
 #ifndef CASCADE_COORDINATOR_CLUSTER_CONTROLLER_H_
@@ -45,11 +50,12 @@
 #include "cascade/v1/control_plane.pb.h"
 #include "cascade/v1/data_plane.pb.h"
 #include "coordinator/cluster_config.h"
+#include "coordinator/pipeline_loader.h"
 #include "coordinator/planner.h"
 #include "coordinator/registry.h"
+#include "coordinator/result_router.h"
 #include "serving/scheduler.h"
 #include "coordinator/served_model.h"
-#include "transport/link.h"
 
 namespace cascade {
 
@@ -64,21 +70,6 @@ enum class ClusterState {
   kStopped,
 };
 const char* ClusterStateName(ClusterState s);
-
-// How the controller reaches the workers' control services.
-class WorkerClient {
- public:
-  virtual ~WorkerClient() = default;
-  // Blocks until the worker has loaded the stage (or failed to).
-  virtual absl::Status LoadStage(const WorkerRecord& worker, const v1::LoadStageRequest& req) = 0;
-  virtual absl::Status Unload(const WorkerRecord& worker, uint64_t plan_id) = 0;
-  // Whether the worker's control service answers now (a short deadline).
-  virtual absl::Status Probe(const WorkerRecord& worker) = 0;
-};
-
-// Makes the link to a pipeline's first stage from its data-plane address and link key.
-using SenderFactory = std::function<absl::StatusOr<std::unique_ptr<ActivationSender>>(
-    const std::string& address, const SenderOptions& options)>;
 
 // A consistent view of the cluster for status reports.
 struct ClusterSnapshot {
@@ -96,10 +87,12 @@ struct ClusterSnapshot {
 
 class ClusterController {
  public:
-  // `model` and `workers` must outlive the controller. Workers may register before Start.
+  // `model`, `workers` and `results` must outlive the controller. Workers may register
+  // before Start. The controller adds its pipeline to `results` while it is attached.
   // `join_token`: what a worker must present to register ("" = anyone may, with a warning).
   ClusterController(const ClusterConfig& config, const ServedModel& model, WorkerClient* workers,
-                    SenderFactory make_sender, std::string join_token = "");
+                    SenderFactory make_sender, ResultRouter* results,
+                    std::string join_token = "");
   ~ClusterController();
 
   // `results_address` is where the last stage is told to send results.
@@ -120,12 +113,6 @@ class ClusterController {
   bool MayQuery(const std::string& presented) const;
   // What the coordinator presents to workers' control services.
   const std::string& coordinator_secret() const { return coordinator_secret_; }
-  // A step result from the last stage (any transport); checked against the current plan
-  // and the results link's key. PermissionDenied: not from the plan's last stage (the
-  // transport drops the connection; nothing else happens).
-  absl::Status OnResult(const v1::StepResult& wire, const std::string& peer)
-      ABSL_LOCKS_EXCLUDED(mu_);
-
   absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const ABSL_LOCKS_EXCLUDED(mu_);
   ClusterState state() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the state is one of `states`; false on timeout.
@@ -166,21 +153,24 @@ class ClusterController {
   bool IsExcluded(const WorkerRecord& w) const ABSL_LOCKS_EXCLUDED(mu_);
   void UnloadPlan() ABSL_LOCKS_EXCLUDED(mu_);
   // The current plan, its workers and its id, copied under the lock.
-  struct PlanCopy {
-    Plan plan;
-    std::vector<WorkerSpec> workers;
-    uint64_t id = 0;
-  };
-  PlanCopy CurrentPlan() const ABSL_LOCKS_EXCLUDED(mu_);
-  std::string DataAddress(const WorkerSpec& w) const;
+  PipelineTarget CurrentPlan() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool BroughtUp() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Routes the pipeline's results to the scheduler, then attaches it.
+  absl::Status AttachPipeline(LoadedPipeline pipeline) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops routing the attached pipeline's results, then detaches it from the scheduler
+  // (its sequences wait, rewound, for the next).
+  void DetachPipeline(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops routing the attached pipeline's results (if any).
+  void Unroute() ABSL_LOCKS_EXCLUDED(mu_);
 
   const ClusterConfig config_;
   const ServedModel& model_;
   WorkerClient* const workers_;
   const SenderFactory make_sender_;
+  ResultRouter* const results_;
   const std::string join_token_;
   const std::string coordinator_secret_;
-  std::string results_address_;  // set by Start, before the thread
+  std::unique_ptr<const PipelineLoader> loader_;  // made by Start, before the thread
   WorkerRegistry registry_;
   std::shared_ptr<Scheduler> scheduler_;  // created at start, lives as long as the controller
   const Clock::time_point started_ = Clock::now();
@@ -191,10 +181,8 @@ class ClusterController {
   std::string reason_ ABSL_GUARDED_BY(mu_) = "starting";
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  Plan plan_ ABSL_GUARDED_BY(mu_);
-  std::vector<WorkerSpec> plan_workers_ ABSL_GUARDED_BY(mu_);
-  uint64_t plan_id_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string results_key_ ABSL_GUARDED_BY(mu_);  // the current plan's results link key
+  PipelineTarget plan_ ABSL_GUARDED_BY(mu_);  // the current plan (id 0: none yet)
+  uint64_t attached_plan_ ABSL_GUARDED_BY(mu_) = 0;  // routed and attached now; 0: none
   std::vector<std::function<void(ClusterState)>> listeners_ ABSL_GUARDED_BY(mu_);
   bool brought_up_ ABSL_GUARDED_BY(mu_) = false;  // served once: failures now re-plan
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;  // a plan is being replaced; requests wait

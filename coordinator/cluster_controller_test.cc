@@ -7,6 +7,7 @@
 #include <future>
 #include <set>
 
+#include "coordinator/stream_test_util.h"
 #include "serving/fake_pipeline.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -19,6 +20,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::FakePipeline;
+using testing::ReadToEnd;
+using testing::SeededRequest;
+using testing::StreamOutput;
+using testing::UndisturbedIds;
 using std::chrono::milliseconds;
 
 class FakeWorkers : public WorkerClient {
@@ -108,7 +113,7 @@ class ControllerTest : public ::testing::Test {
           return absl::StatusOr<std::unique_ptr<ActivationSender>>(
               pipeline_.MakeSender(controller_->Snapshot().plan_id));
         },
-        join_token_);
+        &results_, join_token_);
     controller_->OnStateChange([this](ClusterState s) {
       absl::MutexLock l(&mu_);
       states_.push_back(s);
@@ -167,6 +172,14 @@ class ControllerTest : public ::testing::Test {
       beats_.clear();
     }
   }
+  // Waits until a plan other than `from` serves (the transitions can be too quick to see
+  // one by one); false on timeout.
+  bool ServingANewPlan(uint64_t from) {
+    for (int i = 0; i < 1000 && controller_->Snapshot().plan_id == from; ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return controller_->WaitForState({ClusterState::kServing}, milliseconds(10000));
+  }
   std::vector<ClusterState> States() {
     absl::MutexLock l(&mu_);
     return states_;
@@ -175,12 +188,13 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<ServedModel> model_;
   FakeWorkers workers_;
   std::string join_token_;  // what workers present (the controller is made with it)
+  ResultRouter results_;    // outlives the controller, which routes its pipelines here
   std::unique_ptr<ClusterController> controller_;
   // Destroyed before the controller: its thread calls into it.
   FakePipeline pipeline_{[this](StepResult r) {
     v1::StepResult wire;
     EncodeResult(r, workers_.ResultsKey(r.plan_id), &wire);
-    controller_->OnResult(wire, "fake last stage").IgnoreError();
+    results_.OnResult(wire, "fake last stage").IgnoreError();
   }};
   std::string first_stage_address_;
   absl::Mutex mu_;
@@ -189,32 +203,6 @@ class ControllerTest : public ::testing::Test {
   bool stop_all_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> beats_;
 };
-
-struct Output {
-  std::vector<int32_t> ids;
-  absl::Status status;
-};
-
-Output Drain(RequestStream& s) {
-  Output o;
-  for (;;) {
-    auto e = s.Next(std::chrono::seconds(30));
-    if (!e) return {o.ids, absl::DeadlineExceededError("no event")};
-    o.ids.insert(o.ids.end(), e->ids.begin(), e->ids.end());
-    if (e->last) {
-      o.status = e->status;
-      return o;
-    }
-  }
-}
-
-SequenceRequest Request(int max_tokens, uint64_t seed) {
-  SequenceRequest r;
-  r.prompt = {1, 403, 407};
-  r.max_tokens = max_tokens;
-  r.sampling.seed = seed;
-  return r;
-}
 
 TEST_F(ControllerTest, BringUpGoesFromWaitingThroughPlanningAndLoadingToServing) {
   Start();
@@ -244,9 +232,9 @@ TEST_F(ControllerTest, BringUpGoesFromWaitingThroughPlanningAndLoadingToServing)
   // Requests run.
   auto sched = controller_->scheduler();
   ASSERT_TRUE(sched.ok()) << sched.status();
-  auto s = (*sched)->Submit(Request(6, 3));
+  auto s = (*sched)->Submit(SeededRequest(6, 3));
   ASSERT_TRUE(s.ok());
-  Output o = Drain(**s);
+  StreamOutput o = ReadToEnd(**s);
   EXPECT_TRUE(o.status.ok()) << o.status;
   EXPECT_EQ(o.ids.size(), 6u);
   const ClusterSnapshot snap = controller_->Snapshot();
@@ -293,7 +281,7 @@ TEST_F(ControllerTest, ALostWorkerIsReplacedByASpareAndTheStreamsGoOn) {
   AddWorker("spare");  // registers after the plan is made: waits as a spare
   const uint64_t first_plan = controller_->Snapshot().plan_id;
   pipeline_.Pause();
-  auto s = (*controller_->scheduler())->Submit(Request(30, 9));
+  auto s = (*controller_->scheduler())->Submit(SeededRequest(30, 9));
   ASSERT_TRUE(s.ok());
   const auto lost = std::chrono::steady_clock::now();
   workers_.HoldLoads(true);
@@ -305,7 +293,7 @@ TEST_F(ControllerTest, ALostWorkerIsReplacedByASpareAndTheStreamsGoOn) {
   // While the plan is replaced, requests are taken (they wait for the new plan).
   auto during = controller_->scheduler();
   ASSERT_TRUE(during.ok()) << during.status();
-  auto later = (*during)->Submit(Request(5, 10));
+  auto later = (*during)->Submit(SeededRequest(5, 10));
   ASSERT_TRUE(later.ok());
   workers_.HoldLoads(false);
   pipeline_.Resume();
@@ -316,17 +304,47 @@ TEST_F(ControllerTest, ALostWorkerIsReplacedByASpareAndTheStreamsGoOn) {
   for (const StagePlan& st : snap.plan.stages) used.insert(snap.plan_workers[st.worker].id);
   EXPECT_EQ(used, (std::set<std::string>{"w0", "spare"}));
   // Both streams end well, with exactly the tokens of an undisturbed run.
-  Output o = Drain(**s);
+  StreamOutput o = ReadToEnd(**s);
   ASSERT_TRUE(o.status.ok()) << o.status;
   ASSERT_EQ(o.ids.size(), 30u);
-  for (size_t i = 0; i < o.ids.size(); ++i) EXPECT_EQ(o.ids[i], FakePipeline::TokenFor(9, 3 + i));
-  EXPECT_TRUE(Drain(**later).status.ok());
+  EXPECT_EQ(o.ids, UndisturbedIds(9, static_cast<int>(o.ids.size())));
+  EXPECT_TRUE(ReadToEnd(**later).status.ok());
   EXPECT_EQ(controller_->Snapshot().scheduler.resumed, 1u);
   // The spare loaded the lost stage's layers; w0 kept its own.
   int spare_loads = 0;
   for (const auto& [id, req] : workers_.loads()) spare_loads += id == "spare";
   EXPECT_EQ(spare_loads, 1);
   EXPECT_THAT(States(), ::testing::Contains(ClusterState::kReplanning));
+}
+
+TEST_F(ControllerTest, OnlyTheAttachedPipelinesResultsAreRouted) {
+  auto result_of = [this](uint64_t plan_id) {
+    StepResult r;
+    r.plan_id = plan_id;
+    r.batch_id = 999;
+    v1::StepResult wire;
+    EncodeResult(r, workers_.ResultsKey(plan_id), &wire);
+    return wire;
+  };
+  Start();
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  const uint64_t first_plan = controller_->Snapshot().plan_id;
+  EXPECT_EQ(results_.size(), 1u);
+  // Its last stage's results are taken (an unknown batch: the scheduler ignores it).
+  EXPECT_TRUE(results_.OnResult(result_of(first_plan), "its last stage").ok());
+  SetWorkerState("w0", v1::WORKER_STATE_FAILED);
+  ASSERT_TRUE(ServingANewPlan(first_plan));
+  const uint64_t second_plan = controller_->Snapshot().plan_id;
+  ASSERT_NE(second_plan, first_plan);
+  // The old plan's last stage is refused now; the new one's is taken.
+  EXPECT_EQ(results_.size(), 1u);
+  EXPECT_EQ(results_.OnResult(result_of(first_plan), "the old last stage").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(results_.OnResult(result_of(second_plan), "the new last stage").ok());
+  controller_->Shutdown();
+  EXPECT_EQ(results_.size(), 0u);
 }
 
 TEST_F(ControllerTest, AFirstStageThatCannotBeReachedIsReplacedWithoutWaitingForHeartbeats) {
@@ -345,11 +363,11 @@ TEST_F(ControllerTest, AFirstStageThatCannotBeReachedIsReplacedWithoutWaitingFor
   workers_.MakeUnreachable(first_worker);
   pipeline_.BreakPlan(first_plan);
   const auto broke = std::chrono::steady_clock::now();
-  auto s = (*controller_->scheduler())->Submit(Request(10, 6));
+  auto s = (*controller_->scheduler())->Submit(SeededRequest(10, 6));
   ASSERT_TRUE(s.ok());
-  Output o = Drain(**s);
+  StreamOutput o = ReadToEnd(**s);
   ASSERT_TRUE(o.status.ok()) << o.status;
-  for (size_t i = 0; i < o.ids.size(); ++i) EXPECT_EQ(o.ids[i], FakePipeline::TokenFor(6, 3 + i));
+  EXPECT_EQ(o.ids, UndisturbedIds(6, static_cast<int>(o.ids.size())));
   EXPECT_NE(controller_->Snapshot().plan_id, first_plan);
   EXPECT_LT(std::chrono::steady_clock::now() - broke, milliseconds(1000));
 }
@@ -361,22 +379,18 @@ TEST_F(ControllerTest, WithoutASpareTheWorkersThatRemainServe) {
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
   const uint64_t first_plan = controller_->Snapshot().plan_id;
   pipeline_.Pause();
-  auto s = (*controller_->scheduler())->Submit(Request(20, 4));
+  auto s = (*controller_->scheduler())->Submit(SeededRequest(20, 4));
   ASSERT_TRUE(s.ok());
   StopHeartbeats("w0");
-  // Re-planned and serving again (the transitions can be too quick to see one by one).
-  for (int i = 0; i < 1000 && controller_->Snapshot().plan_id == first_plan; ++i) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  ASSERT_TRUE(ServingANewPlan(first_plan));
   pipeline_.Resume();
   EXPECT_THAT(States(), ::testing::Contains(ClusterState::kDegraded));
   const ClusterSnapshot snap = controller_->Snapshot();
   ASSERT_EQ(snap.plan.stages.size(), 1u);  // the model fits on w1 alone
   EXPECT_EQ(snap.plan_workers[snap.plan.stages[0].worker].id, "w1");
-  Output o = Drain(**s);
+  StreamOutput o = ReadToEnd(**s);
   ASSERT_TRUE(o.status.ok()) << o.status;
-  for (size_t i = 0; i < o.ids.size(); ++i) EXPECT_EQ(o.ids[i], FakePipeline::TokenFor(4, 3 + i));
+  EXPECT_EQ(o.ids, UndisturbedIds(4, static_cast<int>(o.ids.size())));
 }
 
 TEST_F(ControllerTest, WhenNoPlanFitsRequestsEndSayingWhyUntilAWorkerJoins) {
@@ -387,10 +401,10 @@ TEST_F(ControllerTest, WhenNoPlanFitsRequestsEndSayingWhyUntilAWorkerJoins) {
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)))
       << ClusterStateName(controller_->state());
   pipeline_.Pause();
-  auto s = (*controller_->scheduler())->Submit(Request(20, 4));
+  auto s = (*controller_->scheduler())->Submit(SeededRequest(20, 4));
   ASSERT_TRUE(s.ok());
   StopHeartbeats("w1");
-  Output o = Drain(**s);
+  StreamOutput o = ReadToEnd(**s);
   EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(o.status.message()), HasSubstr("no plan fits the workers that remain"));
   EXPECT_EQ(controller_->state(), ClusterState::kDegraded);
@@ -401,9 +415,9 @@ TEST_F(ControllerTest, WhenNoPlanFitsRequestsEndSayingWhyUntilAWorkerJoins) {
   // A new worker joins: the cluster plans again and serves.
   AddWorker("w2", 48 << 20);
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
-  auto again = (*controller_->scheduler())->Submit(Request(4, 5));
+  auto again = (*controller_->scheduler())->Submit(SeededRequest(4, 5));
   ASSERT_TRUE(again.ok());
-  EXPECT_TRUE(Drain(**again).status.ok());
+  EXPECT_TRUE(ReadToEnd(**again).status.ok());
 }
 
 TEST_F(ControllerTest, AWorkerReportingFailureIsReplaced) {
@@ -413,10 +427,7 @@ TEST_F(ControllerTest, AWorkerReportingFailureIsReplaced) {
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
   const uint64_t first_plan = controller_->Snapshot().plan_id;
   SetWorkerState("w0", v1::WORKER_STATE_FAILED);
-  for (int i = 0; i < 1000 && controller_->Snapshot().plan_id == first_plan; ++i) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  ASSERT_TRUE(ServingANewPlan(first_plan));
   const ClusterSnapshot snap = controller_->Snapshot();
   EXPECT_NE(snap.plan_id, first_plan);
   for (const StagePlan& st : snap.plan.stages) {
@@ -432,14 +443,8 @@ TEST_F(ControllerTest, ALostWorkerThatComesBackIsUnloadedAndBecomesASpare) {
   AddWorker("w1");
   AddWorker("w2");
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
-  auto replanned = [&](uint64_t from) {
-    for (int i = 0; i < 1000 && controller_->Snapshot().plan_id == from; ++i) {
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    return controller_->WaitForState({ClusterState::kServing}, milliseconds(10000));
-  };
   SetWorkerState("w1", v1::WORKER_STATE_FAILED);
-  ASSERT_TRUE(replanned(controller_->Snapshot().plan_id));
+  ASSERT_TRUE(ServingANewPlan(controller_->Snapshot().plan_id));
   // w1 reports a stage of the old plan again (as a stopped worker does when continued):
   // it is told to unload; once idle it may serve again.
   SetWorkerState("w1", v1::WORKER_STATE_SERVING);
@@ -454,7 +459,7 @@ TEST_F(ControllerTest, ALostWorkerThatComesBackIsUnloadedAndBecomesASpare) {
   // Now lose w2: w1 is the spare that takes its place.
   const uint64_t second_plan = controller_->Snapshot().plan_id;
   StopHeartbeats("w2");
-  ASSERT_TRUE(replanned(second_plan));
+  ASSERT_TRUE(ServingANewPlan(second_plan));
   const ClusterSnapshot snap = controller_->Snapshot();
   std::set<std::string> used;
   for (const StagePlan& st : snap.plan.stages) used.insert(snap.plan_workers[st.worker].id);
@@ -469,16 +474,16 @@ TEST_F(ControllerTest, DrainLetsRunningRequestsFinishThenStopsAndUnloads) {
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
   auto sched = *controller_->scheduler();
   pipeline_.Pause();
-  auto running = sched->Submit(Request(8, 4));
+  auto running = sched->Submit(SeededRequest(8, 4));
   ASSERT_TRUE(running.ok());
   auto drained = std::async(std::launch::async, [&] { controller_->Drain(milliseconds(20000)); });
   // Not serving at once, and new requests are refused.
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kDraining}, milliseconds(5000)));
   EXPECT_EQ(controller_->scheduler().status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(sched->Submit(Request(1, 1)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(sched->Submit(SeededRequest(1, 1)).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(drained.wait_for(milliseconds(200)), std::future_status::timeout);
   pipeline_.Resume();
-  Output o = Drain(**running);
+  StreamOutput o = ReadToEnd(**running);
   EXPECT_TRUE(o.status.ok()) << o.status;
   EXPECT_EQ(o.ids.size(), 8u);
   drained.get();
@@ -494,10 +499,10 @@ TEST_F(ControllerTest, DrainEndsWhatIsLeftWhenItsTimeRunsOut) {
   AddWorker("w1");
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
   pipeline_.Pause();
-  auto running = (*controller_->scheduler())->Submit(Request(8, 4));
+  auto running = (*controller_->scheduler())->Submit(SeededRequest(8, 4));
   ASSERT_TRUE(running.ok());
   controller_->Drain(milliseconds(200));
-  Output o = Drain(**running);
+  StreamOutput o = ReadToEnd(**running);
   EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(o.status.message()), HasSubstr("drain timeout"));
   pipeline_.Resume();
@@ -547,7 +552,7 @@ TEST_F(ControllerTest, RegistrationIsCheckedAndForgedResultsAreRefused) {
   AddWorker("w1");
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
   pipeline_.Pause();
-  auto s = (*controller_->scheduler())->Submit(Request(3, 8));
+  auto s = (*controller_->scheduler())->Submit(SeededRequest(3, 8));
   ASSERT_TRUE(s.ok());
   // Results without the results link's key change nothing for this stream, whatever plan
   // or batch they claim.
@@ -557,16 +562,14 @@ TEST_F(ControllerTest, RegistrationIsCheckedAndForgedResultsAreRefused) {
     forged.set_batch_id(batch);
     forged.add_tokens()->set_token(5);
     forged.set_link_key(batch == 1 ? "" : "a guess of sixteen");
-    EXPECT_EQ(controller_->OnResult(forged, "a stranger").code(),
+    EXPECT_EQ(results_.OnResult(forged, "a stranger").code(),
               absl::StatusCode::kPermissionDenied);
   }
   pipeline_.Resume();
-  Output o = Drain(**s);
+  StreamOutput o = ReadToEnd(**s);
   ASSERT_TRUE(o.status.ok());
   EXPECT_EQ(o.ids.size(), 3u);
-  for (size_t i = 0; i < o.ids.size(); ++i) {
-    EXPECT_EQ(o.ids[i], FakePipeline::TokenFor(8, 3 + i));
-  }
+  EXPECT_EQ(o.ids, UndisturbedIds(8, static_cast<int>(o.ids.size())));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "grpc/health/v1/health.pb.h"
 #include "coordinator/prometheus.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/result_router.h"
 #include "coordinator/served_model.h"
 #include "coordinator/worker_client.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -80,13 +81,13 @@ class CoordinatorServer::Impl {
         [](const std::string& address, const SenderOptions& options) {
           return MakeActivationSender(address, options);
         },
-        join_token_);
+        &results_, join_token_);
     worker_client_.SetCoordinatorSecret(controller_->coordinator_secret());
     serving_target_ = std::make_unique<ClusterServingTarget>(*model_, *controller_);
     control_ = std::make_unique<ControlService>(controller_.get(), model_->id());
-    results_ = std::make_unique<ResultSinkService>(
-        [c = controller_.get()](const v1::StepResult& r, const std::string& peer) {
-          return c->OnResult(r, peer);
+    result_sink_ = std::make_unique<ResultSinkService>(
+        [r = &results_](const v1::StepResult& result, const std::string& peer) {
+          return r->OnResult(result, peer);
         });
     inference_ = std::make_unique<InferenceServiceImpl>(serving_target_.get(), api_key);
 
@@ -107,7 +108,7 @@ class CoordinatorServer::Impl {
     CASCADE_ASSIGN_OR_RETURN(StartedServer control,
                              StartServer("coordinator", config_.server.control_listen,
                                          ServerCredentials(ServerRole::kCluster),
-                                         {control_.get(), results_.get()}));
+                                         {control_.get(), result_sink_.get()}));
     control_server_ = std::move(control.server);
     control_address_ = AdvertisedHostPort(config_.server.control_listen, control.port);
     const std::string advertise =
@@ -115,7 +116,8 @@ class CoordinatorServer::Impl {
     controller_->OnStateChange([this](ClusterState s) { SetHealth(s == ClusterState::kServing); });
 
     // Results from the last stage: on the TCP or MPI data plane, or on the ResultSink
-    // stream served beside the control service (gRPC data plane).
+    // stream served beside the control service (gRPC data plane); either way to the
+    // router, which hands each to the scheduler of the pipeline it names.
     std::string results_address = advertise;
     if (config_.data_plane.kind != DataPlane::kGrpc) {
       const bool mpi = config_.data_plane.kind == DataPlane::kMpi;
@@ -129,8 +131,8 @@ class CoordinatorServer::Impl {
         dp.advertise_host = adv.host;
       }
       DataPlaneHandlers h;
-      h.results = [c = controller_.get()](const v1::StepResult& r, const std::string& peer) {
-        return c->OnResult(r, peer);
+      h.results = [this](const v1::StepResult& r, const std::string& peer) {
+        return results_.OnResult(r, peer);
       };
       CASCADE_ASSIGN_OR_RETURN(data_, DataPlaneServer::Start(dp, std::move(h)));
       results_address = mpi ? data_->registered_address() : data_->tcp_address();
@@ -199,10 +201,12 @@ class CoordinatorServer::Impl {
   const ClusterConfig config_;
   std::unique_ptr<ServedModel> model_;
   GrpcWorkerClient worker_client_;
+  // Where every transport hands the results; outlives the servers and the controller.
+  ResultRouter results_;
   std::unique_ptr<ClusterController> controller_;
   std::unique_ptr<ClusterServingTarget> serving_target_;
   std::unique_ptr<ControlService> control_;
-  std::unique_ptr<ResultSinkService> results_;  // the gRPC data plane's results
+  std::unique_ptr<ResultSinkService> result_sink_;  // the gRPC data plane's results
   std::unique_ptr<InferenceServiceImpl> inference_;
   std::unique_ptr<grpc::Server> server_;          // public
   std::unique_ptr<grpc::Server> control_server_;  // workers

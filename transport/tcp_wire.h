@@ -9,7 +9,7 @@
 //   offset 8  u32 length   body bytes, at most the reader's limit (kMaxMessageBytes)
 //   offset 12 body         a serialized cascade.v1 message of that kind
 //
-// The body is protobuf (proto/cascade/v1/worker.proto), so a frame's content is checked
+// The body is protobuf (proto/cascade/v1/data_plane.proto), so a frame's content is checked
 // field by field after parsing exactly as on the gRPC data plane (DecodeFrame).
 //
 // Contract:
