@@ -316,72 +316,31 @@ std::unique_ptr<Setup> MakeSetup(const std::string& mode, const Options& o) {
 }  // namespace
 }  // namespace cascade
 
-int main(int argc, char** argv) {
-  cascade::ConfigureRuntime();
-  CLI::App app{"Cascade end-to-end decode benchmark"};
-  cascade::Options o;
-  std::string mode;
-  std::vector<int> compare_stages;
-  app.add_option("mode", mode, "local, cluster or compare")
-      ->required()
-      ->check(CLI::IsMember({"local", "cluster", "compare"}));
-  app.add_option("--model", o.model)->required();
-  app.add_option("--bin-dir", o.bin_dir, "Where cascade-coordinator and cascade-worker are");
-  app.add_option("--stages", compare_stages,
-                 "Stages (compare: the pipelines to set against one process, e.g. 2 3)")
-      ->delimiter(',');
-  app.add_option("--threads", o.threads);
-  int baseline_threads = 0;
-  app.add_option("--baseline-threads", baseline_threads,
-                 "compare: threads of the one process (default: --threads)");
-  app.add_option("--streams", o.streams);
-  app.add_option("--tokens", o.tokens);
-  app.add_option("--prompt-tokens", o.prompt_tokens);
-  app.add_option("--repeats", o.repeats, "Rounds; local/cluster report the best");
-  std::vector<std::string> data_planes;
-  app.add_option("--data-plane", data_planes,
-                 "Frames between stages: tcp, grpc or mpi (--launcher mpi); compare takes a "
-                 "list, one pipeline each")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"tcp", "grpc", "mpi"}));
-  app.add_option("--launcher", o.launcher, "processes (coordinator + workers) or mpi (cascade-mpi)")
-      ->check(CLI::IsMember({"processes", "mpi"}));
-  std::vector<int> tps;
-  app.add_option("--tp", tps, "mpi: ranks per stage (tensor parallelism); compare takes a list")
-      ->delimiter(',');
-  CLI11_PARSE(app, argc, argv);
-  if (data_planes.empty()) data_planes = {"tcp"};
-  if (tps.empty()) tps = {1};
-  o.data_plane = data_planes[0];
-  o.tp = tps[0];
-  if (o.launcher != "mpi" && (o.data_plane == "mpi" || tps != std::vector<int>{1})) {
-    std::cerr << "--data-plane mpi and --tp need --launcher mpi\n";
-    return 2;
+namespace {
+
+// One set-up (local or cluster), its best of --repeats rounds.
+int RunOne(const std::string& mode, cascade::Options o, const std::vector<int>& stages) {
+  o.stages = stages.empty() ? 1 : stages[0];
+  auto setup = cascade::MakeSetup(mode, o);
+  cascade::Measurement best;
+  for (int r = 0; r < o.repeats; ++r) {
+    cascade::Measurement m = setup->Round(r);
+    if (m.tokens_per_s() > best.tokens_per_s()) best = m;
   }
-  if (o.bin_dir.empty()) {
-    std::string self = argv[0];
-    o.bin_dir = self.substr(0, self.rfind('/'));
-  }
-  (void)cascade::InitLogging("warn", "bench");
-  if (mode != "compare") {
-    o.stages = compare_stages.empty() ? 1 : compare_stages[0];
-    auto setup = cascade::MakeSetup(mode, o);
-    cascade::Measurement best;
-    for (int r = 0; r < o.repeats; ++r) {
-      cascade::Measurement m = setup->Round(r);
-      if (m.tokens_per_s() > best.tokens_per_s()) best = m;
-    }
-    setup->PrintStats();
-    std::printf(
-        "{\"mode\": \"%s\", \"stages\": %d, \"threads\": %d, \"streams\": %d, "
-        "\"tokens\": %d, \"decode_tokens_per_s\": %.3f, \"seconds\": %.3f}\n",
-        mode.c_str(), o.stages, o.threads, o.streams, o.tokens, best.tokens_per_s(), best.seconds);
-    return 0;
-  }
-  // compare: one process (one stage) and each pipeline stay up and take turns, round by
-  // round with the order rotated, so that all meet the same machine speed (a shared VM
-  // drifts by 10-20% within minutes). Per set-up: the total rate over all rounds; per
-  // pipeline: that over the baseline's, and the median of the rounds' own ratios.
+  setup->PrintStats();
+  std::printf(
+      "{\"mode\": \"%s\", \"stages\": %d, \"threads\": %d, \"streams\": %d, "
+      "\"tokens\": %d, \"decode_tokens_per_s\": %.3f, \"seconds\": %.3f}\n",
+      mode.c_str(), o.stages, o.threads, o.streams, o.tokens, best.tokens_per_s(), best.seconds);
+  return 0;
+}
+
+// compare: one process (one stage) and each pipeline stay up and take turns, round by
+// round with the order rotated, so that all meet the same machine speed (a shared VM
+// drifts by 10-20% within minutes). Per set-up: the total rate over all rounds; per
+// pipeline: that over the baseline's, and the median of the rounds' own ratios.
+int RunCompare(cascade::Options o, std::vector<int> compare_stages, int baseline_threads,
+               const std::vector<std::string>& data_planes, const std::vector<int>& tps) {
   if (compare_stages.empty()) compare_stages = {2, 3};
   std::vector<std::unique_ptr<cascade::Setup>> setups;
   const int stage_threads = o.threads;
@@ -454,4 +413,57 @@ int main(int argc, char** argv) {
   }
   std::printf("]}\n");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cascade::ConfigureRuntime();
+  CLI::App app{"Cascade end-to-end decode benchmark"};
+  cascade::Options o;
+  std::string mode;
+  std::vector<int> compare_stages;
+  app.add_option("mode", mode, "local, cluster or compare")
+      ->required()
+      ->check(CLI::IsMember({"local", "cluster", "compare"}));
+  app.add_option("--model", o.model)->required();
+  app.add_option("--bin-dir", o.bin_dir, "Where cascade-coordinator and cascade-worker are");
+  app.add_option("--stages", compare_stages,
+                 "Stages (compare: the pipelines to set against one process, e.g. 2 3)")
+      ->delimiter(',');
+  app.add_option("--threads", o.threads);
+  int baseline_threads = 0;
+  app.add_option("--baseline-threads", baseline_threads,
+                 "compare: threads of the one process (default: --threads)");
+  app.add_option("--streams", o.streams);
+  app.add_option("--tokens", o.tokens);
+  app.add_option("--prompt-tokens", o.prompt_tokens);
+  app.add_option("--repeats", o.repeats, "Rounds; local/cluster report the best");
+  std::vector<std::string> data_planes;
+  app.add_option("--data-plane", data_planes,
+                 "Frames between stages: tcp, grpc or mpi (--launcher mpi); compare takes a "
+                 "list, one pipeline each")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"tcp", "grpc", "mpi"}));
+  app.add_option("--launcher", o.launcher, "processes (coordinator + workers) or mpi (cascade-mpi)")
+      ->check(CLI::IsMember({"processes", "mpi"}));
+  std::vector<int> tps;
+  app.add_option("--tp", tps, "mpi: ranks per stage (tensor parallelism); compare takes a list")
+      ->delimiter(',');
+  CLI11_PARSE(app, argc, argv);
+  if (data_planes.empty()) data_planes = {"tcp"};
+  if (tps.empty()) tps = {1};
+  o.data_plane = data_planes[0];
+  o.tp = tps[0];
+  if (o.launcher != "mpi" && (o.data_plane == "mpi" || tps != std::vector<int>{1})) {
+    std::cerr << "--data-plane mpi and --tp need --launcher mpi\n";
+    return 2;
+  }
+  if (o.bin_dir.empty()) {
+    std::string self = argv[0];
+    o.bin_dir = self.substr(0, self.rfind('/'));
+  }
+  (void)cascade::InitLogging("warn", "bench");
+  if (mode != "compare") return RunOne(mode, o, compare_stages);
+  return RunCompare(o, compare_stages, baseline_threads, data_planes, tps);
 }
