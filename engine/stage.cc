@@ -99,6 +99,8 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
     CASCADE_ASSIGN_OR_RETURN(r.bq, s->UploadVector(lw.bq));
     CASCADE_ASSIGN_OR_RETURN(r.bk, s->UploadVector(lw.bk));
     CASCADE_ASSIGN_OR_RETURN(r.bv, s->UploadVector(lw.bv));
+    CASCADE_ASSIGN_OR_RETURN(r.q_norm, s->UploadVector(lw.q_norm));
+    CASCADE_ASSIGN_OR_RETURN(r.k_norm, s->UploadVector(lw.k_norm));
     s->layers_.push_back(std::move(r));
   }
   // A tensor-parallel shard's column slices were copied here once already: with the
@@ -311,24 +313,39 @@ absl::Status Stage::Head(const std::vector<int64_t>& logit_rows, std::vector<flo
 }
 
 absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& plan) {
+  const int64_t n = static_cast<int64_t>(slots.size());
+  CASCADE_RETURN_IF_ERROR(AttentionBlock(l, slots, plan));
+  return FfnBlock(l, n);
+}
+
+absl::Status Stage::AddResidual(const DeviceBuffer& post_norm, int64_t n) {
+  const int64_t dim = config_.dim;
+  float* xb = xb_.as<float>();
+  if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(xb, n * dim));
+  if (post_norm.data() != nullptr) {
+    backend_->RmsNorm(xb, post_norm.as<float>(), n, dim, static_cast<float>(config_.norm_eps), xb);
+  }
+  backend_->Add(xb, n * dim, x_.as<float>());
+  return absl::OkStatus();
+}
+
+absl::Status Stage::AttentionBlock(int l, std::span<const TokenSlot> slots,
+                                   const KvCache::Plan& plan) {
   const ResidentLayer& w = layers_[l];
   const ModelConfig& c = config_;
   const LocalDims& d = local_;
   const int64_t n = static_cast<int64_t>(slots.size());
-  const int64_t dim = c.dim, q_dim = d.q_dim, kv_dim = d.kv_dim, ffn = d.ffn;
+  const int64_t q_dim = d.q_dim, kv_dim = d.kv_dim;
   const float eps = static_cast<float>(c.norm_eps);
   Backend& be = *backend_;
-  float* x = x_.as<float>();
   float* xb = xb_.as<float>();
   float* q = q_.as<float>();
   float* k = k_.as<float>();
   float* v = v_.as<float>();
   float* att = att_.as<float>();
-  float* hb = hb_.as<float>();
-  float* hb2 = hb2_.as<float>();
 
-  // Attention block (this rank's heads, when split).
-  be.RmsNorm(x, w.attn_norm.as<float>(), n, dim, eps, xb);  // (n, dim)
+  // This rank's heads, when split.
+  be.RmsNorm(x_.as<float>(), w.attn_norm.as<float>(), n, c.dim, eps, xb);  // (n, dim)
   {  // q (n, q_dim), k and v (n, kv_dim): one pass over the normed input
     const TensorView* const qkv[] = {&w.wq, &w.wk, &w.wv};
     float* const out[] = {q, k, v};
@@ -338,6 +355,10 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
     be.AddBias(w.bq.as<float>(), n, q_dim, q);
     be.AddBias(w.bk.as<float>(), n, kv_dim, k);
     be.AddBias(w.bv.as<float>(), n, kv_dim, v);
+  }
+  if (w.q_norm.data() != nullptr) {  // per head: (n * heads, head_dim) rows
+    be.RmsNorm(q, w.q_norm.as<float>(), n * d.n_heads, c.head_dim, eps, q);
+    be.RmsNorm(k, w.k_norm.as<float>(), n * d.n_kv_heads, c.head_dim, eps, k);
   }
   be.Rope(q, pos_.data(), n, static_cast<int>(d.n_heads), static_cast<int>(c.head_dim),
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
@@ -368,21 +389,25 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
   ap.n_queries = n;
   be.Attention(ap);             // (n, q_dim)
   be.MatMul(w.wo, att, n, xb);  // (n, dim); a partial sum when split by columns
-  if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(xb, n * dim));
-  be.Add(xb, n * dim, x);
+  return AddResidual(w.post_attn_norm, n);
+}
 
-  // Feed-forward block (SwiGLU).
-  be.RmsNorm(x, w.ffn_norm.as<float>(), n, dim, eps, xb);
+absl::Status Stage::FfnBlock(int l, int64_t n) {
+  const ResidentLayer& w = layers_[l];
+  Backend& be = *backend_;
+  float* xb = xb_.as<float>();
+  float* hb = hb_.as<float>();
+  float* hb2 = hb2_.as<float>();
+  be.RmsNorm(x_.as<float>(), w.ffn_norm.as<float>(), n, config_.dim,
+             static_cast<float>(config_.norm_eps), xb);
   {  // hb, hb2 (n, ffn)
     const TensorView* const gate_up[] = {&w.w_gate, &w.w_up};
     float* const out[] = {hb, hb2};
     be.MatMulShared(gate_up, 2, xb, n, out);
   }
-  be.SiluMul(hb, hb2, n * ffn, hb);
+  be.SiluMul(hb, hb2, n * local_.ffn, hb);
   be.MatMul(w.w_down, hb, n, xb);  // (n, dim); a partial sum when split by columns
-  if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(xb, n * dim));
-  be.Add(xb, n * dim, x);
-  return absl::OkStatus();
+  return AddResidual(w.post_ffn_norm, n);
 }
 
 }  // namespace cascade

@@ -78,7 +78,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tinyllama_q8_tp4", "models/tiny-llama-q/tiny-llama-q-Q8_0.gguf", 4},
                       // GQA groups cut by the split; uneven FFN and vocabulary.
                       Case{"odd_tp2", "odd", 2}, Case{"odd_tp3", "odd", 3},
-                      Case{"odd_tp6", "odd", 6}),
+                      Case{"odd_tp6", "odd", 6},
+                      // Per-head q/k norms (6 heads, 2 KV heads: one per rank).
+                      Case{"qwen3_tp2", "models/arch/mini-qwen3-f32.gguf", 2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 TEST(TensorParallelShard, EachRankHoldsItsShareOfTheWeights) {

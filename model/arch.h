@@ -37,6 +37,7 @@ absl::Status ReadLlamaLikeHf(const nlohmann::json& j, const std::string& path, M
 // Per-architecture specs (model/arch/*.cc).
 const ArchSpec& LlamaArch();
 const ArchSpec& Qwen2Arch();
+const ArchSpec& Qwen3Arch();
 
 }  // namespace cascade
 

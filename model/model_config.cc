@@ -74,7 +74,8 @@ std::vector<float> ModelConfig::RopeFrequencies() const {
 
 int64_t ModelConfig::ParameterCount() const {
   const int64_t per_layer = dim * q_dim() + 2 * dim * kv_dim() + q_dim() * dim + 3 * dim * ffn_dim +
-                            2 * dim + (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
+                            2 * dim + (qkv_bias ? q_dim() + 2 * kv_dim() : 0) +
+                            (qk_norm ? 2 * head_dim : 0);
   return vocab_size * dim * (tied_embeddings ? 1 : 2) + n_layers * per_layer + dim;
 }
 

@@ -26,7 +26,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2"
+  std::string arch;  // "llama", "qwen2", "qwen3"
   std::string name;
   int64_t vocab_size = 0;
   int64_t dim = 0;  // hidden size
@@ -46,6 +46,9 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  // Qwen3: a per-head RMSNorm of q and of k (attn_q_norm / attn_k_norm, head_dim each)
+  // after the projections, before RoPE.
+  bool qk_norm = false;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }

@@ -68,12 +68,15 @@ class Binder {
 
 namespace {
 
+// A view made here, kept alive by the ModelWeights.
+const TensorView* Keep(ModelWeights* w, TensorView v) {
+  w->owned_views.push_back(std::make_unique<TensorView>(std::move(v)));
+  return w->owned_views.back().get();
+}
+
 // Narrows the bound weights to one rank's part (model/tensor_parallel.h).
 absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w) {
-  auto keep = [w](TensorView v) -> const TensorView* {
-    w->owned_views.push_back(std::make_unique<TensorView>(std::move(v)));
-    return w->owned_views.back().get();
-  };
+  auto keep = [w](TensorView v) { return Keep(w, std::move(v)); };
   auto storage = [w]() {
     w->owned_bytes.push_back(std::make_unique<std::vector<uint8_t>>());
     return w->owned_bytes.back().get();
@@ -102,7 +105,7 @@ absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w)
     l.w_up = keep(SliceRows(*l.w_up, s.ffn_begin, s.ffn()));
     CASCADE_ASSIGN_OR_RETURN(TensorView down, SliceColumns(*l.w_down, s.ffn_begin, s.ffn(), storage()));
     l.w_down = keep(std::move(down));
-    slice(&l.bq, q0, nq);
+    slice(&l.bq, q0, nq);  // q/k norms are per head (head_dim): whole on every rank
     gather(&l.bk, hd);
     gather(&l.bv, hd);
   }
@@ -114,6 +117,30 @@ absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w)
   }
   w->shard = s;
   return absl::OkStatus();
+}
+
+// Layer l's weights.
+absl::StatusOr<LayerWeights> BindLayer(Binder& b, const ModelConfig& c, int l) {
+  LayerWeights lw;
+  const std::string p = absl::StrCat("blk.", l, ".");
+  CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_norm.weight", c.dim, false, &lw.attn_norm));
+  CASCADE_ASSIGN_OR_RETURN(lw.wq, b.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
+  CASCADE_ASSIGN_OR_RETURN(lw.wk, b.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
+  CASCADE_ASSIGN_OR_RETURN(lw.wv, b.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
+  CASCADE_ASSIGN_OR_RETURN(lw.w_gate, b.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
+  CASCADE_ASSIGN_OR_RETURN(lw.w_up, b.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
+  CASCADE_ASSIGN_OR_RETURN(lw.wo, b.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
+  CASCADE_ASSIGN_OR_RETURN(lw.w_down, b.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+  const bool no_bias = !c.qkv_bias;
+  CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_q.bias", c.q_dim(), no_bias, &lw.bq));
+  CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_k.bias", c.kv_dim(), no_bias, &lw.bk));
+  CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_v.bias", c.kv_dim(), no_bias, &lw.bv));
+  if (c.qk_norm) {
+    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_q_norm.weight", c.head_dim, false, &lw.q_norm));
+    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_k_norm.weight", c.head_dim, false, &lw.k_norm));
+  }
+  CASCADE_RETURN_IF_ERROR(b.Vector(p + "ffn_norm.weight", c.dim, false, &lw.ffn_norm));
+  return lw;
 }
 
 }  // namespace
@@ -143,21 +170,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Bind(const ModelSour
     }
   }
   for (int l = range.first; l < range.last; ++l) {
-    LayerWeights lw;
-    const std::string p = absl::StrCat("blk.", l, ".");
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_norm.weight", c.dim, false, &lw.attn_norm));
-    CASCADE_ASSIGN_OR_RETURN(lw.wq, b.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
-    CASCADE_ASSIGN_OR_RETURN(lw.wk, b.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
-    CASCADE_ASSIGN_OR_RETURN(lw.wv, b.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
-    CASCADE_ASSIGN_OR_RETURN(lw.wo, b.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
-    const bool opt = !c.qkv_bias;
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_q.bias", c.q_dim(), opt, &lw.bq));
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_k.bias", c.kv_dim(), opt, &lw.bk));
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_v.bias", c.kv_dim(), opt, &lw.bv));
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "ffn_norm.weight", c.dim, false, &lw.ffn_norm));
-    CASCADE_ASSIGN_OR_RETURN(lw.w_gate, b.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
-    CASCADE_ASSIGN_OR_RETURN(lw.w_up, b.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
-    CASCADE_ASSIGN_OR_RETURN(lw.w_down, b.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+    CASCADE_ASSIGN_OR_RETURN(LayerWeights lw, BindLayer(b, c, l));
     w->layers.push_back(std::move(lw));
   }
   if (shard != nullptr) CASCADE_RETURN_IF_ERROR(ApplyShard(c, *shard, w.get()));

@@ -40,6 +40,7 @@ struct LayerWeights {
   const TensorView* wv = nullptr;      // (kv_dim, dim)
   const TensorView* wo = nullptr;      // (dim, q_dim)
   std::vector<float> bq, bk, bv;       // (q_dim), (kv_dim), (kv_dim); empty without biases
+  std::vector<float> q_norm, k_norm;   // (head_dim) each, ModelConfig::qk_norm; else empty
   std::vector<float> ffn_norm;         // (dim)
   const TensorView* w_gate = nullptr;  // (ffn, dim)
   const TensorView* w_up = nullptr;    // (ffn, dim)

@@ -1,0 +1,170 @@
+// The architectures beyond Llama and Qwen2 against the tiny reference models of
+// ../shared/models/arch (README there: what each one exercises, float64 NumPy references
+// cross-checked with llama.cpp): all 45 rows of logits (prompt + greedy path) within 1e-4
+// at F32 on every CPU kernel table, the same 32 greedy ids, a two-stage pipeline bit for
+// bit the whole model, and a sequence's logits bit for bit alone or batched with another
+// (small KV blocks, so that sliding windows start inside blocks and skip whole ones).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "engine/stage.h"
+#include "engine/stage_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/gguf_writer.h"
+#include "model/test_util.h"
+#include "util/npy.h"
+
+namespace cascade {
+namespace {
+
+using testing::AllLogits;
+using testing::GreedyDecode;
+using testing::MaxAbsDiff;
+using testing::ReadIds;
+
+std::string ArchPath(const std::string& rel) { return testing::SharedPath("models/arch/" + rel); }
+
+class ArchModels : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string Model() const { return ArchPath("mini-" + GetParam() + "-f32.gguf"); }
+};
+
+TEST_P(ArchModels, LogitsAndGreedyIdsMatchTheReferenceOnEveryKernelTable) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_EQ((*src)->config().arch, GetParam());
+  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  const auto prompt = ReadIds(ArchPath("prompt.ids"));
+  ASSERT_EQ(ids.size(), 45u);
+  ASSERT_EQ(prompt.size(), 13u);
+  auto want = ReadNpyF32(ArchPath("mini-" + GetParam() + "-f32.logits.npy"));
+  ASSERT_TRUE(want.ok()) << want.status();
+  double worst = 0;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    CpuBackendOptions bo;
+    bo.threads = 2;
+    bo.max_isa = isa;
+    StageOptions opt;
+    opt.threads = 2;
+    auto stage = Stage::Create(**src, opt, std::make_unique<CpuBackend>(bo));
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    const double diff = MaxAbsDiff(AllLogits(**stage, ids), want->data);
+    EXPECT_LT(diff, 1e-4) << "max |logit - reference|, ISA cap " << CpuIsaName(isa);
+    worst = std::max(worst, diff);
+    EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", worst);
+  RecordProperty("max_abs_logit_diff", text);
+}
+
+TEST_P(ArchModels, TwoStagesGiveTheWholeModelsLogitsBitForBit) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(src.ok()) << src.status();
+  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  auto whole = Stage::Create(**src, {});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const auto want = AllLogits(**whole, ids);
+  const int L = static_cast<int>((*src)->config().n_layers);
+  for (int k : {1, L / 2 + 1, L - 1}) {
+    StageOptions a, b;
+    a.layers = {0, k};
+    b.layers = {k, L};
+    auto s0 = Stage::Create(**src, a);
+    auto s1 = Stage::Create(**src, b);
+    ASSERT_TRUE(s0.ok() && s1.ok());
+    Batch batch;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      batch.push_back({ids[i], 3, static_cast<int32_t>(i), true});
+    }
+    std::vector<float> hidden, logits;
+    ASSERT_TRUE((*s0)->Forward(batch, {}, &hidden).ok());
+    ASSERT_TRUE((*s1)->Forward(batch, hidden, &logits).ok());
+    ASSERT_EQ(logits.size(), want.size());
+    EXPECT_EQ(std::memcmp(logits.data(), want.data(), want.size() * sizeof(float)), 0)
+        << "split at layer " << k;
+  }
+}
+
+TEST_P(ArchModels, SequencesDoNotAffectEachOther) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(src.ok()) << src.status();
+  StageOptions opt;
+  opt.kv_sequences = 4;
+  opt.kv_block_size = 4;  // windows of 5 and 6 begin inside blocks and pass whole ones
+  opt.threads = 2;
+  auto stage = Stage::Create(**src, opt);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  const std::vector<int32_t> a(ids.begin(), ids.begin() + 21);
+  const std::vector<int32_t> b(ids.begin() + 20, ids.end());
+  const auto alone_a = AllLogits(**stage, a, 10);
+  const auto alone_b = AllLogits(**stage, b, 11);
+  // The two interleaved in one batch, b's prefill in two chunks.
+  Batch batch;
+  for (size_t i = 0; i < 9; ++i) batch.push_back({b[i], 11, static_cast<int32_t>(i), true});
+  for (size_t i = 0; i < a.size(); ++i) batch.push_back({a[i], 10, static_cast<int32_t>(i), true});
+  std::vector<float> mixed;
+  ASSERT_TRUE((*stage)->Forward(batch, {}, &mixed).ok());
+  Batch rest;
+  for (size_t i = 9; i < b.size(); ++i) rest.push_back({b[i], 11, static_cast<int32_t>(i), true});
+  std::vector<float> tail;
+  ASSERT_TRUE((*stage)->Forward(rest, {}, &tail).ok());
+  const size_t row = static_cast<size_t>((*src)->config().vocab_size) * sizeof(float);
+  const size_t V = row / sizeof(float);
+  EXPECT_EQ(std::memcmp(mixed.data() + 9 * V, alone_a.data(), a.size() * row), 0);
+  EXPECT_EQ(std::memcmp(mixed.data(), alone_b.data(), 9 * row), 0);
+  EXPECT_EQ(std::memcmp(tail.data(), alone_b.data() + 9 * V, (b.size() - 9) * row), 0);
+}
+
+// A copy of a GGUF file without the tensor `drop` and with `extra` (a 1-D F32 tensor of
+// 16 zeros) when set; returns its path.
+std::string CopyGguf(const GgufFile& f, const std::string& drop, const std::string& extra) {
+  GgufWriter w;
+  for (const auto& [key, value] : f.metadata()) w.SetValue(key, value);
+  w.set_alignment(static_cast<uint32_t>(f.alignment()));
+  for (const GgufTensorInfo& t : f.tensors()) {
+    if (t.name == drop) continue;
+    w.AddTensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                std::span<const uint8_t>(t.data, t.nbytes));
+  }
+  static const float kZeros[16] = {};
+  if (!extra.empty()) {
+    w.AddTensor(extra, TensorType::kF32, {16},
+                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kZeros), sizeof(kZeros)));
+  }
+  const std::string path =
+      ::testing::TempDir() + "/arch_copy_" + std::to_string(::getpid()) + ".gguf";
+  absl::Status st = w.WriteFile(path);
+  EXPECT_TRUE(st.ok()) << st;
+  return path;
+}
+
+// What the file lacks is named: a tensor the architecture needs, or a feature not
+// implemented (Phi-3 LongRoPE).
+TEST_P(ArchModels, AFileMissingATensorIsRefusedNamingIt) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto gguf = GgufFile::Open(Model());
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const std::string drop = GetParam() == "qwen3"  ? "blk.1.attn_k_norm.weight"
+                           : GetParam() == "phi3" ? "blk.2.attn_qkv.weight"
+                                                  : "blk.3.post_ffw_norm.weight";
+  const std::string path = CopyGguf(**gguf, drop, "");
+  auto src = ModelSource::Open(path);
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto stage = Stage::Create(**src, {});
+  EXPECT_THAT(stage.status().message(), ::testing::HasSubstr("'" + drop + "' is missing"));
+  std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels, ::testing::Values("qwen3"));
+
+}  // namespace
+}  // namespace cascade
