@@ -153,9 +153,8 @@ TEST_P(ArchModels, AFileMissingATensorIsRefusedNamingIt) {
   CASCADE_REQUIRE_SHARED(Model());
   auto gguf = GgufFile::Open(Model());
   ASSERT_TRUE(gguf.ok()) << gguf.status();
-  const std::string drop = GetParam() == "qwen3"  ? "blk.1.attn_k_norm.weight"
-                           : GetParam() == "phi3" ? "blk.2.attn_qkv.weight"
-                                                  : "blk.3.post_ffw_norm.weight";
+  const std::string drop =
+      GetParam() == "qwen3" ? "blk.1.attn_k_norm.weight" : "blk.2.attn_qkv.weight";
   const std::string path = CopyGguf(**gguf, drop, "");
   auto src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status();
@@ -164,7 +163,90 @@ TEST_P(ArchModels, AFileMissingATensorIsRefusedNamingIt) {
   std::remove(path.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels, ::testing::Values("qwen3"));
+// Phi-3 LongRoPE (per-frequency factor tensors) is not implemented: such a file is
+// refused, naming the feature and the tensor.
+TEST(Phi3, LongRopeFactorsAreRefusedNamingTheFeature) {
+  const std::string model = ArchPath("mini-phi3-f32.gguf");
+  CASCADE_REQUIRE_SHARED(model);
+  auto gguf = GgufFile::Open(model);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const std::string path = CopyGguf(**gguf, "", "rope_factors_long.weight");
+  auto src = ModelSource::Open(path);
+  EXPECT_EQ(src.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(src.status().message(), ::testing::HasSubstr("'rope_factors_long.weight'"));
+  EXPECT_THAT(src.status().message(), ::testing::HasSubstr("LongRoPE"));
+  std::remove(path.c_str());
+}
+
+// The CPU backend saying it has none of the optional features (as the CUDA backend does):
+// every operation forwarded, Supports false.
+class WithoutFeatures final : public Backend {
+ public:
+  std::string name() const override { return "featureless"; }
+  int num_threads() const override { return 1; }
+  MemoryKind memory_kind() const override { return MemoryKind::kHost; }
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override { return cpu_.Allocate(bytes); }
+  void CopyToDevice(void* d, const void* s, size_t b) override { cpu_.CopyToDevice(d, s, b); }
+  void CopyToHost(void* d, const void* s, size_t b) override { cpu_.CopyToHost(d, s, b); }
+  absl::StatusOr<TensorView> UploadWeight(const TensorView& h) override {
+    return cpu_.UploadWeight(h);
+  }
+  void MatMul(const TensorView& w, const float* x, int64_t n, float* y) override {
+    cpu_.MatMul(w, x, n, y);
+  }
+  void GetRows(const TensorView& w, const int32_t* ids, int64_t n, float* out) override {
+    cpu_.GetRows(w, ids, n, out);
+  }
+  void RmsNorm(const float* x, const float* w, int64_t n, int64_t d, float e, float* o) override {
+    cpu_.RmsNorm(x, w, n, d, e, o);
+  }
+  void Rope(float* x, const int32_t* pos, int64_t n, int h, int hd, int rd, RopeLayout l,
+            const float* f) override {
+    cpu_.Rope(x, pos, n, h, hd, rd, l, f);
+  }
+  void SiluMul(const float* g, const float* u, int64_t c, float* o) override {
+    cpu_.SiluMul(g, u, c, o);
+  }
+  bool Supports(BackendFeature) const override { return false; }
+  void Add(const float* x, int64_t c, float* y) override { cpu_.Add(x, c, y); }
+  void AddBias(const float* b, int64_t n, int64_t d, float* x) override {
+    cpu_.AddBias(b, n, d, x);
+  }
+  void StoreKv(const float* k, const float* v, const int64_t* rows, int64_t n, const KvLayout& l,
+               void* kp, void* vp) override {
+    cpu_.StoreKv(k, v, rows, n, l, kp, vp);
+  }
+  void GatherRows(const float* s, const int64_t* r, int64_t n, int64_t d, float* o) override {
+    cpu_.GatherRows(s, r, n, d, o);
+  }
+  void Attention(const AttentionParams& p) override {
+    EXPECT_EQ(p.window, 0);
+    cpu_.Attention(p);
+  }
+  void Softmax(float* x, int64_t n, int64_t d) override { cpu_.Softmax(x, n, d); }
+
+ private:
+  CpuBackend cpu_{CpuBackendOptions{}};
+};
+
+// A backend without a feature the model needs refuses it at Create, naming the feature;
+// Qwen3 needs none.
+TEST_P(ArchModels, ABackendWithoutAFeatureTheModelNeedsRefusesIt) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto stage = Stage::Create(**src, {}, std::make_unique<WithoutFeatures>());
+  if (GetParam() == "qwen3") {
+    EXPECT_TRUE(stage.ok()) << stage.status();
+    return;
+  }
+  EXPECT_EQ(stage.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(stage.status().message(),
+              ::testing::HasSubstr("needs sliding-window attention, which the featureless "
+                                   "backend does not implement"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels, ::testing::Values("qwen3", "phi3"));
 
 }  // namespace
 }  // namespace cascade

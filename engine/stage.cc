@@ -9,6 +9,28 @@
 #include "util/status_macros.h"
 
 namespace cascade {
+namespace {
+
+// The backend features a model needs beyond the Llama block.
+std::vector<BackendFeature> RequiredFeatures(const ModelConfig& c) {
+  std::vector<BackendFeature> f;
+  if (c.sliding_window > 0) f.push_back(BackendFeature::kSlidingWindow);
+  return f;
+}
+
+// Unimplemented, naming the feature, when the backend lacks one the model needs.
+absl::Status CheckFeatures(const Backend& be, const ModelConfig& c, const std::string& path) {
+  for (BackendFeature f : RequiredFeatures(c)) {
+    if (!be.Supports(f)) {
+      return absl::UnimplementedError(absl::StrCat(path, ": this ", c.arch, " model needs ",
+                                                   BackendFeatureName(f), ", which the ", be.name(),
+                                                   " backend does not implement"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<DeviceBuffer> Stage::UploadVector(const std::vector<float>& v) {
   if (v.empty()) return DeviceBuffer();
@@ -60,6 +82,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   }
   s->backend_ = std::move(backend);
   Backend& be = *s->backend_;
+  CASCADE_RETURN_IF_ERROR(CheckFeatures(be, cfg, source.path()));
   if (s->tp_ != nullptr && s->tp_->memory_kind() != be.memory_kind()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor parallelism: the group (", s->tp_->name(), ") and the backend (", be.name(),
@@ -381,6 +404,7 @@ absl::Status Stage::AttentionBlock(int l, std::span<const TokenSlot> slots,
   ap.n_kv_heads = static_cast<int>(d.n_kv_heads);
   ap.head_dim = static_cast<int>(c.head_dim);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ap.window = static_cast<int32_t>(c.WindowOf(weights_->range.first + l));
   ap.block_size = kv_->options().block_size;
   ap.k_pool = kpool;
   ap.v_pool = vpool;

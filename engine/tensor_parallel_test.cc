@@ -80,7 +80,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"odd_tp2", "odd", 2}, Case{"odd_tp3", "odd", 3},
                       Case{"odd_tp6", "odd", 6},
                       // Per-head q/k norms (6 heads, 2 KV heads: one per rank).
-                      Case{"qwen3_tp2", "models/arch/mini-qwen3-f32.gguf", 2}),
+                      Case{"qwen3_tp2", "models/arch/mini-qwen3-f32.gguf", 2},
+                      // Fused q/k/v and gate/up sliced again per rank; sliding windows.
+                      Case{"phi3_tp3", "models/arch/mini-phi3-f32.gguf", 3}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 TEST(TensorParallelShard, EachRankHoldsItsShareOfTheWeights) {

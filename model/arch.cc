@@ -10,7 +10,7 @@
 namespace cascade {
 namespace {
 
-const ArchSpec* const kArchs[] = {&LlamaArch(), &Qwen2Arch(), &Qwen3Arch()};
+const ArchSpec* const kArchs[] = {&LlamaArch(), &Qwen2Arch(), &Qwen3Arch(), &Phi3Arch()};
 
 // JSON field helpers that never throw.
 absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, const std::string& path,

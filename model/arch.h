@@ -38,6 +38,7 @@ absl::Status ReadLlamaLikeHf(const nlohmann::json& j, const std::string& path, M
 const ArchSpec& LlamaArch();
 const ArchSpec& Qwen2Arch();
 const ArchSpec& Qwen3Arch();
+const ArchSpec& Phi3Arch();
 
 }  // namespace cascade
 

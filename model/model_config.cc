@@ -38,6 +38,10 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
     return bad(absl::StrCat("rope_freqs has ", rope_freq_factors.size(), " entries, expected ",
                             rope_dim / 2));
   }
+  if (sliding_window < 0 || sliding_window_period < 1) {
+    return bad(absl::StrCat("sliding window ", sliding_window, " every ", sliding_window_period,
+                            " layers"));
+  }
   if (rope_scaling.type != RopeScalingType::kNone &&
       !(rope_scaling.factor > 0 && std::isfinite(rope_scaling.factor))) {
     return bad(absl::StrCat("rope scaling factor ", rope_scaling.factor));

@@ -26,7 +26,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", "qwen3"
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3"
   std::string name;
   int64_t vocab_size = 0;
   int64_t dim = 0;  // hidden size
@@ -49,10 +49,22 @@ struct ModelConfig {
   // Qwen3: a per-head RMSNorm of q and of k (attn_q_norm / attn_k_norm, head_dim each)
   // after the projections, before RoPE.
   bool qk_norm = false;
+  // Phi-3: q, k and v stored as one attn_qkv (q rows, then k, then v) and gate and up as
+  // one ffn_up (gate rows, then up rows).
+  bool fused_projections = false;
+  // Sliding-window attention: a layer l with l % sliding_window_period == 0 attends to its
+  // last sliding_window positions (itself included); 0: every layer attends to all.
+  int64_t sliding_window = 0;
+  int64_t sliding_window_period = 1;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t gqa_group() const { return n_kv_heads > 0 ? n_heads / n_kv_heads : 0; }
+
+  // The window layer `layer` attends over (positions), 0 for the whole context.
+  int64_t WindowOf(int64_t layer) const {
+    return sliding_window > 0 && layer % sliding_window_period == 0 ? sliding_window : 0;
+  }
 
   // `source` names the file in errors.
   absl::Status Validate(const std::string& source) const;

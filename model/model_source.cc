@@ -57,6 +57,8 @@ std::string CanonicalTensorName(std::string_view hf_name) {
       {"self_attn.o_proj.weight", "attn_output.weight"},
       {"self_attn.q_norm.weight", "attn_q_norm.weight"},  // Qwen3
       {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight"},  // Phi-3: q, k, v rows
+      {"mlp.gate_up_proj.weight", "ffn_up.weight"},      // Phi-3: gate rows, then up
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},

@@ -26,6 +26,8 @@ TEST(CanonicalTensorName, MapsHuggingFaceNames) {
   EXPECT_EQ(CanonicalTensorName("model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
   EXPECT_EQ(CanonicalTensorName("model.layers.5.self_attn.q_norm.weight"),
             "blk.5.attn_q_norm.weight");
+  EXPECT_EQ(CanonicalTensorName("model.layers.2.self_attn.qkv_proj.weight"),
+            "blk.2.attn_qkv.weight");
   EXPECT_EQ(CanonicalTensorName("model.layers.x.mlp.down_proj.weight"), "");
   EXPECT_EQ(CanonicalTensorName("model.rotary_emb.inv_freq"), "");
 }

@@ -119,16 +119,28 @@ absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w)
   return absl::OkStatus();
 }
 
-// Layer l's weights.
-absl::StatusOr<LayerWeights> BindLayer(Binder& b, const ModelConfig& c, int l) {
+// Layer l's weights; fused projections become row views of the fused tensor (kept by w).
+absl::StatusOr<LayerWeights> BindLayer(Binder& b, const ModelConfig& c, int l, ModelWeights* w) {
   LayerWeights lw;
   const std::string p = absl::StrCat("blk.", l, ".");
   CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_norm.weight", c.dim, false, &lw.attn_norm));
-  CASCADE_ASSIGN_OR_RETURN(lw.wq, b.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
-  CASCADE_ASSIGN_OR_RETURN(lw.wk, b.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
-  CASCADE_ASSIGN_OR_RETURN(lw.wv, b.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
-  CASCADE_ASSIGN_OR_RETURN(lw.w_gate, b.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
-  CASCADE_ASSIGN_OR_RETURN(lw.w_up, b.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
+  if (c.fused_projections) {
+    CASCADE_ASSIGN_OR_RETURN(const TensorView* qkv,
+                             b.Matrix(p + "attn_qkv.weight", c.dim, c.q_dim() + 2 * c.kv_dim()));
+    lw.wq = Keep(w, SliceRows(*qkv, 0, c.q_dim()));
+    lw.wk = Keep(w, SliceRows(*qkv, c.q_dim(), c.kv_dim()));
+    lw.wv = Keep(w, SliceRows(*qkv, c.q_dim() + c.kv_dim(), c.kv_dim()));
+    CASCADE_ASSIGN_OR_RETURN(const TensorView* gate_up,
+                             b.Matrix(p + "ffn_up.weight", c.dim, 2 * c.ffn_dim));
+    lw.w_gate = Keep(w, SliceRows(*gate_up, 0, c.ffn_dim));
+    lw.w_up = Keep(w, SliceRows(*gate_up, c.ffn_dim, c.ffn_dim));
+  } else {
+    CASCADE_ASSIGN_OR_RETURN(lw.wq, b.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
+    CASCADE_ASSIGN_OR_RETURN(lw.wk, b.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
+    CASCADE_ASSIGN_OR_RETURN(lw.wv, b.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
+    CASCADE_ASSIGN_OR_RETURN(lw.w_gate, b.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
+    CASCADE_ASSIGN_OR_RETURN(lw.w_up, b.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
+  }
   CASCADE_ASSIGN_OR_RETURN(lw.wo, b.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
   CASCADE_ASSIGN_OR_RETURN(lw.w_down, b.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
   const bool no_bias = !c.qkv_bias;
@@ -170,7 +182,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Bind(const ModelSour
     }
   }
   for (int l = range.first; l < range.last; ++l) {
-    CASCADE_ASSIGN_OR_RETURN(LayerWeights lw, BindLayer(b, c, l));
+    CASCADE_ASSIGN_OR_RETURN(LayerWeights lw, BindLayer(b, c, l, w.get()));
     w->layers.push_back(std::move(lw));
   }
   if (shard != nullptr) CASCADE_RETURN_IF_ERROR(ApplyShard(c, *shard, w.get()));

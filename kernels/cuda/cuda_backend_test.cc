@@ -170,5 +170,20 @@ TEST(CudaBackend, F16KvCacheMatchesCpu) {
   EXPECT_TRUE((*gpu)->Health().ok());
 }
 
+// Sliding windows are not implemented on CUDA: Supports says so (a stage refuses the
+// model), and attention asked for one leaves an error naming it instead of a result.
+TEST(CudaBackend, RefusesTheFeaturesItLacksNamingThem) {
+  REQUIRE_GPU();
+  auto gpu = CudaBackend::Create({});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_FALSE((*gpu)->Supports(BackendFeature::kSlidingWindow));
+  AttentionParams p;
+  p.window = 4;
+  (*gpu)->Attention(p);
+  EXPECT_EQ((*gpu)->Health().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE((*gpu)->Health().message().find("sliding-window"), std::string::npos)
+      << (*gpu)->Health();
+}
+
 }  // namespace
 }  // namespace cascade
