@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "engine/stage.h"
 #include "engine/stage_test_util.h"
@@ -124,11 +125,13 @@ TEST_P(ArchModels, SequencesDoNotAffectEachOther) {
   EXPECT_EQ(std::memcmp(tail.data(), alone_b.data() + 9 * V, (b.size() - 9) * row), 0);
 }
 
-// A copy of a GGUF file without the tensor `drop` and with `extra` (a 1-D F32 tensor of
-// 16 zeros) when set; returns its path.
-std::string CopyGguf(const GgufFile& f, const std::string& drop, const std::string& extra) {
+// A copy of a GGUF file without the tensor `drop`, with `extra` (a 1-D F32 tensor of 16
+// zeros) when set, and the metadata `edit` sets; returns its path.
+std::string CopyGguf(const GgufFile& f, const std::string& drop, const std::string& extra,
+                     const std::function<void(GgufWriter&)>& edit = {}) {
   GgufWriter w;
   for (const auto& [key, value] : f.metadata()) w.SetValue(key, value);
+  if (edit) edit(w);
   w.set_alignment(static_cast<uint32_t>(f.alignment()));
   for (const GgufTensorInfo& t : f.tensors()) {
     if (t.name == drop) continue;
@@ -153,8 +156,9 @@ TEST_P(ArchModels, AFileMissingATensorIsRefusedNamingIt) {
   CASCADE_REQUIRE_SHARED(Model());
   auto gguf = GgufFile::Open(Model());
   ASSERT_TRUE(gguf.ok()) << gguf.status();
-  const std::string drop =
-      GetParam() == "qwen3" ? "blk.1.attn_k_norm.weight" : "blk.2.attn_qkv.weight";
+  const std::string drop = GetParam() == "qwen3"  ? "blk.1.attn_k_norm.weight"
+                           : GetParam() == "phi3" ? "blk.2.attn_qkv.weight"
+                                                  : "blk.3.post_ffw_norm.weight";
   const std::string path = CopyGguf(**gguf, drop, "");
   auto src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status();
@@ -175,6 +179,28 @@ TEST(Phi3, LongRopeFactorsAreRefusedNamingTheFeature) {
   EXPECT_EQ(src.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(src.status().message(), ::testing::HasSubstr("'rope_factors_long.weight'"));
   EXPECT_THAT(src.status().message(), ::testing::HasSubstr("LongRoPE"));
+  std::remove(path.c_str());
+}
+
+// Gemma 2's query scale: 1/sqrt(head_dim) unless the file says otherwise (the 27B's
+// query_pre_attn_scalar = dim / heads, here 16 instead of 32, moves the logits by ~0.1).
+TEST(Gemma2, QueryPreAttnScalarFromTheFileScalesTheQueries) {
+  const std::string model = ArchPath("mini-gemma2-f32.gguf");
+  CASCADE_REQUIRE_SHARED(model);
+  auto gguf = GgufFile::Open(model);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const std::string path = CopyGguf(**gguf, "", "", [](GgufWriter& w) {
+    w.SetFloat32("gemma2.attention.query_pre_attn_scalar", 16.0f);
+  });
+  auto src = ModelSource::Open(path);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_FLOAT_EQ((*src)->config().AttentionScale(), 0.25f);
+  auto stage = Stage::Create(**src, {});
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  auto want = ReadNpyF32(ArchPath("mini-gemma2-f32.logits.npy"));
+  ASSERT_TRUE(want.ok()) << want.status();
+  const auto ids = ReadIds(ArchPath("mini-gemma2-f32.greedy32.ids"));
+  EXPECT_GT(MaxAbsDiff(AllLogits(**stage, ids), want->data), 1e-2);
   std::remove(path.c_str());
 }
 
@@ -208,6 +234,9 @@ class WithoutFeatures final : public Backend {
     cpu_.SiluMul(g, u, c, o);
   }
   bool Supports(BackendFeature) const override { return false; }
+  void GeluMul(const float*, const float*, int64_t, float*) override { ADD_FAILURE(); }
+  void Scale(float*, int64_t, float) override { ADD_FAILURE(); }
+  void SoftCap(float*, int64_t, float) override { ADD_FAILURE(); }
   void Add(const float* x, int64_t c, float* y) override { cpu_.Add(x, c, y); }
   void AddBias(const float* b, int64_t n, int64_t d, float* x) override {
     cpu_.AddBias(b, n, d, x);
@@ -221,6 +250,7 @@ class WithoutFeatures final : public Backend {
   }
   void Attention(const AttentionParams& p) override {
     EXPECT_EQ(p.window, 0);
+    EXPECT_EQ(p.softcap, 0);
     cpu_.Attention(p);
   }
   void Softmax(float* x, int64_t n, int64_t d) override { cpu_.Softmax(x, n, d); }
@@ -246,7 +276,7 @@ TEST_P(ArchModels, ABackendWithoutAFeatureTheModelNeedsRefusesIt) {
                                    "backend does not implement"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels, ::testing::Values("qwen3", "phi3"));
+INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels, ::testing::Values("qwen3", "phi3", "gemma2"));
 
 }  // namespace
 }  // namespace cascade

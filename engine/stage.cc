@@ -15,6 +15,10 @@ namespace {
 std::vector<BackendFeature> RequiredFeatures(const ModelConfig& c) {
   std::vector<BackendFeature> f;
   if (c.sliding_window > 0) f.push_back(BackendFeature::kSlidingWindow);
+  if (c.attn_softcap > 0) f.push_back(BackendFeature::kAttentionSoftCap);
+  if (c.ffn_activation == FfnActivation::kGeluTanh) f.push_back(BackendFeature::kGeluMul);
+  if (c.scale_embeddings) f.push_back(BackendFeature::kScale);
+  if (c.final_softcap > 0) f.push_back(BackendFeature::kSoftCap);
   return f;
 }
 
@@ -124,6 +128,8 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
     CASCADE_ASSIGN_OR_RETURN(r.bv, s->UploadVector(lw.bv));
     CASCADE_ASSIGN_OR_RETURN(r.q_norm, s->UploadVector(lw.q_norm));
     CASCADE_ASSIGN_OR_RETURN(r.k_norm, s->UploadVector(lw.k_norm));
+    CASCADE_ASSIGN_OR_RETURN(r.post_attn_norm, s->UploadVector(lw.post_attn_norm));
+    CASCADE_ASSIGN_OR_RETURN(r.post_ffn_norm, s->UploadVector(lw.post_ffn_norm));
     s->layers_.push_back(std::move(r));
   }
   // A tensor-parallel shard's column slices were copied here once already: with the
@@ -235,6 +241,7 @@ absl::Status Stage::Forward(std::span<const TokenSlot> slots, std::span<const fl
   if (is_first()) {
     Embed(slots, x);
     if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(x, n * dim));
+    if (config_.scale_embeddings) be.Scale(x, n * dim, std::sqrt(static_cast<float>(dim)));
   } else {
     be.CopyToDevice(x, hidden_in.data(), n * dim * sizeof(float));
   }
@@ -308,6 +315,9 @@ absl::Status Stage::Head(const std::vector<int64_t>& logit_rows, std::vector<flo
   be.GatherRows(x_.as<float>(), logit_rows.data(), m, dim, xb);
   be.RmsNorm(xb, output_norm_.as<float>(), m, dim, static_cast<float>(config_.norm_eps), xb);
   be.MatMul(output_, xb, m, logits_.as<float>());  // (m, local vocabulary)
+  if (config_.final_softcap > 0) {
+    be.SoftCap(logits_.as<float>(), m * output_.rows(), static_cast<float>(config_.final_softcap));
+  }
   if (tp_ == nullptr) {
     be.CopyToHost(out->data(), logits_.data(), out->size() * sizeof(float));
     return absl::OkStatus();
@@ -403,8 +413,9 @@ absl::Status Stage::AttentionBlock(int l, std::span<const TokenSlot> slots,
   ap.n_heads = static_cast<int>(d.n_heads);
   ap.n_kv_heads = static_cast<int>(d.n_kv_heads);
   ap.head_dim = static_cast<int>(c.head_dim);
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ap.scale = c.AttentionScale();
   ap.window = static_cast<int32_t>(c.WindowOf(weights_->range.first + l));
+  ap.softcap = static_cast<float>(c.attn_softcap);
   ap.block_size = kv_->options().block_size;
   ap.k_pool = kpool;
   ap.v_pool = vpool;
@@ -429,7 +440,11 @@ absl::Status Stage::FfnBlock(int l, int64_t n) {
     float* const out[] = {hb, hb2};
     be.MatMulShared(gate_up, 2, xb, n, out);
   }
-  be.SiluMul(hb, hb2, n * local_.ffn, hb);
+  if (config_.ffn_activation == FfnActivation::kGeluTanh) {
+    be.GeluMul(hb, hb2, n * local_.ffn, hb);
+  } else {
+    be.SiluMul(hb, hb2, n * local_.ffn, hb);
+  }
   be.MatMul(w.w_down, hb, n, xb);  // (n, dim); a partial sum when split by columns
   return AddResidual(w.post_ffn_norm, n);
 }

@@ -82,7 +82,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Per-head q/k norms (6 heads, 2 KV heads: one per rank).
                       Case{"qwen3_tp2", "models/arch/mini-qwen3-f32.gguf", 2},
                       // Fused q/k/v and gate/up sliced again per rank; sliding windows.
-                      Case{"phi3_tp3", "models/arch/mini-phi3-f32.gguf", 3}),
+                      Case{"phi3_tp3", "models/arch/mini-phi3-f32.gguf", 3},
+                      // Post norms after the all-reduce, soft-caps, GELU, scaled embedding.
+                      Case{"gemma2_tp2", "models/arch/mini-gemma2-f32.gguf", 2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 TEST(TensorParallelShard, EachRankHoldsItsShareOfTheWeights) {

@@ -77,6 +77,9 @@ struct AttentionParams {
   // Sliding window (BackendFeature::kSlidingWindow): > 0: each query attends to its last
   // `window` positions only, [max(0, n_ctx - window), n_ctx); 0: to all of [0, n_ctx).
   int32_t window = 0;
+  // Score soft-cap (BackendFeature::kAttentionSoftCap): > 0: each scaled score s becomes
+  // softcap * tanh(s / softcap) before the softmax; 0: none.
+  float softcap = 0;
 
   // The first position query q attends to.
   int32_t first_position(const AttentionQuery& q) const {
@@ -91,12 +94,24 @@ enum class MemoryKind { kHost, kDevice };
 // (Backend::Supports), and a stage refuses, naming the feature, a model that needs one its
 // backend lacks, rather than compute it wrongly.
 enum class BackendFeature {
-  kSlidingWindow,  // AttentionParams::window
+  kSlidingWindow,     // AttentionParams::window
+  kAttentionSoftCap,  // AttentionParams::softcap
+  kGeluMul,           // GeluMul
+  kScale,             // Scale
+  kSoftCap,           // SoftCap
 };
 inline const char* BackendFeatureName(BackendFeature f) {
   switch (f) {
     case BackendFeature::kSlidingWindow:
       return "sliding-window attention";
+    case BackendFeature::kAttentionSoftCap:
+      return "attention-score soft-capping";
+    case BackendFeature::kGeluMul:
+      return "the GELU(tanh)-gated FFN (GeluMul)";
+    case BackendFeature::kScale:
+      return "scaling activations (Scale)";
+    case BackendFeature::kSoftCap:
+      return "logit soft-capping (SoftCap)";
   }
   return "an unknown feature";
 }
@@ -191,8 +206,15 @@ class Backend {
   // out[i] = silu(gate[i]) * up[i] for i in [0, count). out may alias gate.
   virtual void SiluMul(const float* gate, const float* up, int64_t count, float* out) = 0;
 
-  // Whether this backend implements `f` (the attention options).
+  // Whether this backend implements `f` (the operations below, the attention options).
   virtual bool Supports(BackendFeature f) const = 0;
+  // out[i] = gelu_tanh(gate[i]) * up[i] for i in [0, count), gelu_tanh(x) = 0.5 x (1 +
+  // tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may alias gate.
+  virtual void GeluMul(const float* gate, const float* up, int64_t count, float* out) = 0;
+  // x[i] *= factor for i in [0, count).
+  virtual void Scale(float* x, int64_t count, float factor) = 0;
+  // x[i] = cap * tanh(x[i] / cap) for i in [0, count).
+  virtual void SoftCap(float* x, int64_t count, float cap) = 0;
 
   // y[i] += x[i] for i in [0, count).
   virtual void Add(const float* x, int64_t count, float* y) = 0;

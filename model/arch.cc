@@ -10,7 +10,8 @@
 namespace cascade {
 namespace {
 
-const ArchSpec* const kArchs[] = {&LlamaArch(), &Qwen2Arch(), &Qwen3Arch(), &Phi3Arch()};
+const ArchSpec* const kArchs[] = {&LlamaArch(), &Qwen2Arch(), &Qwen3Arch(), &Phi3Arch(),
+                                  &Gemma2Arch()};
 
 // JSON field helpers that never throw.
 absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, const std::string& path,
@@ -60,6 +61,10 @@ std::string SupportedArchitectures() {
   std::vector<std::string> names;
   for (const ArchSpec* a : kArchs) {
     std::string s(a->gguf_name);
+    if (a->hf_classes.empty()) {
+      names.push_back(s + " (GGUF only)");
+      continue;
+    }
     s += " (";
     for (size_t i = 0; i < a->hf_classes.size(); ++i) {
       if (i > 0) s += ", ";

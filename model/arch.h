@@ -22,6 +22,7 @@ struct ArchSpec {
   std::string_view gguf_name;                    // general.architecture
   std::span<const std::string_view> hf_classes;  // config.json "architectures"
   absl::Status (*from_gguf)(const GgufFile& file, ModelConfig* config);
+  // Null (and hf_classes empty) for an architecture read from GGUF files only.
   absl::Status (*from_hf)(const nlohmann::json& config_json, const std::string& path,
                           ModelConfig* config);
 };
@@ -39,6 +40,7 @@ const ArchSpec& LlamaArch();
 const ArchSpec& Qwen2Arch();
 const ArchSpec& Qwen3Arch();
 const ArchSpec& Phi3Arch();
+const ArchSpec& Gemma2Arch();
 
 }  // namespace cascade
 

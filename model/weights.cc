@@ -152,6 +152,11 @@ absl::StatusOr<LayerWeights> BindLayer(Binder& b, const ModelConfig& c, int l, M
     CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_k_norm.weight", c.head_dim, false, &lw.k_norm));
   }
   CASCADE_RETURN_IF_ERROR(b.Vector(p + "ffn_norm.weight", c.dim, false, &lw.ffn_norm));
+  if (c.post_norms) {
+    CASCADE_RETURN_IF_ERROR(
+        b.Vector(p + "post_attention_norm.weight", c.dim, false, &lw.post_attn_norm));
+    CASCADE_RETURN_IF_ERROR(b.Vector(p + "post_ffw_norm.weight", c.dim, false, &lw.post_ffn_norm));
+  }
   return lw;
 }
 

@@ -43,10 +43,12 @@ struct LayerWeights {
   const TensorView* wo = nullptr;      // (dim, q_dim)
   std::vector<float> bq, bk, bv;       // (q_dim), (kv_dim), (kv_dim); empty without biases
   std::vector<float> q_norm, k_norm;   // (head_dim) each, ModelConfig::qk_norm; else empty
+  std::vector<float> post_attn_norm;   // (dim), ModelConfig::post_norms; else empty
   std::vector<float> ffn_norm;         // (dim)
   const TensorView* w_gate = nullptr;  // (ffn, dim)
   const TensorView* w_up = nullptr;    // (ffn, dim)
   const TensorView* w_down = nullptr;  // (dim, ffn)
+  std::vector<float> post_ffn_norm;    // (dim), ModelConfig::post_norms; else empty
 };
 
 struct ModelWeights {

@@ -1,7 +1,8 @@
 // The operations some architectures add to the Llama block (BackendFeature): sliding-window
-// attention on every CPU kernel table against float64, and attention's results bit for bit the same
-// alone, in prompt tiles or over threads (batch invariance), with windows that begin inside a
-// block, span several or fit in one, and AVX2 and AVX-512 agreeing.
+// and soft-capped attention, GeluMul, Scale and SoftCap, on every CPU kernel table against
+// float64, and attention's results bit for bit the same alone, in prompt tiles or over
+// threads (batch invariance), with windows that begin inside a block, span several or
+// fit in one, and AVX2 and AVX-512 agreeing.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -17,6 +18,11 @@ namespace {
 using testing::AvailableIsas;
 using testing::NormalizedError;
 using testing::Random;
+
+struct AttentionCase {
+  int32_t window;
+  float softcap;
+};
 
 // float64 attention of query (n_ctx, q) of one sequence over positions [first, n_ctx).
 std::vector<double> Reference(const AttentionParams& p, const AttentionQuery& q,
@@ -38,6 +44,7 @@ std::vector<double> Reference(const AttentionParams& p, const AttentionQuery& q,
       for (int e = 0; e < p.head_dim; ++e)
         d += static_cast<double>(q.q[h * p.head_dim + e]) * row(k_pool, kvh, t)[e];
       d *= p.scale;
+      if (p.softcap > 0) d = p.softcap * std::tanh(d / p.softcap);
       s[t - first] = d;
       mx = std::max(mx, d);
     }
@@ -52,7 +59,7 @@ std::vector<double> Reference(const AttentionParams& p, const AttentionQuery& q,
   return out;
 }
 
-TEST(AttentionFeatures, WindowsMatchReferenceAndAreBatchInvariant) {
+TEST(AttentionFeatures, WindowsAndSoftCapsMatchReferenceAndAreBatchInvariant) {
   const int n_heads = 6, n_kv = 2, hd = 64, bs = 8, pool_blocks = 12;
   const int64_t pool = static_cast<int64_t>(pool_blocks) * bs * n_kv * hd;
   const auto k_pool = Random(pool, 31, 2.0f), v_pool = Random(pool, 32);
@@ -60,12 +67,14 @@ TEST(AttentionFeatures, WindowsMatchReferenceAndAreBatchInvariant) {
   const int nq = 40;  // the prompt's positions 0..39: tiles of 16, 16 and 8
   const int64_t q_floats = static_cast<int64_t>(n_heads) * hd;
   const auto q = Random(nq * q_floats, 33, 2.0f);
-  for (const int32_t window : {5, 1, 8, 19, 0}) {
+  for (const AttentionCase c : {AttentionCase{5, 0}, AttentionCase{1, 0}, AttentionCase{8, 1.5f},
+                                AttentionCase{19, 0}, AttentionCase{0, 1.5f}}) {
     std::map<CpuIsa, std::vector<float>> by_isa;
     for (CpuIsa isa : AvailableIsas()) {
       std::vector<float> alone(nq * q_floats), tiled(nq * q_floats);
       AttentionParams p{n_heads, n_kv, hd, 0.125f, bs, k_pool.data(), v_pool.data(), nullptr, 0};
-      p.window = window;
+      p.window = c.window;
+      p.softcap = c.softcap;
       for (int threads : {1, 2}) {
         CpuBackendOptions opt;
         opt.max_isa = isa;
@@ -88,7 +97,8 @@ TEST(AttentionFeatures, WindowsMatchReferenceAndAreBatchInvariant) {
           be.Attention(p);
         }
       }
-      const std::string what = std::string(CpuIsaName(isa)) + ", window " + std::to_string(window);
+      const std::string what = std::string(CpuIsaName(isa)) + ", window " +
+                               std::to_string(c.window) + ", soft-cap " + std::to_string(c.softcap);
       EXPECT_EQ(alone, tiled) << what;
       for (int i = 0; i < nq; ++i) {
         const AttentionQuery one{q.data() + i * q_floats, nullptr, table.data(), i + 1};
@@ -100,8 +110,39 @@ TEST(AttentionFeatures, WindowsMatchReferenceAndAreBatchInvariant) {
       by_isa[isa] = alone;
     }
     if (by_isa.count(CpuIsa::kAvx2) != 0 && by_isa.count(CpuIsa::kAvx512) != 0) {
-      EXPECT_EQ(by_isa[CpuIsa::kAvx2], by_isa[CpuIsa::kAvx512]) << "window " << window;
+      EXPECT_EQ(by_isa[CpuIsa::kAvx2], by_isa[CpuIsa::kAvx512]) << "window " << c.window;
     }
+  }
+}
+
+TEST(ElementwiseFeatures, GeluMulScaleAndSoftCapMatchReferenceOnEveryPath) {
+  std::vector<float> g;
+  for (float v = -30.0f; v <= 30.0f; v += 0.173f) g.push_back(v);
+  g.push_back(0.0f);
+  const int64_t n = static_cast<int64_t>(g.size());
+  const auto up = Random(n, 41);
+  for (CpuIsa isa : AvailableIsas()) {
+    CpuBackendOptions opt;
+    opt.max_isa = isa;
+    CpuBackend be(opt);
+    ASSERT_TRUE(be.Supports(BackendFeature::kGeluMul));
+    std::vector<float> out(n);
+    be.GeluMul(g.data(), up.data(), n, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = g[i];
+      // 0.5 x (1 + tanh(u)) as x / (1 + exp(-2u)): no cancellation where tanh(u) is near -1.
+      const double u = std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x);
+      const double gelu = x / (1 + std::exp(-2 * u));
+      // Relative: a few ulp of the float exponent -2u, which grows with |u| in the tail.
+      EXPECT_NEAR(out[i], gelu * up[i], 1e-6 * (1 + std::fabs(u)) * std::fabs(gelu * up[i]) + 1e-30)
+          << x << " " << CpuIsaName(isa);
+    }
+    auto s = g;
+    be.Scale(s.data(), n, 8.0f);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(s[i], g[i] * 8.0f);
+    auto c = g;
+    be.SoftCap(c.data(), n, 3.0f);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(c[i], 3.0 * std::tanh(g[i] / 3.0), 1e-6);
   }
 }
 

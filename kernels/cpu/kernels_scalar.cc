@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kv_block.h"
+#include "kernels/cpu/softmax_block.h"
 #include "tensor/quant.h"
 #include "util/fp16.h"
 
@@ -259,6 +260,15 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+// gelu_tanh(g) = 0.5 g (1 + tanh(u)) = g / (1 + exp(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3).
+void GeluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float minus_2u = g * (kGeluA + kGeluB * (g * g));
+    out[i] = g / (1.0f + std::exp(minus_2u)) * up[i];
+  }
+}
+
 void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Fp16ToFloat(src[i]);
 }
@@ -290,6 +300,7 @@ void AttentionQueryGroup(const AttentionParams& p, const AttentionQuery& q, int 
       for (int j = lo; j < count; ++j) {
         scores[j] = DotF32(qh, rows.k + j * rows.stride, p.head_dim) * p.scale;
       }
+      SoftCapScores(p.softcap, scores + lo, count - lo);
       for (int j = lo; j < count; ++j) bmax = std::max(bmax, scores[j]);
       const float m_new = std::max(m, bmax);
       const float correction = std::exp(m - m_new);
@@ -324,6 +335,7 @@ const KernelTable& ScalarKernels() {
                                  .scale = &Scale,
                                  .sum_squares = &SumSquares,
                                  .silu_mul = &SiluMul,
+                                 .gelu_mul = &GeluMul,
                                  .float_to_f16 = &FloatRowToHalf,
                                  .attention_group = &AttentionGroup};  // no packing, no groups
   return table;

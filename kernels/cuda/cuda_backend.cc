@@ -178,6 +178,14 @@ void CudaBackend::SiluMul(const float* gate, const float* up, int64_t count, flo
   impl_->Check(cuda::SiluMul(gate, up, count, out, impl_->stream));
 }
 
+void CudaBackend::GeluMul(const float*, const float*, int64_t, float*) {
+  impl_->Refuse(BackendFeature::kGeluMul);
+}
+
+void CudaBackend::Scale(float*, int64_t, float) { impl_->Refuse(BackendFeature::kScale); }
+
+void CudaBackend::SoftCap(float*, int64_t, float) { impl_->Refuse(BackendFeature::kSoftCap); }
+
 void CudaBackend::Add(const float* x, int64_t count, float* y) {
   if (count == 0 || impl_->Failed()) return;
   impl_->Check(cuda::Add(x, count, y, impl_->stream));
@@ -209,6 +217,7 @@ void CudaBackend::GatherRows(const float* src, const int64_t* rows, int64_t n, i
 
 void CudaBackend::Attention(const AttentionParams& p) {
   if (p.window > 0) impl_->Refuse(BackendFeature::kSlidingWindow);
+  if (p.softcap > 0) impl_->Refuse(BackendFeature::kAttentionSoftCap);
   if (p.n_queries == 0 || impl_->Failed()) return;
   // Flatten the queries' block tables for the device.
   std::vector<cuda::DeviceQuery> queries(p.n_queries);

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "kernels/gpu_test_util.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/gpu_test_util.h"
 #include "tensor/quant.h"
 
 namespace cascade {
@@ -170,19 +170,41 @@ TEST(CudaBackend, F16KvCacheMatchesCpu) {
   EXPECT_TRUE((*gpu)->Health().ok());
 }
 
-// Sliding windows are not implemented on CUDA: Supports says so (a stage refuses the
-// model), and attention asked for one leaves an error naming it instead of a result.
+// The optional features are not implemented on CUDA: Supports says so (a stage refuses the
+// model), and asking for one leaves an error naming it instead of a result.
 TEST(CudaBackend, RefusesTheFeaturesItLacksNamingThem) {
   REQUIRE_GPU();
-  auto gpu = CudaBackend::Create({});
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  EXPECT_FALSE((*gpu)->Supports(BackendFeature::kSlidingWindow));
-  AttentionParams p;
-  p.window = 4;
-  (*gpu)->Attention(p);
-  EXPECT_EQ((*gpu)->Health().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE((*gpu)->Health().message().find("sliding-window"), std::string::npos)
-      << (*gpu)->Health();
+  for (BackendFeature f :
+       {BackendFeature::kSlidingWindow, BackendFeature::kAttentionSoftCap, BackendFeature::kGeluMul,
+        BackendFeature::kScale, BackendFeature::kSoftCap}) {
+    auto gpu = CudaBackend::Create({});
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_FALSE((*gpu)->Supports(f)) << BackendFeatureName(f);
+    auto x = Upload(**gpu, Random(64, 3));
+    AttentionParams p;
+    switch (f) {
+      case BackendFeature::kSlidingWindow:
+        p.window = 4;
+        (*gpu)->Attention(p);
+        break;
+      case BackendFeature::kAttentionSoftCap:
+        p.softcap = 50;
+        (*gpu)->Attention(p);
+        break;
+      case BackendFeature::kGeluMul:
+        (*gpu)->GeluMul(x.get(), x.get(), 64, x.get());
+        break;
+      case BackendFeature::kScale:
+        (*gpu)->Scale(x.get(), 64, 2.0f);
+        break;
+      case BackendFeature::kSoftCap:
+        (*gpu)->SoftCap(x.get(), 64, 30.0f);
+        break;
+    }
+    const absl::Status health = (*gpu)->Health();
+    EXPECT_EQ(health.code(), absl::StatusCode::kUnimplemented) << BackendFeatureName(f);
+    EXPECT_NE(health.message().find(BackendFeatureName(f)), std::string::npos) << health;
+  }
 }
 
 }  // namespace
