@@ -4,10 +4,13 @@
 // at F32 on every CPU kernel table, the same 32 greedy ids, a two-stage pipeline bit for
 // bit the whole model, and a sequence's logits bit for bit alone or batched with another
 // (small KV blocks, so that sliding windows start inside blocks and skip whole ones).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "engine/stage.h"
@@ -17,6 +20,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "model/gguf_writer.h"
 #include "model/test_util.h"
+#include "nlohmann/json.hpp"
 #include "util/npy.h"
 
 namespace cascade {
@@ -28,6 +32,13 @@ using testing::MaxAbsDiff;
 using testing::ReadIds;
 
 std::string ArchPath(const std::string& rel) { return testing::SharedPath("models/arch/" + rel); }
+
+// The test's largest |logit - reference|, as a property of its XML report.
+void RecordDiff(double diff) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", diff);
+  ::testing::Test::RecordProperty("max_abs_logit_diff", text);
+}
 
 class ArchModels : public ::testing::TestWithParam<std::string> {
  protected:
@@ -59,9 +70,7 @@ TEST_P(ArchModels, LogitsAndGreedyIdsMatchTheReferenceOnEveryKernelTable) {
     worst = std::max(worst, diff);
     EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
   }
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.3g", worst);
-  RecordProperty("max_abs_logit_diff", text);
+  RecordDiff(worst);
 }
 
 TEST_P(ArchModels, TwoStagesGiveTheWholeModelsLogitsBitForBit) {
@@ -202,6 +211,113 @@ TEST(Gemma2, QueryPreAttnScalarFromTheFileScalesTheQueries) {
   const auto ids = ReadIds(ArchPath("mini-gemma2-f32.greedy32.ids"));
   EXPECT_GT(MaxAbsDiff(AllLogits(**stage, ids), want->data), 1e-2);
   std::remove(path.c_str());
+}
+
+// The Hugging Face names of a GGUF gemma2 tensor ("" for none).
+std::string Gemma2HfName(const std::string& gguf) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"}};
+  for (const auto& [g, h] : kTop) {
+    if (gguf == g) return h;
+  }
+  static const std::pair<const char*, const char*> kLeaf[] = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}};
+  int layer = -1;
+  char leaf[64] = {};
+  if (std::sscanf(gguf.c_str(), "blk.%d.%63s", &layer, leaf) != 2) return "";
+  for (const auto& [g, h] : kLeaf) {
+    if (std::string(leaf) == g) return "model.layers." + std::to_string(layer) + "." + h;
+  }
+  return "";
+}
+
+// mini-gemma2 as a Hugging Face folder: config.json and one F32 model.safetensors, the norm
+// weights stored as w (the GGUF holds 1 + w). Returns the folder.
+std::string WriteGemma2AsHf(const GgufFile& f) {
+  const std::string dir = ::testing::TempDir() + "/gemma2_hf_" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<uint8_t> data;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    const std::string name = Gemma2HfName(t.name);
+    if (name.empty()) continue;
+    std::vector<float> v(t.elements());
+    std::memcpy(v.data(), t.data, t.nbytes);
+    if (name.find("norm") != std::string::npos) {
+      for (float& x : v) x -= 1.0f;
+    }
+    std::vector<int64_t> shape(t.ne, t.ne + t.n_dims);
+    std::reverse(shape.begin(), shape.end());
+    header[name] = {{"dtype", "F32"},
+                    {"shape", shape},
+                    {"data_offsets", {data.size(), data.size() + t.nbytes}}};
+    const auto* bytes = reinterpret_cast<const uint8_t*>(v.data());
+    data.insert(data.end(), bytes, bytes + t.nbytes);
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');
+  std::ofstream st(dir + "/model.safetensors", std::ios::binary);
+  const uint64_t len = text.size();
+  st.write(reinterpret_cast<const char*>(&len), 8);
+  st.write(text.data(), static_cast<std::streamsize>(text.size()));
+  st.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  return dir;
+}
+
+// mini-gemma2 from a Hugging Face folder (norms stored as w, the four norms under their HF
+// names, query_pre_attn_scalar from config.json): the reference logits within 1e-4 and the
+// same greedy ids, as from the GGUF file.
+TEST(Gemma2, AHuggingFaceFolderGivesTheReferenceLogits) {
+  const std::string model = ArchPath("mini-gemma2-f32.gguf");
+  CASCADE_REQUIRE_SHARED(model);
+  auto gguf = GgufFile::Open(model);
+  auto from_gguf = ModelSource::Open(model);
+  ASSERT_TRUE(gguf.ok() && from_gguf.ok());
+  const ModelConfig& c = (*from_gguf)->config();
+  const std::string dir = WriteGemma2AsHf(**gguf);
+  const nlohmann::json config = {{"architectures", {"Gemma2ForCausalLM"}},
+                                 {"hidden_size", c.dim},
+                                 {"intermediate_size", c.ffn_dim},
+                                 {"num_attention_heads", c.n_heads},
+                                 {"num_key_value_heads", c.n_kv_heads},
+                                 {"head_dim", c.head_dim},
+                                 {"num_hidden_layers", c.n_layers},
+                                 {"vocab_size", c.vocab_size},
+                                 {"max_position_embeddings", c.context_length},
+                                 {"rms_norm_eps", c.norm_eps},
+                                 {"rope_theta", c.rope_theta},
+                                 {"query_pre_attn_scalar", c.head_dim},
+                                 {"attn_logit_softcapping", c.attn_softcap},
+                                 {"final_logit_softcapping", c.final_softcap},
+                                 {"sliding_window", c.sliding_window},
+                                 {"hidden_activation", "gelu_pytorch_tanh"},
+                                 {"tie_word_embeddings", true}};
+  std::ofstream(dir + "/config.json") << config.dump();
+  auto src = ModelSource::Open(dir);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_EQ((*src)->config().norm_weight_offset, 1.0);
+  EXPECT_TRUE((*src)->config().tied_embeddings);
+  auto stage = Stage::Create(**src, {});
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  auto want = ReadNpyF32(ArchPath("mini-gemma2-f32.logits.npy"));
+  ASSERT_TRUE(want.ok()) << want.status();
+  const auto ids = ReadIds(ArchPath("mini-gemma2-f32.greedy32.ids"));
+  const double diff = MaxAbsDiff(AllLogits(**stage, ids), want->data);
+  EXPECT_LT(diff, 1e-4);
+  RecordDiff(diff);
+  EXPECT_EQ(GreedyDecode(**stage, ReadIds(ArchPath("prompt.ids")), ids.size()), ids);
+  std::filesystem::remove_all(dir);
 }
 
 // The CPU backend saying it has none of the optional features (as the CUDA backend does):

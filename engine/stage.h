@@ -9,6 +9,9 @@
 //   stage is left as it was.
 // - Results are batch-invariant (see kernels/backend.h): a sequence's activations and
 //   logits do not depend on the other slots of the batch.
+// - Create refuses (Unimplemented, naming it) a model that needs a BackendFeature its
+//   backend lacks (sliding windows, soft-caps, GeluMul, ...: model/model_config.h), rather
+//   than compute it wrongly.
 // - Tensor parallelism (StageOptions::tp): the stage is one rank of a group that splits
 //   every layer Megatron-style (model/tensor_parallel.h): it binds only its rank's slices,
 //   keeps the KV cache of its KV heads, and joins an all-reduce after the attention output

@@ -13,9 +13,10 @@ namespace {
 const ArchSpec* const kArchs[] = {&LlamaArch(), &Qwen2Arch(), &Qwen3Arch(), &Phi3Arch(),
                                   &Gemma2Arch()};
 
-// JSON field helpers that never throw.
+}  // namespace
+
 absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, const std::string& path,
-                                std::optional<int64_t> fallback = std::nullopt) {
+                                std::optional<int64_t> fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (fallback) return *fallback;
@@ -39,8 +40,6 @@ absl::StatusOr<double> JsonFloat(const nlohmann::json& j, const char* key, const
   return it->get<double>();
 }
 
-}  // namespace
-
 const ArchSpec* FindArchByGgufName(std::string_view name) {
   for (const ArchSpec* a : kArchs) {
     if (a->gguf_name == name) return a;
@@ -61,10 +60,6 @@ std::string SupportedArchitectures() {
   std::vector<std::string> names;
   for (const ArchSpec* a : kArchs) {
     std::string s(a->gguf_name);
-    if (a->hf_classes.empty()) {
-      names.push_back(s + " (GGUF only)");
-      continue;
-    }
     s += " (";
     for (size_t i = 0; i < a->hf_classes.size(); ++i) {
       if (i > 0) s += ", ";

@@ -7,11 +7,15 @@
 #ifndef CASCADE_MODEL_ARCH_H_
 #define CASCADE_MODEL_ARCH_H_
 
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "model/gguf.h"
 #include "model/model_config.h"
 #include "nlohmann/json_fwd.hpp"
@@ -22,9 +26,11 @@ struct ArchSpec {
   std::string_view gguf_name;                    // general.architecture
   std::span<const std::string_view> hf_classes;  // config.json "architectures"
   absl::Status (*from_gguf)(const GgufFile& file, ModelConfig* config);
-  // Null (and hf_classes empty) for an architecture read from GGUF files only.
   absl::Status (*from_hf)(const nlohmann::json& config_json, const std::string& path,
                           ModelConfig* config);
+  // Hugging Face layer tensor names (after "model.layers.N.") whose canonical name differs
+  // from the shared map's (CanonicalTensorName): {hf leaf, canonical leaf}.
+  std::span<const std::pair<std::string_view, std::string_view>> hf_leaf_names = {};
 };
 
 const ArchSpec* FindArchByGgufName(std::string_view name);
@@ -34,6 +40,13 @@ std::string SupportedArchitectures();
 // Shared by Llama-like architectures: reads "<prefix>.block_count" etc.
 absl::Status ReadLlamaLikeGguf(const GgufFile& file, std::string_view prefix, ModelConfig* c);
 absl::Status ReadLlamaLikeHf(const nlohmann::json& j, const std::string& path, ModelConfig* c);
+
+// config.json fields, never throwing: a missing or null key gives the fallback (an error
+// naming the key when there is none); a value of another type is an error naming it.
+absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, const std::string& path,
+                                std::optional<int64_t> fallback = std::nullopt);
+absl::StatusOr<double> JsonFloat(const nlohmann::json& j, const char* key, const std::string& path,
+                                 double fallback);
 
 // Per-architecture specs (model/arch/*.cc).
 const ArchSpec& LlamaArch();

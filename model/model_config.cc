@@ -44,7 +44,8 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
   }
   for (const auto& [what, v] : {std::pair<const char*, double>{"attention soft-cap", attn_softcap},
                                 {"final soft-cap", final_softcap},
-                                {"attention scale", attn_scale}}) {
+                                {"attention scale", attn_scale},
+                                {"norm weight offset", norm_weight_offset}}) {
     if (!(v >= 0 && std::isfinite(v))) return bad(absl::StrCat(what, " ", v));
   }
   if (rope_scaling.type != RopeScalingType::kNone &&

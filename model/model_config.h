@@ -69,6 +69,9 @@ struct ModelConfig {
   double final_softcap = 0;
   // The attention scores' scale; 0: 1 / sqrt(head_dim).
   double attn_scale = 0;
+  // Added to every RMSNorm weight as it is loaded: 1 for Hugging Face Gemma checkpoints,
+  // which store w for x * (1 + w) (GGUF files hold 1 + w already).
+  double norm_weight_offset = 0;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }

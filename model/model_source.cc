@@ -29,7 +29,9 @@ bool FileExists(const std::string& path) {
 
 }  // namespace
 
-std::string CanonicalTensorName(std::string_view hf_name) {
+std::string CanonicalTensorName(
+    std::string_view hf_name,
+    std::span<const std::pair<std::string_view, std::string_view>> leaf_overrides) {
   static const std::pair<std::string_view, std::string_view> kTop[] = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -64,10 +66,14 @@ std::string CanonicalTensorName(std::string_view hf_name) {
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
   };
-  for (const auto& [hf, canon] : kLeaf) {
-    if (leaf == hf) return absl::StrCat("blk.", layer, ".", std::string(canon));
-  }
-  return "";
+  auto lookup = [&](std::span<const std::pair<std::string_view, std::string_view>> table) {
+    for (const auto& [hf, canon] : table) {
+      if (leaf == hf) return absl::StrCat("blk.", layer, ".", std::string(canon));
+    }
+    return std::string();
+  };
+  if (std::string canon = lookup(leaf_overrides); !canon.empty()) return canon;
+  return lookup(kLeaf);
 }
 
 absl::StatusOr<std::unique_ptr<ModelSource>> ModelSource::Open(const std::string& path) {
@@ -164,7 +170,7 @@ absl::Status ModelSource::OpenHf(const std::string& dir) {
   for (const auto& file : files) {
     CASCADE_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::Open(file));
     for (const auto& t : shard->tensors()) {
-      std::string canon = CanonicalTensorName(t.name);
+      std::string canon = CanonicalTensorName(t.name, spec->hf_leaf_names);
       if (canon.empty()) {
         spdlog::debug("{}: ignoring tensor '{}'", file, t.name);
         continue;

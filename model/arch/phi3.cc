@@ -38,14 +38,7 @@ absl::Status Phi3FromHf(const nlohmann::json& j, const std::string& path, ModelC
   c->arch = "phi3";
   c->qkv_bias = false;
   c->fused_projections = true;
-  auto sw = j.find("sliding_window");
-  if (sw != j.end() && !sw->is_null()) {
-    if (!sw->is_number_integer() || sw->get<int64_t>() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": config.json: 'sliding_window' is not a non-negative integer"));
-    }
-    c->sliding_window = sw->get<int64_t>();
-  }
+  CASCADE_ASSIGN_OR_RETURN(c->sliding_window, JsonInt(j, "sliding_window", path, 0));
   c->sliding_window_period = 1;
   return absl::OkStatus();
 }
