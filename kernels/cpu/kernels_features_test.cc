@@ -2,7 +2,7 @@
 // and soft-capped attention, GeluMul, Scale and SoftCap, on every CPU kernel table against
 // float64, and attention's results bit for bit the same alone, in prompt tiles or over
 // threads (batch invariance), with windows that begin inside a block, span several or
-// fit in one, and AVX2 and AVX-512 agreeing.
+// fit in one, F32 and F16 caches, and AVX2 and AVX-512 agreeing.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/kernels_test_util.h"
+#include "util/fp16.h"
 
 namespace cascade {
 namespace {
@@ -24,7 +25,8 @@ struct AttentionCase {
   float softcap;
 };
 
-// float64 attention of query (n_ctx, q) of one sequence over positions [first, n_ctx).
+// float64 attention of query (n_ctx, q) of one sequence over positions [first, n_ctx) of
+// F32 pools (an F16 cache's values widened).
 std::vector<double> Reference(const AttentionParams& p, const AttentionQuery& q,
                               const float* k_pool, const float* v_pool) {
   const int group = p.n_heads / p.n_kv_heads;
@@ -67,12 +69,36 @@ TEST(AttentionFeatures, WindowsAndSoftCapsMatchReferenceAndAreBatchInvariant) {
   const int nq = 40;  // the prompt's positions 0..39: tiles of 16, 16 and 8
   const int64_t q_floats = static_cast<int64_t>(n_heads) * hd;
   const auto q = Random(nq * q_floats, 33, 2.0f);
-  for (const AttentionCase c : {AttentionCase{5, 0}, AttentionCase{1, 0}, AttentionCase{8, 1.5f},
-                                AttentionCase{19, 0}, AttentionCase{0, 1.5f}}) {
+  // An F16 cache of the same values, and those values widened back (its reference).
+  std::vector<uint16_t> k16(pool), v16(pool);
+  std::vector<float> k_wide(pool), v_wide(pool);
+  for (int64_t i = 0; i < pool; ++i) {
+    k16[i] = FloatToFp16(k_pool[i]);
+    v16[i] = FloatToFp16(v_pool[i]);
+    k_wide[i] = Fp16ToFloat(k16[i]);
+    v_wide[i] = Fp16ToFloat(v16[i]);
+  }
+  for (const auto& [c, type] : {std::pair{AttentionCase{5, 0}, TensorType::kF32},
+                                {AttentionCase{1, 0}, TensorType::kF32},
+                                {AttentionCase{8, 1.5f}, TensorType::kF32},
+                                {AttentionCase{19, 0}, TensorType::kF32},
+                                {AttentionCase{0, 1.5f}, TensorType::kF32},
+                                {AttentionCase{5, 0}, TensorType::kF16},
+                                {AttentionCase{11, 1.5f}, TensorType::kF16}}) {
+    const bool f16 = type == TensorType::kF16;
     std::map<CpuIsa, std::vector<float>> by_isa;
     for (CpuIsa isa : AvailableIsas()) {
       std::vector<float> alone(nq * q_floats), tiled(nq * q_floats);
-      AttentionParams p{n_heads, n_kv, hd, 0.125f, bs, k_pool.data(), v_pool.data(), nullptr, 0};
+      AttentionParams p{n_heads,
+                        n_kv,
+                        hd,
+                        0.125f,
+                        bs,
+                        f16 ? static_cast<const void*>(k16.data()) : k_pool.data(),
+                        f16 ? static_cast<const void*>(v16.data()) : v_pool.data(),
+                        nullptr,
+                        0};
+      p.kv_type = type;
       p.window = c.window;
       p.softcap = c.softcap;
       for (int threads : {1, 2}) {
@@ -98,12 +124,14 @@ TEST(AttentionFeatures, WindowsAndSoftCapsMatchReferenceAndAreBatchInvariant) {
         }
       }
       const std::string what = std::string(CpuIsaName(isa)) + ", window " +
-                               std::to_string(c.window) + ", soft-cap " + std::to_string(c.softcap);
+                               std::to_string(c.window) + ", soft-cap " +
+                               std::to_string(c.softcap) + ", " + TensorTypeName(type);
       EXPECT_EQ(alone, tiled) << what;
       for (int i = 0; i < nq; ++i) {
         const AttentionQuery one{q.data() + i * q_floats, nullptr, table.data(), i + 1};
         EXPECT_LT(NormalizedError(alone.data() + i * q_floats,
-                                  Reference(p, one, k_pool.data(), v_pool.data())),
+                                  Reference(p, one, f16 ? k_wide.data() : k_pool.data(),
+                                            f16 ? v_wide.data() : v_pool.data())),
                   1e-5)
             << what << ", position " << i;
       }
