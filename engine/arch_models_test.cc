@@ -152,8 +152,9 @@ std::string CopyGguf(const GgufFile& f, const std::string& drop, const std::stri
     w.AddTensor(extra, TensorType::kF32, {16},
                 std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kZeros), sizeof(kZeros)));
   }
-  const std::string path =
-      ::testing::TempDir() + "/arch_copy_" + std::to_string(::getpid()) + ".gguf";
+  static int copies = 0;  // one file per copy: an open source maps its file
+  const std::string path = ::testing::TempDir() + "/arch_copy_" + std::to_string(::getpid()) + "_" +
+                           std::to_string(copies++) + ".gguf";
   absl::Status st = w.WriteFile(path);
   EXPECT_TRUE(st.ok()) << st;
   return path;
@@ -204,6 +205,13 @@ TEST(Gemma2, QueryPreAttnScalarFromTheFileScalesTheQueries) {
   auto src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status();
   EXPECT_FLOAT_EQ((*src)->config().AttentionScale(), 0.25f);
+  // 46 layers, only the 27B's: dim / heads (64 / 4 = 16) without the key, as llama.cpp does.
+  const std::string as_27b =
+      CopyGguf(**gguf, "", "", [](GgufWriter& w) { w.SetUint32("gemma2.block_count", 46); });
+  auto src_27b = ModelSource::Open(as_27b);
+  ASSERT_TRUE(src_27b.ok()) << src_27b.status();
+  EXPECT_FLOAT_EQ((*src_27b)->config().AttentionScale(), 0.25f);
+  std::remove(as_27b.c_str());
   auto stage = Stage::Create(**src, {});
   ASSERT_TRUE(stage.ok()) << stage.status();
   auto want = ReadNpyF32(ArchPath("mini-gemma2-f32.logits.npy"));

@@ -3,10 +3,10 @@
 // FFN's outputs (post_attention_norm, post_ffw_norm) before each residual add; a
 // GELU(tanh)-gated FFN; attention scores soft-capped (attn_logit_softcapping) and so are
 // the logits (final_logit_softcapping); sliding-window attention on the even layers; q
-// scaled by 1/sqrt(head_dim), which is what llama.cpp does for every Gemma 2 but the 27B
-// (query_pre_attn_scalar = dim / heads there, which no GGUF key carries: such a file gets
-// the head-size scale here too, unless it carries gemma2.attention.query_pre_attn_scalar,
-// which no converter writes today). RoPE over halves. Hugging Face checkpoints
+// scaled by 1/sqrt(head_dim), except in the 27B, whose query_pre_attn_scalar is dim / heads:
+// no GGUF key carries it, so, as llama.cpp does, a GGUF file of 46 layers (only the 27B
+// has them) gets 1/sqrt(dim / heads) (gemma2.attention.query_pre_attn_scalar, which no
+// converter writes today, would take precedence). RoPE over halves. Hugging Face checkpoints
 // (Gemma2ForCausalLM) store the norms as w (norm_weight_offset 1 restores 1 + w), name
 // their four norms per layer their own way, and give query_pre_attn_scalar.
 #include <cmath>
@@ -46,7 +46,10 @@ absl::Status Gemma2FromGguf(const GgufFile& f, ModelConfig* c) {
   CASCADE_ASSIGN_OR_RETURN(c->final_softcap, f.GetFloatOr("gemma2.final_logit_softcapping", 0.0));
   CASCADE_ASSIGN_OR_RETURN(c->sliding_window, f.GetIntOr("gemma2.attention.sliding_window", 0));
   const std::string key = "gemma2.attention.query_pre_attn_scalar";
-  CASCADE_ASSIGN_OR_RETURN(const double query_scalar, f.GetFloatOr(key, 0.0));
+  constexpr int64_t k27bLayers = 46;
+  const double default_scalar =
+      c->n_layers == k27bLayers ? static_cast<double>(c->dim / c->n_heads) : 0.0;
+  CASCADE_ASSIGN_OR_RETURN(const double query_scalar, f.GetFloatOr(key, default_scalar));
   return SetQueryScale(query_scalar, absl::StrCat(f.path(), ": GGUF metadata '", key, "'"), c);
 }
 
