@@ -9,6 +9,32 @@
 #include "util/status_macros.h"
 
 namespace cascade {
+namespace {
+
+// The backend features a model needs beyond the Llama block.
+std::vector<BackendFeature> RequiredFeatures(const ModelConfig& c) {
+  std::vector<BackendFeature> f;
+  if (c.sliding_window > 0) f.push_back(BackendFeature::kSlidingWindow);
+  if (c.attn_softcap > 0) f.push_back(BackendFeature::kAttentionSoftCap);
+  if (c.ffn_activation == FfnActivation::kGeluTanh) f.push_back(BackendFeature::kGeluMul);
+  if (c.scale_embeddings) f.push_back(BackendFeature::kScale);
+  if (c.final_softcap > 0) f.push_back(BackendFeature::kSoftCap);
+  return f;
+}
+
+// Unimplemented, naming the feature, when the backend lacks one the model needs.
+absl::Status CheckFeatures(const Backend& be, const ModelConfig& c, const std::string& path) {
+  for (BackendFeature f : RequiredFeatures(c)) {
+    if (!be.Supports(f)) {
+      return absl::UnimplementedError(absl::StrCat(path, ": this ", c.arch, " model needs ",
+                                                   BackendFeatureName(f), ", which the ", be.name(),
+                                                   " backend does not implement"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<DeviceBuffer> Stage::UploadVector(const std::vector<float>& v) {
   if (v.empty()) return DeviceBuffer();
@@ -60,6 +86,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   }
   s->backend_ = std::move(backend);
   Backend& be = *s->backend_;
+  CASCADE_RETURN_IF_ERROR(CheckFeatures(be, cfg, source.path()));
   if (s->tp_ != nullptr && s->tp_->memory_kind() != be.memory_kind()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor parallelism: the group (", s->tp_->name(), ") and the backend (", be.name(),
@@ -99,6 +126,10 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
     CASCADE_ASSIGN_OR_RETURN(r.bq, s->UploadVector(lw.bq));
     CASCADE_ASSIGN_OR_RETURN(r.bk, s->UploadVector(lw.bk));
     CASCADE_ASSIGN_OR_RETURN(r.bv, s->UploadVector(lw.bv));
+    CASCADE_ASSIGN_OR_RETURN(r.q_norm, s->UploadVector(lw.q_norm));
+    CASCADE_ASSIGN_OR_RETURN(r.k_norm, s->UploadVector(lw.k_norm));
+    CASCADE_ASSIGN_OR_RETURN(r.post_attn_norm, s->UploadVector(lw.post_attn_norm));
+    CASCADE_ASSIGN_OR_RETURN(r.post_ffn_norm, s->UploadVector(lw.post_ffn_norm));
     s->layers_.push_back(std::move(r));
   }
   // A tensor-parallel shard's column slices were copied here once already: with the
@@ -210,6 +241,7 @@ absl::Status Stage::Forward(std::span<const TokenSlot> slots, std::span<const fl
   if (is_first()) {
     Embed(slots, x);
     if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(x, n * dim));
+    if (config_.scale_embeddings) be.Scale(x, n * dim, std::sqrt(static_cast<float>(dim)));
   } else {
     be.CopyToDevice(x, hidden_in.data(), n * dim * sizeof(float));
   }
@@ -283,6 +315,9 @@ absl::Status Stage::Head(const std::vector<int64_t>& logit_rows, std::vector<flo
   be.GatherRows(x_.as<float>(), logit_rows.data(), m, dim, xb);
   be.RmsNorm(xb, output_norm_.as<float>(), m, dim, static_cast<float>(config_.norm_eps), xb);
   be.MatMul(output_, xb, m, logits_.as<float>());  // (m, local vocabulary)
+  if (config_.final_softcap > 0) {
+    be.SoftCap(logits_.as<float>(), m * output_.rows(), static_cast<float>(config_.final_softcap));
+  }
   if (tp_ == nullptr) {
     be.CopyToHost(out->data(), logits_.data(), out->size() * sizeof(float));
     return absl::OkStatus();
@@ -311,24 +346,39 @@ absl::Status Stage::Head(const std::vector<int64_t>& logit_rows, std::vector<flo
 }
 
 absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache::Plan& plan) {
+  const int64_t n = static_cast<int64_t>(slots.size());
+  CASCADE_RETURN_IF_ERROR(AttentionBlock(l, slots, plan));
+  return FfnBlock(l, n);
+}
+
+absl::Status Stage::AddResidual(const DeviceBuffer& post_norm, int64_t n) {
+  const int64_t dim = config_.dim;
+  float* xb = xb_.as<float>();
+  if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(xb, n * dim));
+  if (post_norm.data() != nullptr) {
+    backend_->RmsNorm(xb, post_norm.as<float>(), n, dim, static_cast<float>(config_.norm_eps), xb);
+  }
+  backend_->Add(xb, n * dim, x_.as<float>());
+  return absl::OkStatus();
+}
+
+absl::Status Stage::AttentionBlock(int l, std::span<const TokenSlot> slots,
+                                   const KvCache::Plan& plan) {
   const ResidentLayer& w = layers_[l];
   const ModelConfig& c = config_;
   const LocalDims& d = local_;
   const int64_t n = static_cast<int64_t>(slots.size());
-  const int64_t dim = c.dim, q_dim = d.q_dim, kv_dim = d.kv_dim, ffn = d.ffn;
+  const int64_t q_dim = d.q_dim, kv_dim = d.kv_dim;
   const float eps = static_cast<float>(c.norm_eps);
   Backend& be = *backend_;
-  float* x = x_.as<float>();
   float* xb = xb_.as<float>();
   float* q = q_.as<float>();
   float* k = k_.as<float>();
   float* v = v_.as<float>();
   float* att = att_.as<float>();
-  float* hb = hb_.as<float>();
-  float* hb2 = hb2_.as<float>();
 
-  // Attention block (this rank's heads, when split).
-  be.RmsNorm(x, w.attn_norm.as<float>(), n, dim, eps, xb);  // (n, dim)
+  // This rank's heads, when split.
+  be.RmsNorm(x_.as<float>(), w.attn_norm.as<float>(), n, c.dim, eps, xb);  // (n, dim)
   {  // q (n, q_dim), k and v (n, kv_dim): one pass over the normed input
     const TensorView* const qkv[] = {&w.wq, &w.wk, &w.wv};
     float* const out[] = {q, k, v};
@@ -338,6 +388,10 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
     be.AddBias(w.bq.as<float>(), n, q_dim, q);
     be.AddBias(w.bk.as<float>(), n, kv_dim, k);
     be.AddBias(w.bv.as<float>(), n, kv_dim, v);
+  }
+  if (w.q_norm.data() != nullptr) {  // per head: (n * heads, head_dim) rows
+    be.RmsNorm(q, w.q_norm.as<float>(), n * d.n_heads, c.head_dim, eps, q);
+    be.RmsNorm(k, w.k_norm.as<float>(), n * d.n_kv_heads, c.head_dim, eps, k);
   }
   be.Rope(q, pos_.data(), n, static_cast<int>(d.n_heads), static_cast<int>(c.head_dim),
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
@@ -359,7 +413,9 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
   ap.n_heads = static_cast<int>(d.n_heads);
   ap.n_kv_heads = static_cast<int>(d.n_kv_heads);
   ap.head_dim = static_cast<int>(c.head_dim);
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ap.scale = c.AttentionScale();
+  ap.window = static_cast<int32_t>(c.WindowOf(weights_->range.first + l));
+  ap.softcap = static_cast<float>(c.attn_softcap);
   ap.block_size = kv_->options().block_size;
   ap.k_pool = kpool;
   ap.v_pool = vpool;
@@ -368,21 +424,29 @@ absl::Status Stage::Layer(int l, std::span<const TokenSlot> slots, const KvCache
   ap.n_queries = n;
   be.Attention(ap);             // (n, q_dim)
   be.MatMul(w.wo, att, n, xb);  // (n, dim); a partial sum when split by columns
-  if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(xb, n * dim));
-  be.Add(xb, n * dim, x);
+  return AddResidual(w.post_attn_norm, n);
+}
 
-  // Feed-forward block (SwiGLU).
-  be.RmsNorm(x, w.ffn_norm.as<float>(), n, dim, eps, xb);
+absl::Status Stage::FfnBlock(int l, int64_t n) {
+  const ResidentLayer& w = layers_[l];
+  Backend& be = *backend_;
+  float* xb = xb_.as<float>();
+  float* hb = hb_.as<float>();
+  float* hb2 = hb2_.as<float>();
+  be.RmsNorm(x_.as<float>(), w.ffn_norm.as<float>(), n, config_.dim,
+             static_cast<float>(config_.norm_eps), xb);
   {  // hb, hb2 (n, ffn)
     const TensorView* const gate_up[] = {&w.w_gate, &w.w_up};
     float* const out[] = {hb, hb2};
     be.MatMulShared(gate_up, 2, xb, n, out);
   }
-  be.SiluMul(hb, hb2, n * ffn, hb);
+  if (config_.ffn_activation == FfnActivation::kGeluTanh) {
+    be.GeluMul(hb, hb2, n * local_.ffn, hb);
+  } else {
+    be.SiluMul(hb, hb2, n * local_.ffn, hb);
+  }
   be.MatMul(w.w_down, hb, n, xb);  // (n, dim); a partial sum when split by columns
-  if (tp_ != nullptr) CASCADE_RETURN_IF_ERROR(ReduceAcrossRanks(xb, n * dim));
-  be.Add(xb, n * dim, x);
-  return absl::OkStatus();
+  return AddResidual(w.post_ffn_norm, n);
 }
 
 }  // namespace cascade

@@ -9,6 +9,9 @@
 //   stage is left as it was.
 // - Results are batch-invariant (see kernels/backend.h): a sequence's activations and
 //   logits do not depend on the other slots of the batch.
+// - Create refuses (Unimplemented, naming it) a model that needs a BackendFeature its
+//   backend lacks (sliding windows, soft-caps, GeluMul, ...: model/model_config.h), rather
+//   than compute it wrongly.
 // - Tensor parallelism (StageOptions::tp): the stage is one rank of a group that splits
 //   every layer Megatron-style (model/tensor_parallel.h): it binds only its rank's slices,
 //   keeps the KV cache of its KV heads, and joins an all-reduce after the attention output
@@ -91,6 +94,12 @@ class Stage {
   Stage() = default;
   absl::Status Validate(std::span<const TokenSlot> slots, std::span<const float> hidden_in) const;
   absl::Status Layer(int local_layer, std::span<const TokenSlot> slots, const KvCache::Plan& plan);
+  absl::Status AttentionBlock(int local_layer, std::span<const TokenSlot> slots,
+                              const KvCache::Plan& plan);
+  absl::Status FfnBlock(int local_layer, int64_t n);
+  // x += post_norm(xb) for n rows (xb all-reduced first when split; no norm when
+  // post_norm is empty).
+  absl::Status AddResidual(const DeviceBuffer& post_norm, int64_t n);
   void Embed(std::span<const TokenSlot> slots, float* x);
   absl::Status Head(const std::vector<int64_t>& logit_rows, std::vector<float>* out);
   // The tensor-parallel all-reduce of (n, dim) partial sums; a failure breaks the stage.
@@ -104,7 +113,8 @@ class Stage {
   // A layer's weights as the backend uses them (device-resident for a GPU).
   struct ResidentLayer {
     TensorView wq, wk, wv, wo, w_gate, w_up, w_down;
-    DeviceBuffer attn_norm, ffn_norm, bq, bk, bv;  // F32 vectors
+    // F32 vectors; those a model lacks are empty.
+    DeviceBuffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm, post_ffn_norm;
   };
 
   absl::StatusOr<DeviceBuffer> UploadVector(const std::vector<float>& v);

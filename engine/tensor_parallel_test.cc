@@ -78,7 +78,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tinyllama_q8_tp4", "models/tiny-llama-q/tiny-llama-q-Q8_0.gguf", 4},
                       // GQA groups cut by the split; uneven FFN and vocabulary.
                       Case{"odd_tp2", "odd", 2}, Case{"odd_tp3", "odd", 3},
-                      Case{"odd_tp6", "odd", 6}),
+                      Case{"odd_tp6", "odd", 6},
+                      // Per-head q/k norms (6 heads, 2 KV heads: one per rank).
+                      Case{"qwen3_tp2", "models/arch/mini-qwen3-f32.gguf", 2},
+                      // Fused q/k/v and gate/up sliced again per rank; sliding windows.
+                      Case{"phi3_tp3", "models/arch/mini-phi3-f32.gguf", 3},
+                      // Post norms after the all-reduce, soft-caps, GELU, scaled embedding.
+                      Case{"gemma2_tp2", "models/arch/mini-gemma2-f32.gguf", 2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 TEST(TensorParallelShard, EachRankHoldsItsShareOfTheWeights) {

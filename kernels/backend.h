@@ -32,7 +32,7 @@
 namespace cascade {
 
 // One attention query: a token of one sequence attending to positions [0, n_ctx) of that
-// sequence's paged KV cache.
+// sequence's paged KV cache (the last AttentionParams::window of them, when set).
 struct AttentionQuery {
   const float* q = nullptr;         // (n_heads, head_dim)
   float* out = nullptr;             // (n_heads, head_dim)
@@ -74,11 +74,47 @@ struct AttentionParams {
   // F32 exactly before the F32 algorithm, so that the result is the F32 kernel's on the
   // converted cache.
   TensorType kv_type = TensorType::kF32;
+  // Sliding window (BackendFeature::kSlidingWindow): > 0: each query attends to its last
+  // `window` positions only, [max(0, n_ctx - window), n_ctx); 0: to all of [0, n_ctx).
+  int32_t window = 0;
+  // Score soft-cap (BackendFeature::kAttentionSoftCap): > 0: each scaled score s becomes
+  // softcap * tanh(s / softcap) before the softmax; 0: none.
+  float softcap = 0;
 
+  // The first position query q attends to.
+  int32_t first_position(const AttentionQuery& q) const {
+    return window > 0 && q.n_ctx > window ? q.n_ctx - window : 0;
+  }
   KvLayout kv_layout() const { return {n_kv_heads, head_dim, block_size, kv_type}; }
 };
 
 enum class MemoryKind { kHost, kDevice };
+
+// Operations beyond the Llama block that some models need; a backend says which it has
+// (Backend::Supports), and a stage refuses, naming the feature, a model that needs one its
+// backend lacks, rather than compute it wrongly.
+enum class BackendFeature {
+  kSlidingWindow,     // AttentionParams::window
+  kAttentionSoftCap,  // AttentionParams::softcap
+  kGeluMul,           // GeluMul
+  kScale,             // Scale
+  kSoftCap,           // SoftCap
+};
+inline const char* BackendFeatureName(BackendFeature f) {
+  switch (f) {
+    case BackendFeature::kSlidingWindow:
+      return "sliding-window attention";
+    case BackendFeature::kAttentionSoftCap:
+      return "attention-score soft-capping";
+    case BackendFeature::kGeluMul:
+      return "the GELU(tanh)-gated FFN (GeluMul)";
+    case BackendFeature::kScale:
+      return "scaling activations (Scale)";
+    case BackendFeature::kSoftCap:
+      return "logit soft-capping (SoftCap)";
+  }
+  return "an unknown feature";
+}
 
 // An owning, move-only allocation on a backend's device.
 class DeviceBuffer {
@@ -169,6 +205,16 @@ class Backend {
 
   // out[i] = silu(gate[i]) * up[i] for i in [0, count). out may alias gate.
   virtual void SiluMul(const float* gate, const float* up, int64_t count, float* out) = 0;
+
+  // Whether this backend implements `f` (the operations below, the attention options).
+  virtual bool Supports(BackendFeature f) const = 0;
+  // out[i] = gelu_tanh(gate[i]) * up[i] for i in [0, count), gelu_tanh(x) = 0.5 x (1 +
+  // tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may alias gate.
+  virtual void GeluMul(const float* gate, const float* up, int64_t count, float* out) = 0;
+  // x[i] *= factor for i in [0, count).
+  virtual void Scale(float* x, int64_t count, float factor) = 0;
+  // x[i] = cap * tanh(x[i] / cap) for i in [0, count).
+  virtual void SoftCap(float* x, int64_t count, float cap) = 0;
 
   // y[i] += x[i] for i in [0, count).
   virtual void Add(const float* x, int64_t count, float* y) = 0;

@@ -10,11 +10,13 @@
 namespace cascade {
 namespace {
 
-const ArchSpec* const kArchs[] = {&LlamaArch(), &Qwen2Arch()};
+const ArchSpec* const kArchs[] = {&LlamaArch(), &Qwen2Arch(), &Qwen3Arch(), &Phi3Arch(),
+                                  &Gemma2Arch()};
 
-// JSON field helpers that never throw.
+}  // namespace
+
 absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, const std::string& path,
-                                std::optional<int64_t> fallback = std::nullopt) {
+                                std::optional<int64_t> fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (fallback) return *fallback;
@@ -37,8 +39,6 @@ absl::StatusOr<double> JsonFloat(const nlohmann::json& j, const char* key, const
   }
   return it->get<double>();
 }
-
-}  // namespace
 
 const ArchSpec* FindArchByGgufName(std::string_view name) {
   for (const ArchSpec* a : kArchs) {

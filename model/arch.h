@@ -7,11 +7,15 @@
 #ifndef CASCADE_MODEL_ARCH_H_
 #define CASCADE_MODEL_ARCH_H_
 
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "model/gguf.h"
 #include "model/model_config.h"
 #include "nlohmann/json_fwd.hpp"
@@ -24,6 +28,9 @@ struct ArchSpec {
   absl::Status (*from_gguf)(const GgufFile& file, ModelConfig* config);
   absl::Status (*from_hf)(const nlohmann::json& config_json, const std::string& path,
                           ModelConfig* config);
+  // Hugging Face layer tensor names (after "model.layers.N.") whose canonical name differs
+  // from the shared map's (CanonicalTensorName): {hf leaf, canonical leaf}.
+  std::span<const std::pair<std::string_view, std::string_view>> hf_leaf_names = {};
 };
 
 const ArchSpec* FindArchByGgufName(std::string_view name);
@@ -34,9 +41,19 @@ std::string SupportedArchitectures();
 absl::Status ReadLlamaLikeGguf(const GgufFile& file, std::string_view prefix, ModelConfig* c);
 absl::Status ReadLlamaLikeHf(const nlohmann::json& j, const std::string& path, ModelConfig* c);
 
+// config.json fields, never throwing: a missing or null key gives the fallback (an error
+// naming the key when there is none); a value of another type is an error naming it.
+absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, const std::string& path,
+                                std::optional<int64_t> fallback = std::nullopt);
+absl::StatusOr<double> JsonFloat(const nlohmann::json& j, const char* key, const std::string& path,
+                                 double fallback);
+
 // Per-architecture specs (model/arch/*.cc).
 const ArchSpec& LlamaArch();
 const ArchSpec& Qwen2Arch();
+const ArchSpec& Qwen3Arch();
+const ArchSpec& Phi3Arch();
+const ArchSpec& Gemma2Arch();
 
 }  // namespace cascade
 

@@ -38,11 +38,26 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
     return bad(absl::StrCat("rope_freqs has ", rope_freq_factors.size(), " entries, expected ",
                             rope_dim / 2));
   }
+  if (sliding_window < 0 || sliding_window_period < 1) {
+    return bad(absl::StrCat("sliding window ", sliding_window, " every ", sliding_window_period,
+                            " layers"));
+  }
+  for (const auto& [what, v] : {std::pair<const char*, double>{"attention soft-cap", attn_softcap},
+                                {"final soft-cap", final_softcap},
+                                {"attention scale", attn_scale},
+                                {"norm weight offset", norm_weight_offset}}) {
+    if (!(v >= 0 && std::isfinite(v))) return bad(absl::StrCat(what, " ", v));
+  }
   if (rope_scaling.type != RopeScalingType::kNone &&
       !(rope_scaling.factor > 0 && std::isfinite(rope_scaling.factor))) {
     return bad(absl::StrCat("rope scaling factor ", rope_scaling.factor));
   }
   return absl::OkStatus();
+}
+
+float ModelConfig::AttentionScale() const {
+  if (attn_scale > 0) return static_cast<float>(attn_scale);
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 std::vector<float> ModelConfig::RopeFrequencies() const {
@@ -74,7 +89,8 @@ std::vector<float> ModelConfig::RopeFrequencies() const {
 
 int64_t ModelConfig::ParameterCount() const {
   const int64_t per_layer = dim * q_dim() + 2 * dim * kv_dim() + q_dim() * dim + 3 * dim * ffn_dim +
-                            2 * dim + (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
+                            2 * dim + (qkv_bias ? q_dim() + 2 * kv_dim() : 0) +
+                            (qk_norm ? 2 * head_dim : 0) + (post_norms ? 2 * dim : 0);
   return vocab_size * dim * (tied_embeddings ? 1 : 2) + n_layers * per_layer + dim;
 }
 

@@ -17,6 +17,9 @@ namespace cascade {
 
 enum class RopeScalingType { kNone, kLinear, kLlama3 };
 
+// The FFN's gate activation: down(act(gate x) * up x).
+enum class FfnActivation { kSilu, kGeluTanh };
+
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
   double factor = 1.0;
@@ -26,7 +29,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2"
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma2"
   std::string name;
   int64_t vocab_size = 0;
   int64_t dim = 0;  // hidden size
@@ -46,10 +49,40 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  // Qwen3: a per-head RMSNorm of q and of k (attn_q_norm / attn_k_norm, head_dim each)
+  // after the projections, before RoPE.
+  bool qk_norm = false;
+  // Phi-3: q, k and v stored as one attn_qkv (q rows, then k, then v) and gate and up as
+  // one ffn_up (gate rows, then up rows).
+  bool fused_projections = false;
+  // Sliding-window attention: a layer l with l % sliding_window_period == 0 attends to its
+  // last sliding_window positions (itself included); 0: every layer attends to all.
+  int64_t sliding_window = 0;
+  int64_t sliding_window_period = 1;
+  // Gemma 2: the embeddings times sqrt(dim); RMSNorms of the attention's and the FFN's
+  // outputs (post_attention_norm, post_ffw_norm) before each residual add; soft-caps
+  // cap * tanh(x / cap) of the attention scores and of the logits (0: none).
+  bool scale_embeddings = false;
+  bool post_norms = false;
+  FfnActivation ffn_activation = FfnActivation::kSilu;
+  double attn_softcap = 0;
+  double final_softcap = 0;
+  // The attention scores' scale; 0: 1 / sqrt(head_dim).
+  double attn_scale = 0;
+  // Added to every RMSNorm weight as it is loaded: 1 for Hugging Face Gemma checkpoints,
+  // which store w for x * (1 + w) (GGUF files hold 1 + w already).
+  double norm_weight_offset = 0;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t gqa_group() const { return n_kv_heads > 0 ? n_heads / n_kv_heads : 0; }
+
+  // The window layer `layer` attends over (positions), 0 for the whole context.
+  int64_t WindowOf(int64_t layer) const {
+    return sliding_window > 0 && layer % sliding_window_period == 0 ? sliding_window : 0;
+  }
+  // The factor on q . k: attn_scale, or 1 / sqrt(head_dim).
+  float AttentionScale() const;
 
   // `source` names the file in errors.
   absl::Status Validate(const std::string& source) const;

@@ -134,6 +134,28 @@ TEST(HfConfig, ReadsQwen2AndLlama3Scaling) {
   EXPECT_EQ(l.rope_scaling.type, RopeScalingType::kLlama3);
   EXPECT_EQ(l.rope_scaling.original_context, 8192);
   EXPECT_FALSE(l.qkv_bias);
+  // Qwen3: its own head size (not hidden / heads), q/k norms, no biases.
+  nlohmann::json qwen3 = qwen;
+  qwen3["head_dim"] = 128;
+  ModelConfig q3;
+  ASSERT_TRUE(Qwen3Arch().from_hf(qwen3, "q3/config.json", &q3).ok());
+  EXPECT_EQ(q3.head_dim, 128);
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_FALSE(q3.qkv_bias);
+  EXPECT_EQ(q3.rope_layout, RopeLayout::kHalves);
+  EXPECT_TRUE(q3.Validate("q3").ok());
+  // Phi-3: fused projections, a window on every layer; LongRoPE refused, named.
+  nlohmann::json phi3 = qwen;
+  phi3["sliding_window"] = 2047;
+  ModelConfig p3;
+  ASSERT_TRUE(Phi3Arch().from_hf(phi3, "p3/config.json", &p3).ok());
+  EXPECT_TRUE(p3.fused_projections);
+  EXPECT_EQ(p3.WindowOf(0), 2047);
+  EXPECT_EQ(p3.WindowOf(5), 2047);
+  phi3["rope_scaling"] = {{"type", "longrope"}};
+  const absl::Status longrope = Phi3Arch().from_hf(phi3, "p3/config.json", &p3);
+  EXPECT_EQ(longrope.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(longrope.message().find("LongRoPE"), std::string::npos) << longrope;
   llama["rope_scaling"]["rope_type"] = "yarn";
   EXPECT_EQ(LlamaArch().from_hf(llama, "l/config.json", &l).code(),
             absl::StatusCode::kUnimplemented);

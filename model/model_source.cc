@@ -29,7 +29,9 @@ bool FileExists(const std::string& path) {
 
 }  // namespace
 
-std::string CanonicalTensorName(std::string_view hf_name) {
+std::string CanonicalTensorName(
+    std::string_view hf_name,
+    std::span<const std::pair<std::string_view, std::string_view>> leaf_overrides) {
   static const std::pair<std::string_view, std::string_view> kTop[] = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -55,15 +57,23 @@ std::string CanonicalTensorName(std::string_view hf_name) {
       {"self_attn.k_proj.bias", "attn_k.bias"},
       {"self_attn.v_proj.bias", "attn_v.bias"},
       {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},  // Qwen3
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight"},  // Phi-3: q, k, v rows
+      {"mlp.gate_up_proj.weight", "ffn_up.weight"},      // Phi-3: gate rows, then up
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
   };
-  for (const auto& [hf, canon] : kLeaf) {
-    if (leaf == hf) return absl::StrCat("blk.", layer, ".", std::string(canon));
-  }
-  return "";
+  auto lookup = [&](std::span<const std::pair<std::string_view, std::string_view>> table) {
+    for (const auto& [hf, canon] : table) {
+      if (leaf == hf) return absl::StrCat("blk.", layer, ".", std::string(canon));
+    }
+    return std::string();
+  };
+  if (std::string canon = lookup(leaf_overrides); !canon.empty()) return canon;
+  return lookup(kLeaf);
 }
 
 absl::StatusOr<std::unique_ptr<ModelSource>> ModelSource::Open(const std::string& path) {
@@ -160,7 +170,7 @@ absl::Status ModelSource::OpenHf(const std::string& dir) {
   for (const auto& file : files) {
     CASCADE_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::Open(file));
     for (const auto& t : shard->tensors()) {
-      std::string canon = CanonicalTensorName(t.name);
+      std::string canon = CanonicalTensorName(t.name, spec->hf_leaf_names);
       if (canon.empty()) {
         spdlog::debug("{}: ignoring tensor '{}'", file, t.name);
         continue;

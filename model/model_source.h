@@ -15,8 +15,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,9 +62,12 @@ class ModelSource {
   std::map<std::string, size_t, std::less<>> index_;
 };
 
-// Maps a Hugging Face Llama/Qwen2 tensor name to its canonical name ("" if not a weight
-// the engine uses, e.g. rotary_emb.inv_freq).
-std::string CanonicalTensorName(std::string_view hf_name);
+// Maps a Hugging Face tensor name to its canonical name ("" if not a weight the engine
+// uses, e.g. rotary_emb.inv_freq): the Llama map (also Qwen2/3, Phi-3), or for a layer's
+// tensor first `leaf_overrides` ({hf leaf, canonical leaf}: ArchSpec::hf_leaf_names).
+std::string CanonicalTensorName(
+    std::string_view hf_name,
+    std::span<const std::pair<std::string_view, std::string_view>> leaf_overrides = {});
 
 }  // namespace cascade
 

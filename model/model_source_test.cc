@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/arch.h"
 #include "model/test_util.h"
 #include "model/weights.h"
 #include "nlohmann/json.hpp"
@@ -24,6 +25,19 @@ TEST(CanonicalTensorName, MapsHuggingFaceNames) {
   EXPECT_EQ(CanonicalTensorName("model.embed_tokens.weight"), "token_embd.weight");
   EXPECT_EQ(CanonicalTensorName("model.layers.12.self_attn.k_proj.bias"), "blk.12.attn_k.bias");
   EXPECT_EQ(CanonicalTensorName("model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
+  EXPECT_EQ(CanonicalTensorName("model.layers.5.self_attn.q_norm.weight"),
+            "blk.5.attn_q_norm.weight");
+  EXPECT_EQ(CanonicalTensorName("model.layers.2.self_attn.qkv_proj.weight"),
+            "blk.2.attn_qkv.weight");
+  // Gemma 2's own meaning of post_attention_layernorm (the Llama map's FFN pre-norm).
+  EXPECT_EQ(CanonicalTensorName("model.layers.1.post_attention_layernorm.weight"),
+            "blk.1.ffn_norm.weight");
+  EXPECT_EQ(CanonicalTensorName("model.layers.1.post_attention_layernorm.weight",
+                                Gemma2Arch().hf_leaf_names),
+            "blk.1.post_attention_norm.weight");
+  EXPECT_EQ(
+      CanonicalTensorName("model.layers.1.input_layernorm.weight", Gemma2Arch().hf_leaf_names),
+      "blk.1.attn_norm.weight");
   EXPECT_EQ(CanonicalTensorName("model.layers.x.mlp.down_proj.weight"), "");
   EXPECT_EQ(CanonicalTensorName("model.rotary_emb.inv_freq"), "");
 }

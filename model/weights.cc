@@ -28,6 +28,16 @@ class Binder {
     return t;
   }
 
+  // An RMSNorm weight: a required Vector plus ModelConfig::norm_weight_offset.
+  absl::Status Norm(const std::string& name, int64_t n, std::vector<float>* out) {
+    CASCADE_RETURN_IF_ERROR(Vector(name, n, false, out));
+    const float offset = static_cast<float>(src_.config().norm_weight_offset);
+    if (offset != 0) {
+      for (float& v : *out) v += offset;
+    }
+    return absl::OkStatus();
+  }
+
   // A 1-D vector converted to F32. Missing is an error unless `optional`.
   absl::Status Vector(const std::string& name, int64_t n, bool optional, std::vector<float>* out) {
     const TensorView* t = src_.Find(name);
@@ -68,12 +78,15 @@ class Binder {
 
 namespace {
 
+// A view made here, kept alive by the ModelWeights.
+const TensorView* Keep(ModelWeights* w, TensorView v) {
+  w->owned_views.push_back(std::make_unique<TensorView>(std::move(v)));
+  return w->owned_views.back().get();
+}
+
 // Narrows the bound weights to one rank's part (model/tensor_parallel.h).
 absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w) {
-  auto keep = [w](TensorView v) -> const TensorView* {
-    w->owned_views.push_back(std::make_unique<TensorView>(std::move(v)));
-    return w->owned_views.back().get();
-  };
+  auto keep = [w](TensorView v) { return Keep(w, std::move(v)); };
   auto storage = [w]() {
     w->owned_bytes.push_back(std::make_unique<std::vector<uint8_t>>());
     return w->owned_bytes.back().get();
@@ -85,7 +98,8 @@ absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w)
   auto gather = [&s](std::vector<float>* v, int64_t group) {
     if (v->empty()) return;
     std::vector<float> out;
-    for (int64_t k : s.kv_heads) out.insert(out.end(), v->begin() + k * group, v->begin() + (k + 1) * group);
+    for (int64_t k : s.kv_heads)
+      out.insert(out.end(), v->begin() + k * group, v->begin() + (k + 1) * group);
     *v = std::move(out);
   };
   const int64_t hd = c.head_dim;
@@ -100,9 +114,10 @@ absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w)
     l.wo = keep(std::move(wo));
     l.w_gate = keep(SliceRows(*l.w_gate, s.ffn_begin, s.ffn()));
     l.w_up = keep(SliceRows(*l.w_up, s.ffn_begin, s.ffn()));
-    CASCADE_ASSIGN_OR_RETURN(TensorView down, SliceColumns(*l.w_down, s.ffn_begin, s.ffn(), storage()));
+    CASCADE_ASSIGN_OR_RETURN(TensorView down,
+                             SliceColumns(*l.w_down, s.ffn_begin, s.ffn(), storage()));
     l.w_down = keep(std::move(down));
-    slice(&l.bq, q0, nq);
+    slice(&l.bq, q0, nq);  // q/k norms are per head (head_dim): whole on every rank
     gather(&l.bk, hd);
     gather(&l.bv, hd);
   }
@@ -114,6 +129,46 @@ absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w)
   }
   w->shard = s;
   return absl::OkStatus();
+}
+
+// Layer l's weights; fused projections become row views of the fused tensor (kept by w).
+absl::StatusOr<LayerWeights> BindLayer(Binder& b, const ModelConfig& c, int l, ModelWeights* w) {
+  LayerWeights lw;
+  const std::string p = absl::StrCat("blk.", l, ".");
+  CASCADE_RETURN_IF_ERROR(b.Norm(p + "attn_norm.weight", c.dim, &lw.attn_norm));
+  if (c.fused_projections) {
+    CASCADE_ASSIGN_OR_RETURN(const TensorView* qkv,
+                             b.Matrix(p + "attn_qkv.weight", c.dim, c.q_dim() + 2 * c.kv_dim()));
+    lw.wq = Keep(w, SliceRows(*qkv, 0, c.q_dim()));
+    lw.wk = Keep(w, SliceRows(*qkv, c.q_dim(), c.kv_dim()));
+    lw.wv = Keep(w, SliceRows(*qkv, c.q_dim() + c.kv_dim(), c.kv_dim()));
+    CASCADE_ASSIGN_OR_RETURN(const TensorView* gate_up,
+                             b.Matrix(p + "ffn_up.weight", c.dim, 2 * c.ffn_dim));
+    lw.w_gate = Keep(w, SliceRows(*gate_up, 0, c.ffn_dim));
+    lw.w_up = Keep(w, SliceRows(*gate_up, c.ffn_dim, c.ffn_dim));
+  } else {
+    CASCADE_ASSIGN_OR_RETURN(lw.wq, b.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
+    CASCADE_ASSIGN_OR_RETURN(lw.wk, b.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
+    CASCADE_ASSIGN_OR_RETURN(lw.wv, b.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
+    CASCADE_ASSIGN_OR_RETURN(lw.w_gate, b.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
+    CASCADE_ASSIGN_OR_RETURN(lw.w_up, b.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
+  }
+  CASCADE_ASSIGN_OR_RETURN(lw.wo, b.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
+  CASCADE_ASSIGN_OR_RETURN(lw.w_down, b.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+  const bool no_bias = !c.qkv_bias;
+  CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_q.bias", c.q_dim(), no_bias, &lw.bq));
+  CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_k.bias", c.kv_dim(), no_bias, &lw.bk));
+  CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_v.bias", c.kv_dim(), no_bias, &lw.bv));
+  if (c.qk_norm) {
+    CASCADE_RETURN_IF_ERROR(b.Norm(p + "attn_q_norm.weight", c.head_dim, &lw.q_norm));
+    CASCADE_RETURN_IF_ERROR(b.Norm(p + "attn_k_norm.weight", c.head_dim, &lw.k_norm));
+  }
+  CASCADE_RETURN_IF_ERROR(b.Norm(p + "ffn_norm.weight", c.dim, &lw.ffn_norm));
+  if (c.post_norms) {
+    CASCADE_RETURN_IF_ERROR(b.Norm(p + "post_attention_norm.weight", c.dim, &lw.post_attn_norm));
+    CASCADE_RETURN_IF_ERROR(b.Norm(p + "post_ffw_norm.weight", c.dim, &lw.post_ffn_norm));
+  }
+  return lw;
 }
 
 }  // namespace
@@ -135,7 +190,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Bind(const ModelSour
     CASCADE_ASSIGN_OR_RETURN(w->token_embd, b.Matrix("token_embd.weight", c.dim, c.vocab_size));
   }
   if (w->has_head) {
-    CASCADE_RETURN_IF_ERROR(b.Vector("output_norm.weight", c.dim, false, &w->output_norm));
+    CASCADE_RETURN_IF_ERROR(b.Norm("output_norm.weight", c.dim, &w->output_norm));
     if (c.tied_embeddings) {
       w->output = w->token_embd;
     } else {
@@ -143,21 +198,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Bind(const ModelSour
     }
   }
   for (int l = range.first; l < range.last; ++l) {
-    LayerWeights lw;
-    const std::string p = absl::StrCat("blk.", l, ".");
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_norm.weight", c.dim, false, &lw.attn_norm));
-    CASCADE_ASSIGN_OR_RETURN(lw.wq, b.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
-    CASCADE_ASSIGN_OR_RETURN(lw.wk, b.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
-    CASCADE_ASSIGN_OR_RETURN(lw.wv, b.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
-    CASCADE_ASSIGN_OR_RETURN(lw.wo, b.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
-    const bool opt = !c.qkv_bias;
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_q.bias", c.q_dim(), opt, &lw.bq));
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_k.bias", c.kv_dim(), opt, &lw.bk));
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_v.bias", c.kv_dim(), opt, &lw.bv));
-    CASCADE_RETURN_IF_ERROR(b.Vector(p + "ffn_norm.weight", c.dim, false, &lw.ffn_norm));
-    CASCADE_ASSIGN_OR_RETURN(lw.w_gate, b.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
-    CASCADE_ASSIGN_OR_RETURN(lw.w_up, b.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
-    CASCADE_ASSIGN_OR_RETURN(lw.w_down, b.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+    CASCADE_ASSIGN_OR_RETURN(LayerWeights lw, BindLayer(b, c, l, w.get()));
     w->layers.push_back(std::move(lw));
   }
   if (shard != nullptr) CASCADE_RETURN_IF_ERROR(ApplyShard(c, *shard, w.get()));

@@ -5,7 +5,9 @@
 // - Bind(source, range) binds layers [first, last) plus the token embedding when the range
 //   starts at layer 0 and the final norm and output head when it ends at the last layer.
 //   A missing tensor, a wrong shape, or a matmul weight of a type the kernels cannot use is
-//   an error naming the tensor, what was found and what was expected.
+//   an error naming the tensor, what was found and what was expected. Fused projections
+//   (ModelConfig::fused_projections: attn_qkv, ffn_up holding gate and up) are bound as row
+//   views of the fused tensor, so everything after Bind sees separate wq/wk/wv, w_gate/w_up.
 // - Norm weights and biases are converted to F32 copies owned here (they are tiny); large
 //   matrices are views of the source's mapping (a backend may copy them: see
 //   Backend::UploadWeight). The ModelSource must outlive the ModelWeights.
@@ -40,10 +42,13 @@ struct LayerWeights {
   const TensorView* wv = nullptr;      // (kv_dim, dim)
   const TensorView* wo = nullptr;      // (dim, q_dim)
   std::vector<float> bq, bk, bv;       // (q_dim), (kv_dim), (kv_dim); empty without biases
+  std::vector<float> q_norm, k_norm;   // (head_dim) each, ModelConfig::qk_norm; else empty
+  std::vector<float> post_attn_norm;   // (dim), ModelConfig::post_norms; else empty
   std::vector<float> ffn_norm;         // (dim)
   const TensorView* w_gate = nullptr;  // (ffn, dim)
   const TensorView* w_up = nullptr;    // (ffn, dim)
   const TensorView* w_down = nullptr;  // (dim, ffn)
+  std::vector<float> post_ffn_norm;    // (dim), ModelConfig::post_norms; else empty
 };
 
 struct ModelWeights {

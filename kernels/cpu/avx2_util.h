@@ -27,6 +27,7 @@ void QuantizeQ8_0Row(const float* x, int64_t k, void* out);
 void QuantizeQ8KRow(const float* x, int64_t k, void* out);
 // kernels_avx2_attention.cc
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+void GeluMul(const float* gate, const float* up, int64_t n, float* out);
 void FloatRowToHalf(const float* x, int64_t n, uint16_t* out);  // F16C, as FloatToFp16
 void AttentionGroup(const AttentionParams& p, const AttentionQuery* qs, int n, int kv_head,
                     float* scratch);

@@ -418,6 +418,26 @@ void CpuBackend::SiluMul(const float* gate, const float* up, int64_t count, floa
   ForRange(count, 64, count, body);
 }
 
+void CpuBackend::GeluMul(const float* gate, const float* up, int64_t count, float* out) {
+  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
+  auto body = [&](int64_t b, int64_t e) { kt.gelu_mul(gate + b, up + b, e - b, out + b); };
+  ForRange(count, 64, count, body);
+}
+
+void CpuBackend::Scale(float* x, int64_t count, float factor) {
+  const cpu::KernelTable& kt = cpu::KernelTableFor(isa_);
+  auto body = [&](int64_t b, int64_t e) { kt.scale(factor, x + b, e - b); };
+  ForRange(count, 64, count, body);
+}
+
+// Logits only (a row per token that wants them): libm's tanh, no kernel of its own.
+void CpuBackend::SoftCap(float* x, int64_t count, float cap) {
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] = cap * std::tanh(x[i] / cap);
+  };
+  ForRange(count, 64, count, body);
+}
+
 void CpuBackend::Add(const float* x, int64_t count, float* y) {
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] += x[i];

@@ -75,6 +75,10 @@ class CpuBackend final : public Backend {
   void Rope(float* x, const int32_t* pos, int64_t n, int n_heads, int head_dim, int rope_dim,
             RopeLayout layout, const float* freq) override;
   void SiluMul(const float* gate, const float* up, int64_t count, float* out) override;
+  bool Supports(BackendFeature) const override { return true; }
+  void GeluMul(const float* gate, const float* up, int64_t count, float* out) override;
+  void Scale(float* x, int64_t count, float factor) override;
+  void SoftCap(float* x, int64_t count, float cap) override;
   void Add(const float* x, int64_t count, float* y) override;
   void AddBias(const float* bias, int64_t n, int64_t dim, float* x) override;
   void Attention(const AttentionParams& p) override;

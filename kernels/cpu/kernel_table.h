@@ -100,6 +100,9 @@ struct KernelTable {
   float (*sum_squares)(const float* x, int64_t n);
   // out[i] = silu(gate[i]) * up[i]; out may alias gate.
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
+  // out[i] = gelu_tanh(gate[i]) * up[i] (Backend::GeluMul), as gate[i] / (1 + exp(-2 u)) *
+  // up[i] with -2u = gate[i] * (kGeluA + kGeluB gate[i]^2); out may alias gate.
+  void (*gelu_mul)(const float* gate, const float* up, int64_t n, float* out);
   // out[i] = FloatToFp16(x[i]) (util/fp16.h) bit for bit, i < n: how rows enter an F16 KV
   // cache.
   void (*float_to_f16)(const float* x, int64_t n, uint16_t* out);
@@ -166,6 +169,10 @@ int OneTokenFloatRows(const CpuFeatures& cpu);
 // the AVX2 table there, tokens:1 51-54 -> 81. On Zen 5 it is the other way round
 // (TinyLlama Q4_K decode 27-28 -> 45 tokens/s with it); Zen 3 keeps it, unmeasured.
 bool PrefetchGroupedQ4K(const CpuFeatures& cpu);
+
+// GeluMul's constants: -2 sqrt(2/pi) and -2 sqrt(2/pi) 0.044715.
+inline constexpr float kGeluA = -1.5957691216057308f;
+inline constexpr float kGeluB = -1.5957691216057308f * 0.044715f;
 
 // Lane reduction shared by every ISA: ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)).
 inline float ReduceLanes8(const float* l) {

@@ -434,6 +434,7 @@ const KernelTable& Avx2Kernels() {
                   .scale = &avx2::Scale,
                   .sum_squares = &SumSquares,
                   .silu_mul = &avx2::SiluMul,
+                  .gelu_mul = &avx2::GeluMul,
                   .float_to_f16 = &avx2::FloatRowToHalf,
                   .attention_group = &avx2::AttentionGroup,
                   .packed_f32_floats = &PackedF32Floats,

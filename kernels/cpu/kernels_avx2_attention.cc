@@ -1,10 +1,11 @@
-// AVX2 attention over the paged KV cache (online softmax, a GQA group's heads per call)
-// and SiLU-mul, with a vectorized exp. Compiled with CASCADE_AVX2_FLAGS.
+// AVX2 attention over the paged KV cache (online softmax, a GQA group's heads per call),
+// SiLU-mul and GELU(tanh)-mul, with a vectorized exp. Compiled with CASCADE_AVX2_FLAGS.
 //
 // Order: a head's scores are canonical 8-lane dot products (as the table's dot) times the
-// scale; per KV block, the running max, the correction exp(m_old - m_new) (std::exp) and
-// the weights exp(s - m_new) (Exp8 below, within 2 ulp of expf) are applied in position
-// order, with the output accumulated by FMA per position. Nothing depends on other
+// scale, soft-capped when asked (softmax_block.h); per KV block, the running max, the
+// correction exp(m_old - m_new) (std::exp) and the weights exp(s - m_new) (Exp8 below,
+// within 2 ulp of expf) are applied in position order, with the output accumulated by FMA
+// per position. Nothing depends on other
 // queries, heads or threads, so results are batch-invariant. Per block the heads go
 // through each phase together (scores, then weights, then sums, then outputs) so that
 // their dependency chains overlap, and two heads share each load of a V row.
@@ -182,6 +183,24 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void GeluMul(const float* gate, const float* up, int64_t n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f), a = _mm256_set1_ps(kGeluA), b = _mm256_set1_ps(kGeluB);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 minus_2u = _mm256_mul_ps(g, _mm256_fmadd_ps(b, _mm256_mul_ps(g, g), a));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, Exp8(minus_2u)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  if (i < n) {
+    alignas(32) float g[8] = {}, u[8] = {}, o[8];
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    GeluMul(g, u, 8, o);
+    std::copy(o, o + (n - i), out + i);
+  }
+}
+
 namespace {
 
 // The largest of s[0..count), 8 at a time instead of a chain of count dependent maxima
@@ -221,6 +240,7 @@ void QueryBlock(const AttentionParams& p, const AttentionQuery& q, int h0, int g
     int j = 0;
     for (; j + 8 <= count; j += 8) Scores8(qg, k + j * kv_stride, kv_stride, hd, p.scale, sg + j);
     for (; j < count; ++j) sg[j] = Dot(qg, k + j * kv_stride, hd) * p.scale;
+    SoftCapScores(p.softcap, sg, count);
   }
   // Per head: the block's max, the correction of what came before, the weights
   // exp(s - m_new) in place (softmax_block.h); then the heads' sums.

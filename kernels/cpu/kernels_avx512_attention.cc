@@ -258,6 +258,7 @@ void QueryBlock(const AttentionParams& p, const AttentionQuery& q, int h0, int g
   int gs = 0;
   for (; gs + 4 <= group; gs += 4) scores.template operator()<2>(gs);
   for (; gs < group; gs += 2) scores.template operator()<1>(gs);
+  for (int g = 0; g < group; ++g) SoftCapScores(p.softcap, scratch + g * p.block_size, count);
   // The online softmax per head, AVX2's operations (softmax_block.h): the block's max,
   // the correction of what came before, exp of the shifted scores in place; then the
   // heads' sums.

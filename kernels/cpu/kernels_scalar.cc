@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kv_block.h"
+#include "kernels/cpu/softmax_block.h"
 #include "tensor/quant.h"
 #include "util/fp16.h"
 
@@ -259,6 +260,15 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+// gelu_tanh(g) = 0.5 g (1 + tanh(u)) = g / (1 + exp(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3).
+void GeluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float minus_2u = g * (kGeluA + kGeluB * (g * g));
+    out[i] = g / (1.0f + std::exp(minus_2u)) * up[i];
+  }
+}
+
 void HalfRowToFloat(const uint16_t* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Fp16ToFloat(src[i]);
 }
@@ -267,10 +277,12 @@ void FloatRowToHalf(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = FloatToFp16(x[i]);
 }
 
-// One head at a time: scores of a KV block, then the online-softmax update.
+// One head at a time: scores of a KV block (from the query's first position: a sliding
+// window skips what lies before it), then the online-softmax update.
 void AttentionQueryGroup(const AttentionParams& p, const AttentionQuery& q, int kvh,
                          float* scratch) {
   const int group = p.n_heads / p.n_kv_heads;
+  const int32_t first = p.first_position(q);
   float* scores = scratch;
   float* kv_buf = scratch + static_cast<int64_t>(group) * p.block_size;  // F16 rows as floats
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
@@ -278,20 +290,23 @@ void AttentionQueryGroup(const AttentionParams& p, const AttentionQuery& q, int 
     float* out = q.out + static_cast<int64_t>(h) * p.head_dim;
     std::fill(out, out + p.head_dim, 0.0f);
     float m = -INFINITY, l = 0.0f;
-    for (int32_t start = 0; start < q.n_ctx; start += p.block_size) {
+    for (int32_t start = first / p.block_size * p.block_size; start < q.n_ctx;
+         start += p.block_size) {
       const int32_t block = q.blocks[start / p.block_size];
       const int count = std::min(p.block_size, q.n_ctx - start);
+      const int lo = std::max(0, first - start);
       const KvRows rows = KvBlockRows<&HalfRowToFloat>(p, block, kvh, count, kv_buf);
       float bmax = -INFINITY;
-      for (int j = 0; j < count; ++j) {
+      for (int j = lo; j < count; ++j) {
         scores[j] = DotF32(qh, rows.k + j * rows.stride, p.head_dim) * p.scale;
-        bmax = std::max(bmax, scores[j]);
       }
+      SoftCapScores(p.softcap, scores + lo, count - lo);
+      for (int j = lo; j < count; ++j) bmax = std::max(bmax, scores[j]);
       const float m_new = std::max(m, bmax);
       const float correction = std::exp(m - m_new);
       if (l > 0) Scale(correction, out, p.head_dim);
       l *= correction;
-      for (int j = 0; j < count; ++j) {
+      for (int j = lo; j < count; ++j) {
         const float w = std::exp(scores[j] - m_new);
         l += w;
         Axpy(w, rows.v + j * rows.stride, out, p.head_dim);
@@ -320,6 +335,7 @@ const KernelTable& ScalarKernels() {
                                  .scale = &Scale,
                                  .sum_squares = &SumSquares,
                                  .silu_mul = &SiluMul,
+                                 .gelu_mul = &GeluMul,
                                  .float_to_f16 = &FloatRowToHalf,
                                  .attention_group = &AttentionGroup};  // no packing, no groups
   return table;

@@ -1,6 +1,7 @@
 // Internal: the online softmax's bookkeeping per KV block that the AVX2 and AVX-512
 // attention kernels share (kernels_avx2_attention.cc, kernels_avx512_attention.cc), whose
-// contract is to give the same bits: one copy of the rule, so the two cannot drift.
+// contract is to give the same bits: one copy of the rule, so the two cannot drift. The
+// scalar kernel takes the soft-cap rule from here too.
 //
 // Plain scalar code with internal linkage: each kernel file compiles its own copy with its
 // own flags, so no copy built for AVX-512 can stand in for the AVX2 one at link time.
@@ -28,6 +29,14 @@ inline float EnterBlockMax(float bmax, float* m, float* l, float* c, bool* resca
   *l *= *c;
   *m = m_new;
   return m_new;
+}
+
+// Soft-capped scores (AttentionParams::softcap > 0): s[j] = cap * tanh(s[j] / cap) for
+// j < count, in place, with libm's tanh (the same bits in every kernel file); cap <= 0:
+// nothing.
+inline void SoftCapScores(float cap, float* s, int count) {
+  if (cap <= 0) return;
+  for (int j = 0; j < count; ++j) s[j] = cap * std::tanh(s[j] / cap);
 }
 
 // l[h] += w_h[0] + w_h[1] + ... + w_h[count - 1] (w_h = w + h * stride, the block's

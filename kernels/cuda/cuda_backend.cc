@@ -16,6 +16,7 @@ struct CudaBackend::Impl {
   std::string device_name;
   mutable std::mutex mu;
   cudaError_t first_error = cudaSuccess;  // guarded by mu
+  const char* refused = nullptr;          // guarded by mu: a feature called but not implemented
   std::vector<DeviceBuffer> weights;      // uploaded weights, owned
   DeviceBuffer staging;                   // small index arrays copied from the host
 
@@ -27,7 +28,11 @@ struct CudaBackend::Impl {
   }
   bool Failed() const {
     std::lock_guard<std::mutex> lock(mu);
-    return first_error != cudaSuccess;
+    return first_error != cudaSuccess || refused != nullptr;
+  }
+  void Refuse(BackendFeature f) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (refused == nullptr) refused = BackendFeatureName(f);
   }
   // Copies a small host array into device staging memory at byte `offset` and returns its
   // device address. The copy completes before returning, so the host array may change.
@@ -89,6 +94,10 @@ std::string CudaBackend::name() const {
 
 absl::Status CudaBackend::Health() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->refused != nullptr) {
+    return absl::UnimplementedError(absl::StrCat("CUDA device ", impl_->device, ": ",
+                                                 impl_->refused, " is not implemented on CUDA"));
+  }
   if (impl_->first_error == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(
       absl::StrCat("CUDA device ", impl_->device, ": ", cudaGetErrorString(impl_->first_error)));
@@ -169,6 +178,14 @@ void CudaBackend::SiluMul(const float* gate, const float* up, int64_t count, flo
   impl_->Check(cuda::SiluMul(gate, up, count, out, impl_->stream));
 }
 
+void CudaBackend::GeluMul(const float*, const float*, int64_t, float*) {
+  impl_->Refuse(BackendFeature::kGeluMul);
+}
+
+void CudaBackend::Scale(float*, int64_t, float) { impl_->Refuse(BackendFeature::kScale); }
+
+void CudaBackend::SoftCap(float*, int64_t, float) { impl_->Refuse(BackendFeature::kSoftCap); }
+
 void CudaBackend::Add(const float* x, int64_t count, float* y) {
   if (count == 0 || impl_->Failed()) return;
   impl_->Check(cuda::Add(x, count, y, impl_->stream));
@@ -199,6 +216,8 @@ void CudaBackend::GatherRows(const float* src, const int64_t* rows, int64_t n, i
 }
 
 void CudaBackend::Attention(const AttentionParams& p) {
+  if (p.window > 0) impl_->Refuse(BackendFeature::kSlidingWindow);
+  if (p.softcap > 0) impl_->Refuse(BackendFeature::kAttentionSoftCap);
   if (p.n_queries == 0 || impl_->Failed()) return;
   // Flatten the queries' block tables for the device.
   std::vector<cuda::DeviceQuery> queries(p.n_queries);

@@ -41,6 +41,12 @@ class CudaBackend final : public Backend {
   void Rope(float* x, const int32_t* pos, int64_t n, int n_heads, int head_dim, int rope_dim,
             RopeLayout layout, const float* freq) override;
   void SiluMul(const float* gate, const float* up, int64_t count, float* out) override;
+  // None of BackendFeature's operations is implemented here yet: Supports says no, and
+  // calling one leaves an Unimplemented error naming it (Health) instead of a result.
+  bool Supports(BackendFeature) const override { return false; }
+  void GeluMul(const float* gate, const float* up, int64_t count, float* out) override;
+  void Scale(float* x, int64_t count, float factor) override;
+  void SoftCap(float* x, int64_t count, float cap) override;
   void Add(const float* x, int64_t count, float* y) override;
   void AddBias(const float* bias, int64_t n, int64_t dim, float* x) override;
   void StoreKv(const float* k, const float* v, const int64_t* slot_rows, int64_t n,

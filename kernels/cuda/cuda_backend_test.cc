@@ -7,8 +7,8 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "kernels/gpu_test_util.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/gpu_test_util.h"
 #include "tensor/quant.h"
 
 namespace cascade {
@@ -168,6 +168,43 @@ TEST(CudaBackend, F16KvCacheMatchesCpu) {
   auto gout = Download(**gpu, dout, out.size());
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(gout[i], out[i], 1e-5);
   EXPECT_TRUE((*gpu)->Health().ok());
+}
+
+// The optional features are not implemented on CUDA: Supports says so (a stage refuses the
+// model), and asking for one leaves an error naming it instead of a result.
+TEST(CudaBackend, RefusesTheFeaturesItLacksNamingThem) {
+  REQUIRE_GPU();
+  for (BackendFeature f :
+       {BackendFeature::kSlidingWindow, BackendFeature::kAttentionSoftCap, BackendFeature::kGeluMul,
+        BackendFeature::kScale, BackendFeature::kSoftCap}) {
+    auto gpu = CudaBackend::Create({});
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_FALSE((*gpu)->Supports(f)) << BackendFeatureName(f);
+    auto x = Upload(**gpu, Random(64, 3));
+    AttentionParams p;
+    switch (f) {
+      case BackendFeature::kSlidingWindow:
+        p.window = 4;
+        (*gpu)->Attention(p);
+        break;
+      case BackendFeature::kAttentionSoftCap:
+        p.softcap = 50;
+        (*gpu)->Attention(p);
+        break;
+      case BackendFeature::kGeluMul:
+        (*gpu)->GeluMul(x.get(), x.get(), 64, x.get());
+        break;
+      case BackendFeature::kScale:
+        (*gpu)->Scale(x.get(), 64, 2.0f);
+        break;
+      case BackendFeature::kSoftCap:
+        (*gpu)->SoftCap(x.get(), 64, 30.0f);
+        break;
+    }
+    const absl::Status health = (*gpu)->Health();
+    EXPECT_EQ(health.code(), absl::StatusCode::kUnimplemented) << BackendFeatureName(f);
+    EXPECT_NE(health.message().find(BackendFeatureName(f)), std::string::npos) << health;
+  }
 }
 
 }  // namespace
