@@ -1,4 +1,5 @@
-// The architectures beyond Llama and Qwen2 against the tiny reference models of
+// The architectures beyond Llama and Qwen2 (Mixtral: Llama with experts, and Qwen2-MoE
+// included) against the tiny reference models of
 // ../shared/models/arch (README there: what each one exercises, float64 NumPy references
 // cross-checked with llama.cpp): all 45 rows of logits (prompt + greedy path) within 1e-4
 // at F32 on every CPU kernel table, the same 32 greedy ids, a two-stage pipeline bit for
@@ -19,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/gguf_writer.h"
+#include "model/tensor_parallel.h"
 #include "model/test_util.h"
 #include "nlohmann/json.hpp"
 #include "util/npy.h"
@@ -40,21 +42,34 @@ void RecordDiff(double diff) {
   ::testing::Test::RecordProperty("max_abs_logit_diff", text);
 }
 
+// Each model's file, reference ids (prompt, then the greedy path) and logits (a row per id).
 class ArchModels : public ::testing::TestWithParam<std::string> {
  protected:
   std::string Model() const { return ArchPath("mini-" + GetParam() + "-f32.gguf"); }
+  std::vector<int32_t> Ids() const {
+    return ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  }
+  std::vector<int32_t> Prompt() const { return ReadIds(ArchPath("prompt.ids")); }
+  absl::StatusOr<NpyArray> Logits() const {
+    return ReadNpyF32(ArchPath("mini-" + GetParam() + "-f32.logits.npy"));
+  }
+  bool Moe() const {
+    return GetParam() != "qwen3" && GetParam() != "phi3" && GetParam() != "gemma2";
+  }
+  // general.architecture: Mixtral is GGUF "llama" with experts.
+  std::string GgufArch() const { return GetParam() == "mixtral" ? "llama" : GetParam(); }
 };
 
 TEST_P(ArchModels, LogitsAndGreedyIdsMatchTheReferenceOnEveryKernelTable) {
   CASCADE_REQUIRE_SHARED(Model());
   auto src = ModelSource::Open(Model());
   ASSERT_TRUE(src.ok()) << src.status();
-  EXPECT_EQ((*src)->config().arch, GetParam());
-  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
-  const auto prompt = ReadIds(ArchPath("prompt.ids"));
+  EXPECT_EQ((*src)->config().arch, GgufArch());
+  const auto ids = Ids();
+  const auto prompt = Prompt();
   ASSERT_EQ(ids.size(), 45u);
   ASSERT_EQ(prompt.size(), 13u);
-  auto want = ReadNpyF32(ArchPath("mini-" + GetParam() + "-f32.logits.npy"));
+  auto want = Logits();
   ASSERT_TRUE(want.ok()) << want.status();
   double worst = 0;
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
@@ -77,12 +92,13 @@ TEST_P(ArchModels, TwoStagesGiveTheWholeModelsLogitsBitForBit) {
   CASCADE_REQUIRE_SHARED(Model());
   auto src = ModelSource::Open(Model());
   ASSERT_TRUE(src.ok()) << src.status();
-  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  const auto ids = Ids();
   auto whole = Stage::Create(**src, {});
   ASSERT_TRUE(whole.ok()) << whole.status();
   const auto want = AllLogits(**whole, ids);
   const int L = static_cast<int>((*src)->config().n_layers);
   for (int k : {1, L / 2 + 1, L - 1}) {
+    if (k <= 0 || k >= L) continue;
     StageOptions a, b;
     a.layers = {0, k};
     b.layers = {k, L};
@@ -112,7 +128,7 @@ TEST_P(ArchModels, SequencesDoNotAffectEachOther) {
   opt.threads = 2;
   auto stage = Stage::Create(**src, opt);
   ASSERT_TRUE(stage.ok()) << stage.status();
-  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  const auto ids = Ids();
   const std::vector<int32_t> a(ids.begin(), ids.begin() + 21);
   const std::vector<int32_t> b(ids.begin() + 20, ids.end());
   const auto alone_a = AllLogits(**stage, a, 10);
@@ -165,9 +181,11 @@ TEST_P(ArchModels, AFileMissingATensorIsRefusedNamingIt) {
   CASCADE_REQUIRE_SHARED(Model());
   auto gguf = GgufFile::Open(Model());
   ASSERT_TRUE(gguf.ok()) << gguf.status();
-  const std::string drop = GetParam() == "qwen3"  ? "blk.1.attn_k_norm.weight"
-                           : GetParam() == "phi3" ? "blk.2.attn_qkv.weight"
-                                                  : "blk.3.post_ffw_norm.weight";
+  const std::string drop = GetParam() == "qwen3"      ? "blk.1.attn_k_norm.weight"
+                           : GetParam() == "phi3"     ? "blk.2.attn_qkv.weight"
+                           : GetParam() == "mixtral"  ? "blk.2.ffn_down_exps.weight"
+                           : GetParam() == "qwen2moe" ? "blk.1.ffn_gate_inp_shexp.weight"
+                                                      : "blk.3.post_ffw_norm.weight";
   const std::string path = CopyGguf(**gguf, drop, "");
   auto src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status();
@@ -387,12 +405,94 @@ TEST_P(ArchModels, ABackendWithoutAFeatureTheModelNeedsRefusesIt) {
     return;
   }
   EXPECT_EQ(stage.status().code(), absl::StatusCode::kUnimplemented);
+  const std::string feature = Moe() ? "mixture-of-experts routing" : "sliding-window attention";
   EXPECT_THAT(stage.status().message(),
-              ::testing::HasSubstr("needs sliding-window attention, which the featureless "
-                                   "backend does not implement"));
+              ::testing::HasSubstr("needs " + feature +
+                                   ", which the featureless backend does not implement"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels, ::testing::Values("qwen3", "phi3", "gemma2"));
+INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels,
+                         ::testing::Values("qwen3", "phi3", "gemma2", "mixtral", "qwen2moe"));
+
+class MoeModels : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string Model() const { return ArchPath("mini-" + GetParam() + "-f32.gguf"); }
+};
+
+// Every expert is resident (ParameterCount: the file's tensors, element for element); a
+// token uses n_experts_used of them (ActiveParameterCount).
+TEST_P(MoeModels, TotalAndActiveParametersCountTheExperts) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto gguf = GgufFile::Open(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(gguf.ok() && src.ok());
+  const ModelConfig& c = (*src)->config();
+  int64_t elements = 0;
+  for (const GgufTensorInfo& t : (*gguf)->tensors()) elements += static_cast<int64_t>(t.elements());
+  EXPECT_EQ(c.ParameterCount(), elements);
+  const int64_t idle = c.n_layers * (c.n_experts - c.n_experts_used) * 3 * c.dim * c.expert_ffn_dim;
+  EXPECT_EQ(c.ActiveParameterCount(), elements - idle);
+}
+
+// A stacked expert tensor of the wrong shape is refused, naming it.
+TEST_P(MoeModels, AnExpertTensorOfTheWrongShapeIsRefusedNamingIt) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto gguf = GgufFile::Open(Model());
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const std::string name = "blk.1.ffn_up_exps.weight";
+  const std::string path = CopyGguf(**gguf, name, name);  // now [16]
+  auto src = ModelSource::Open(path);
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto stage = Stage::Create(**src, {});
+  EXPECT_THAT(stage.status().message(), ::testing::HasSubstr("'" + name + "' has shape [16]"));
+  std::remove(path.c_str());
+}
+
+// Experts are not split over ranks (no expert parallelism): tensor parallelism is refused,
+// saying why, rather than computed wrongly.
+TEST_P(MoeModels, TensorParallelismIsRefusedNamingTheExperts) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto shard = MakeTpShard((*src)->config(), 0, 3);
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(shard.status().message(), ::testing::HasSubstr("mixture-of-experts"));
+  EXPECT_THAT(shard.status().message(), ::testing::HasSubstr("expert parallelism"));
+}
+
+// Many sequences of different lengths in one batch (every expert gets a group of its own
+// size): each sequence's logits are bit for bit its logits alone.
+TEST_P(MoeModels, ABatchOfManySequencesGivesEachItsLogitsAlone) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(src.ok()) << src.status();
+  StageOptions opt;
+  opt.kv_sequences = 12;
+  opt.threads = 2;
+  auto stage = Stage::Create(**src, opt);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  Batch batch;
+  std::vector<std::vector<float>> alone;
+  for (int s = 0; s < 5; ++s) {
+    const std::vector<int32_t> seq(ids.begin() + 5 * s, ids.begin() + 5 * s + 3 + 4 * s);
+    alone.push_back(AllLogits(**stage, seq, 100 + s));
+    for (size_t i = 0; i < seq.size(); ++i) {
+      batch.push_back({seq[i], 200 + s, static_cast<int32_t>(i), true});
+    }
+  }
+  std::vector<float> mixed;
+  ASSERT_TRUE((*stage)->Forward(batch, {}, &mixed).ok());
+  size_t offset = 0;
+  for (int s = 0; s < 5; ++s) {
+    EXPECT_EQ(std::memcmp(mixed.data() + offset, alone[s].data(), alone[s].size() * sizeof(float)),
+              0)
+        << "sequence " << s;
+    offset += alone[s].size();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Experts, MoeModels, ::testing::Values("mixtral", "qwen2moe"));
 
 }  // namespace
 }  // namespace cascade
