@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/gguf_writer.h"
+#include "model/memory.h"
 #include "model/tensor_parallel.h"
 #include "model/test_util.h"
 #include "nlohmann/json.hpp"
@@ -432,6 +433,17 @@ TEST_P(MoeModels, TotalAndActiveParametersCountTheExperts) {
   EXPECT_EQ(c.ParameterCount(), elements);
   const int64_t idle = c.n_layers * (c.n_experts - c.n_experts_used) * 3 * c.dim * c.expert_ffn_dim;
   EXPECT_EQ(c.ActiveParameterCount(), elements - idle);
+  // The planner's bytes: all experts resident, n_experts_used of them read per token.
+  const LayerRange all{0, static_cast<int>(c.n_layers)};
+  EXPECT_EQ(StageWeightBytes(**src, all), static_cast<uint64_t>(elements) * sizeof(float));
+  EXPECT_EQ(StageActiveWeightBytes(**src, all),
+            static_cast<uint64_t>(elements - idle) * sizeof(float));
+  // Activations: the widest of the experts' and the shared expert's FFN, plus routing.
+  ModelConfig dense = c;
+  dense.n_experts = dense.n_experts_used = dense.shared_expert_ffn_dim = 0;
+  dense.ffn_dim = c.max_ffn_dim();
+  EXPECT_GT(EstimateStageMemory(c, all, 0, 0, 64).activations,
+            EstimateStageMemory(dense, all, 0, 0, 64).activations);
 }
 
 // A stacked expert tensor of the wrong shape is refused, naming it.
