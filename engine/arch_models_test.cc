@@ -1,8 +1,10 @@
 // The architectures beyond Llama and Qwen2 (Mixtral: Llama with experts, and Qwen2-MoE
 // included) against the tiny reference models of
 // ../shared/models/arch (README there: what each one exercises, float64 NumPy references
-// cross-checked with llama.cpp): all 45 rows of logits (prompt + greedy path) within 1e-4
-// at F32 on every CPU kernel table, the same 32 greedy ids, a two-stage pipeline bit for
+// cross-checked with llama.cpp), and Qwen3-MoE against engine/testdata/qwen3moe (a model
+// written here from a formula, its float64 NumPy reference made by the script there): all
+// rows of logits (prompt + greedy path) within 1e-4
+// at F32 on every CPU kernel table, the same greedy ids, a two-stage pipeline bit for
 // bit the whole model, and a sequence's logits bit for bit alone or batched with another
 // (small KV blocks, so that sliding windows start inside blocks and skip whole ones).
 #include <sys/stat.h>
@@ -10,6 +12,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -43,16 +46,111 @@ void RecordDiff(double diff) {
   ::testing::Test::RecordProperty("max_abs_logit_diff", text);
 }
 
+// mini-qwen3moe: not stored; its weights are a function of each tensor's name and element
+// index (engine/testdata/qwen3moe/make_reference.py, which made the float64 NumPy
+// reference from the same function; the sizes below are its).
+uint64_t SplitMix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A tensor of the script's `tensor(name, shape, norm)`, GGUF order `ne`, its values in
+// *keep (the writer refers to them until it writes the file).
+void AddScriptTensor(GgufWriter& w, std::deque<std::vector<float>>* keep, const std::string& name,
+                     std::vector<int64_t> ne, bool norm) {
+  uint64_t seed = 0xCBF29CE484222325ull;
+  for (unsigned char ch : name) seed = (seed ^ ch) * 0x100000001B3ull;
+  int64_t n = 1;
+  for (int64_t d : ne) n *= d;
+  std::vector<float>& v = keep->emplace_back(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t z = SplitMix(seed + static_cast<uint64_t>(i));
+    v[i] = norm ? 1.0f + static_cast<float>(static_cast<int64_t>(z >> 56) - 128) / 2048.0f
+                : static_cast<float>(static_cast<int64_t>(z >> 54) - 512) / 4096.0f;
+  }
+  w.AddTensor(name, TensorType::kF32, std::move(ne),
+              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), n * 4));
+}
+
+// Writes mini-qwen3moe (once per process) and returns its path.
+std::string MiniQwen3Moe() {
+  static const std::string path = [] {
+    constexpr int64_t kVocab = 128, kDim = 64, kLayers = 2, kHeads = 4, kKvHeads = 2, kHd = 32;
+    constexpr int64_t kExperts = 8, kUsed = 3, kExpertFfn = 32;
+    GgufWriter w;
+    std::deque<std::vector<float>> values;
+    auto add = [&](const std::string& name, std::vector<int64_t> ne, bool norm) {
+      AddScriptTensor(w, &values, name, std::move(ne), norm);
+    };
+    w.SetString("general.architecture", "qwen3moe");
+    w.SetString("general.name", "mini-qwen3moe-random-f32");
+    const std::pair<const char*, uint32_t> ints[] = {{"block_count", kLayers},
+                                                     {"context_length", 256},
+                                                     {"embedding_length", kDim},
+                                                     {"feed_forward_length", 96},
+                                                     {"attention.head_count", kHeads},
+                                                     {"attention.head_count_kv", kKvHeads},
+                                                     {"attention.key_length", kHd},
+                                                     {"attention.value_length", kHd},
+                                                     {"expert_count", kExperts},
+                                                     {"expert_used_count", kUsed},
+                                                     {"expert_feed_forward_length", kExpertFfn},
+                                                     {"vocab_size", kVocab}};
+    for (const auto& [key, value] : ints) w.SetUint32(std::string("qwen3moe.") + key, value);
+    w.SetFloat32("qwen3moe.rope.freq_base", 1e6f);
+    w.SetFloat32("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
+    add("token_embd.weight", {kDim, kVocab}, false);
+    for (int l = 0; l < kLayers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      add(p + "attn_norm.weight", {kDim}, true);
+      add(p + "attn_q.weight", {kDim, kHeads * kHd}, false);
+      add(p + "attn_k.weight", {kDim, kKvHeads * kHd}, false);
+      add(p + "attn_v.weight", {kDim, kKvHeads * kHd}, false);
+      add(p + "attn_q_norm.weight", {kHd}, true);
+      add(p + "attn_k_norm.weight", {kHd}, true);
+      add(p + "attn_output.weight", {kHeads * kHd, kDim}, false);
+      add(p + "ffn_norm.weight", {kDim}, true);
+      add(p + "ffn_gate_inp.weight", {kDim, kExperts}, false);
+      add(p + "ffn_gate_exps.weight", {kDim, kExpertFfn, kExperts}, false);
+      add(p + "ffn_up_exps.weight", {kDim, kExpertFfn, kExperts}, false);
+      add(p + "ffn_down_exps.weight", {kExpertFfn, kDim, kExperts}, false);
+    }
+    add("output_norm.weight", {kDim}, true);
+    add("output.weight", {kDim, kVocab}, false);
+    const std::string out =
+        ::testing::TempDir() + "/mini_qwen3moe_" + std::to_string(::getpid()) + ".gguf";
+    absl::Status st = w.WriteFile(out);
+    EXPECT_TRUE(st.ok()) << st;
+    return out;
+  }();
+  return path;
+}
+
+std::string SourcePath(const std::string& rel) {
+  return std::string(CASCADE_SOURCE_DIR) + "/" + rel;
+}
+
 // Each model's file, reference ids (prompt, then the greedy path) and logits (a row per id).
 class ArchModels : public ::testing::TestWithParam<std::string> {
  protected:
-  std::string Model() const { return ArchPath("mini-" + GetParam() + "-f32.gguf"); }
-  std::vector<int32_t> Ids() const {
-    return ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  bool Generated() const { return GetParam() == "qwen3moe"; }
+  std::string Model() const {
+    return Generated() ? MiniQwen3Moe() : ArchPath("mini-" + GetParam() + "-f32.gguf");
   }
-  std::vector<int32_t> Prompt() const { return ReadIds(ArchPath("prompt.ids")); }
+  std::vector<int32_t> Ids() const {
+    return ReadIds(Generated() ? SourcePath("engine/testdata/qwen3moe/mini-qwen3moe.ids")
+                               : ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  }
+  std::vector<int32_t> Prompt() const {
+    if (!Generated()) return ReadIds(ArchPath("prompt.ids"));
+    const auto ids = Ids();
+    return std::vector<int32_t>(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 10));
+  }
   absl::StatusOr<NpyArray> Logits() const {
-    return ReadNpyF32(ArchPath("mini-" + GetParam() + "-f32.logits.npy"));
+    return ReadNpyF32(Generated() ? SourcePath("engine/testdata/qwen3moe/mini-qwen3moe.logits.npy")
+                                  : ArchPath("mini-" + GetParam() + "-f32.logits.npy"));
   }
   bool Moe() const {
     return GetParam() != "qwen3" && GetParam() != "phi3" && GetParam() != "gemma2";
@@ -68,8 +166,8 @@ TEST_P(ArchModels, LogitsAndGreedyIdsMatchTheReferenceOnEveryKernelTable) {
   EXPECT_EQ((*src)->config().arch, GgufArch());
   const auto ids = Ids();
   const auto prompt = Prompt();
-  ASSERT_EQ(ids.size(), 45u);
-  ASSERT_EQ(prompt.size(), 13u);
+  ASSERT_EQ(ids.size(), Generated() ? 24u : 45u);
+  ASSERT_EQ(prompt.size(), Generated() ? 10u : 13u);
   auto want = Logits();
   ASSERT_TRUE(want.ok()) << want.status();
   double worst = 0;
@@ -131,7 +229,7 @@ TEST_P(ArchModels, SequencesDoNotAffectEachOther) {
   ASSERT_TRUE(stage.ok()) << stage.status();
   const auto ids = Ids();
   const std::vector<int32_t> a(ids.begin(), ids.begin() + 21);
-  const std::vector<int32_t> b(ids.begin() + 20, ids.end());
+  const std::vector<int32_t> b(ids.begin() + (ids.size() >= 45 ? 20 : 3), ids.end());
   const auto alone_a = AllLogits(**stage, a, 10);
   const auto alone_b = AllLogits(**stage, b, 11);
   // The two interleaved in one batch, b's prefill in two chunks.
@@ -185,6 +283,7 @@ TEST_P(ArchModels, AFileMissingATensorIsRefusedNamingIt) {
   const std::string drop = GetParam() == "qwen3"      ? "blk.1.attn_k_norm.weight"
                            : GetParam() == "phi3"     ? "blk.2.attn_qkv.weight"
                            : GetParam() == "mixtral"  ? "blk.2.ffn_down_exps.weight"
+                           : GetParam() == "qwen3moe" ? "blk.1.ffn_gate_inp.weight"
                            : GetParam() == "qwen2moe" ? "blk.1.ffn_gate_inp_shexp.weight"
                                                       : "blk.3.post_ffw_norm.weight";
   const std::string path = CopyGguf(**gguf, drop, "");
@@ -413,7 +512,8 @@ TEST_P(ArchModels, ABackendWithoutAFeatureTheModelNeedsRefusesIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels,
-                         ::testing::Values("qwen3", "phi3", "gemma2", "mixtral", "qwen2moe"));
+                         ::testing::Values("qwen3", "phi3", "gemma2", "mixtral", "qwen2moe",
+                                           "qwen3moe"));
 
 class MoeModels : public ::testing::TestWithParam<std::string> {
  protected:

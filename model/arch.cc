@@ -10,8 +10,8 @@
 namespace cascade {
 namespace {
 
-const ArchSpec* const kArchs[] = {&LlamaArch(), &Qwen2Arch(),  &Qwen3Arch(),
-                                  &Phi3Arch(),  &Gemma2Arch(), &Qwen2MoeArch()};
+const ArchSpec* const kArchs[] = {&LlamaArch(),  &Qwen2Arch(),    &Qwen3Arch(),   &Phi3Arch(),
+                                  &Gemma2Arch(), &Qwen2MoeArch(), &Qwen3MoeArch()};
 
 }  // namespace
 

@@ -59,6 +59,7 @@ const ArchSpec& Qwen3Arch();
 const ArchSpec& Phi3Arch();
 const ArchSpec& Gemma2Arch();
 const ArchSpec& Qwen2MoeArch();
+const ArchSpec& Qwen3MoeArch();
 
 }  // namespace cascade
 

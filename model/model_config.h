@@ -29,7 +29,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "qwen2moe"
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "qwen2moe", "qwen3moe"
   std::string name;
   int64_t vocab_size = 0;
   int64_t dim = 0;  // hidden size
