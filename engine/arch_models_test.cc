@@ -1,7 +1,10 @@
-// The architectures beyond Llama and Qwen2 against the tiny reference models of
+// The architectures beyond Llama and Qwen2 (Mixtral: Llama with experts, and Qwen2-MoE
+// included) against the tiny reference models of
 // ../shared/models/arch (README there: what each one exercises, float64 NumPy references
-// cross-checked with llama.cpp): all 45 rows of logits (prompt + greedy path) within 1e-4
-// at F32 on every CPU kernel table, the same 32 greedy ids, a two-stage pipeline bit for
+// cross-checked with llama.cpp), and Qwen3-MoE against engine/testdata/qwen3moe (a model
+// written here from a formula, its float64 NumPy reference made by the script there): all
+// rows of logits (prompt + greedy path) within 1e-4
+// at F32 on every CPU kernel table, the same greedy ids, a two-stage pipeline bit for
 // bit the whole model, and a sequence's logits bit for bit alone or batched with another
 // (small KV blocks, so that sliding windows start inside blocks and skip whole ones).
 #include <sys/stat.h>
@@ -9,6 +12,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -19,6 +23,8 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/gguf_writer.h"
+#include "model/memory.h"
+#include "model/tensor_parallel.h"
 #include "model/test_util.h"
 #include "nlohmann/json.hpp"
 #include "util/npy.h"
@@ -40,21 +46,129 @@ void RecordDiff(double diff) {
   ::testing::Test::RecordProperty("max_abs_logit_diff", text);
 }
 
+// mini-qwen3moe: not stored; its weights are a function of each tensor's name and element
+// index (engine/testdata/qwen3moe/make_reference.py, which made the float64 NumPy
+// reference from the same function; the sizes below are its).
+uint64_t SplitMix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A tensor of the script's `tensor(name, shape, norm)`, GGUF order `ne`, its values in
+// *keep (the writer refers to them until it writes the file).
+void AddScriptTensor(GgufWriter& w, std::deque<std::vector<float>>* keep, const std::string& name,
+                     std::vector<int64_t> ne, bool norm) {
+  uint64_t seed = 0xCBF29CE484222325ull;
+  for (unsigned char ch : name) seed = (seed ^ ch) * 0x100000001B3ull;
+  int64_t n = 1;
+  for (int64_t d : ne) n *= d;
+  std::vector<float>& v = keep->emplace_back(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t z = SplitMix(seed + static_cast<uint64_t>(i));
+    v[i] = norm ? 1.0f + static_cast<float>(static_cast<int64_t>(z >> 56) - 128) / 2048.0f
+                : static_cast<float>(static_cast<int64_t>(z >> 54) - 512) / 4096.0f;
+  }
+  w.AddTensor(name, TensorType::kF32, std::move(ne),
+              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), n * 4));
+}
+
+// Writes mini-qwen3moe (once per process) and returns its path.
+std::string MiniQwen3Moe() {
+  static const std::string path = [] {
+    constexpr int64_t kVocab = 128, kDim = 64, kLayers = 2, kHeads = 4, kKvHeads = 2, kHd = 32;
+    constexpr int64_t kExperts = 8, kUsed = 3, kExpertFfn = 32;
+    GgufWriter w;
+    std::deque<std::vector<float>> values;
+    auto add = [&](const std::string& name, std::vector<int64_t> ne, bool norm) {
+      AddScriptTensor(w, &values, name, std::move(ne), norm);
+    };
+    w.SetString("general.architecture", "qwen3moe");
+    w.SetString("general.name", "mini-qwen3moe-random-f32");
+    const std::pair<const char*, uint32_t> ints[] = {{"block_count", kLayers},
+                                                     {"context_length", 256},
+                                                     {"embedding_length", kDim},
+                                                     {"feed_forward_length", 96},
+                                                     {"attention.head_count", kHeads},
+                                                     {"attention.head_count_kv", kKvHeads},
+                                                     {"attention.key_length", kHd},
+                                                     {"attention.value_length", kHd},
+                                                     {"expert_count", kExperts},
+                                                     {"expert_used_count", kUsed},
+                                                     {"expert_feed_forward_length", kExpertFfn},
+                                                     {"vocab_size", kVocab}};
+    for (const auto& [key, value] : ints) w.SetUint32(std::string("qwen3moe.") + key, value);
+    w.SetFloat32("qwen3moe.rope.freq_base", 1e6f);
+    w.SetFloat32("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
+    add("token_embd.weight", {kDim, kVocab}, false);
+    for (int l = 0; l < kLayers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      add(p + "attn_norm.weight", {kDim}, true);
+      add(p + "attn_q.weight", {kDim, kHeads * kHd}, false);
+      add(p + "attn_k.weight", {kDim, kKvHeads * kHd}, false);
+      add(p + "attn_v.weight", {kDim, kKvHeads * kHd}, false);
+      add(p + "attn_q_norm.weight", {kHd}, true);
+      add(p + "attn_k_norm.weight", {kHd}, true);
+      add(p + "attn_output.weight", {kHeads * kHd, kDim}, false);
+      add(p + "ffn_norm.weight", {kDim}, true);
+      add(p + "ffn_gate_inp.weight", {kDim, kExperts}, false);
+      add(p + "ffn_gate_exps.weight", {kDim, kExpertFfn, kExperts}, false);
+      add(p + "ffn_up_exps.weight", {kDim, kExpertFfn, kExperts}, false);
+      add(p + "ffn_down_exps.weight", {kExpertFfn, kDim, kExperts}, false);
+    }
+    add("output_norm.weight", {kDim}, true);
+    add("output.weight", {kDim, kVocab}, false);
+    const std::string out =
+        ::testing::TempDir() + "/mini_qwen3moe_" + std::to_string(::getpid()) + ".gguf";
+    absl::Status st = w.WriteFile(out);
+    EXPECT_TRUE(st.ok()) << st;
+    return out;
+  }();
+  return path;
+}
+
+std::string SourcePath(const std::string& rel) {
+  return std::string(CASCADE_SOURCE_DIR) + "/" + rel;
+}
+
+// Each model's file, reference ids (prompt, then the greedy path) and logits (a row per id).
 class ArchModels : public ::testing::TestWithParam<std::string> {
  protected:
-  std::string Model() const { return ArchPath("mini-" + GetParam() + "-f32.gguf"); }
+  bool Generated() const { return GetParam() == "qwen3moe"; }
+  std::string Model() const {
+    return Generated() ? MiniQwen3Moe() : ArchPath("mini-" + GetParam() + "-f32.gguf");
+  }
+  std::vector<int32_t> Ids() const {
+    return ReadIds(Generated() ? SourcePath("engine/testdata/qwen3moe/mini-qwen3moe.ids")
+                               : ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  }
+  std::vector<int32_t> Prompt() const {
+    if (!Generated()) return ReadIds(ArchPath("prompt.ids"));
+    const auto ids = Ids();
+    return std::vector<int32_t>(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 10));
+  }
+  absl::StatusOr<NpyArray> Logits() const {
+    return ReadNpyF32(Generated() ? SourcePath("engine/testdata/qwen3moe/mini-qwen3moe.logits.npy")
+                                  : ArchPath("mini-" + GetParam() + "-f32.logits.npy"));
+  }
+  bool Moe() const {
+    return GetParam() != "qwen3" && GetParam() != "phi3" && GetParam() != "gemma2";
+  }
+  // general.architecture: Mixtral is GGUF "llama" with experts.
+  std::string GgufArch() const { return GetParam() == "mixtral" ? "llama" : GetParam(); }
 };
 
 TEST_P(ArchModels, LogitsAndGreedyIdsMatchTheReferenceOnEveryKernelTable) {
   CASCADE_REQUIRE_SHARED(Model());
   auto src = ModelSource::Open(Model());
   ASSERT_TRUE(src.ok()) << src.status();
-  EXPECT_EQ((*src)->config().arch, GetParam());
-  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
-  const auto prompt = ReadIds(ArchPath("prompt.ids"));
-  ASSERT_EQ(ids.size(), 45u);
-  ASSERT_EQ(prompt.size(), 13u);
-  auto want = ReadNpyF32(ArchPath("mini-" + GetParam() + "-f32.logits.npy"));
+  EXPECT_EQ((*src)->config().arch, GgufArch());
+  const auto ids = Ids();
+  const auto prompt = Prompt();
+  ASSERT_EQ(ids.size(), Generated() ? 24u : 45u);
+  ASSERT_EQ(prompt.size(), Generated() ? 10u : 13u);
+  auto want = Logits();
   ASSERT_TRUE(want.ok()) << want.status();
   double worst = 0;
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
@@ -77,12 +191,13 @@ TEST_P(ArchModels, TwoStagesGiveTheWholeModelsLogitsBitForBit) {
   CASCADE_REQUIRE_SHARED(Model());
   auto src = ModelSource::Open(Model());
   ASSERT_TRUE(src.ok()) << src.status();
-  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  const auto ids = Ids();
   auto whole = Stage::Create(**src, {});
   ASSERT_TRUE(whole.ok()) << whole.status();
   const auto want = AllLogits(**whole, ids);
   const int L = static_cast<int>((*src)->config().n_layers);
   for (int k : {1, L / 2 + 1, L - 1}) {
+    if (k <= 0 || k >= L) continue;
     StageOptions a, b;
     a.layers = {0, k};
     b.layers = {k, L};
@@ -112,9 +227,9 @@ TEST_P(ArchModels, SequencesDoNotAffectEachOther) {
   opt.threads = 2;
   auto stage = Stage::Create(**src, opt);
   ASSERT_TRUE(stage.ok()) << stage.status();
-  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  const auto ids = Ids();
   const std::vector<int32_t> a(ids.begin(), ids.begin() + 21);
-  const std::vector<int32_t> b(ids.begin() + 20, ids.end());
+  const std::vector<int32_t> b(ids.begin() + (ids.size() >= 45 ? 20 : 3), ids.end());
   const auto alone_a = AllLogits(**stage, a, 10);
   const auto alone_b = AllLogits(**stage, b, 11);
   // The two interleaved in one batch, b's prefill in two chunks.
@@ -166,9 +281,12 @@ TEST_P(ArchModels, AFileMissingATensorIsRefusedNamingIt) {
   CASCADE_REQUIRE_SHARED(Model());
   auto gguf = GgufFile::Open(Model());
   ASSERT_TRUE(gguf.ok()) << gguf.status();
-  const std::string drop = GetParam() == "qwen3"  ? "blk.1.attn_k_norm.weight"
-                           : GetParam() == "phi3" ? "blk.2.attn_qkv.weight"
-                                                  : "blk.3.post_ffw_norm.weight";
+  const std::string drop = GetParam() == "qwen3"      ? "blk.1.attn_k_norm.weight"
+                           : GetParam() == "phi3"     ? "blk.2.attn_qkv.weight"
+                           : GetParam() == "mixtral"  ? "blk.2.ffn_down_exps.weight"
+                           : GetParam() == "qwen3moe" ? "blk.1.ffn_gate_inp.weight"
+                           : GetParam() == "qwen2moe" ? "blk.1.ffn_gate_inp_shexp.weight"
+                                                      : "blk.3.post_ffw_norm.weight";
   const std::string path = CopyGguf(**gguf, drop, "");
   auto src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status();
@@ -395,12 +513,106 @@ TEST_P(ArchModels, ABackendWithoutAFeatureTheModelNeedsRefusesIt) {
     return;
   }
   EXPECT_EQ(stage.status().code(), absl::StatusCode::kUnimplemented);
+  const std::string feature = Moe() ? "mixture-of-experts routing" : "sliding-window attention";
   EXPECT_THAT(stage.status().message(),
-              ::testing::HasSubstr("needs sliding-window attention, which the featureless "
-                                   "backend does not implement"));
+              ::testing::HasSubstr("needs " + feature +
+                                   ", which the featureless backend does not implement"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels, ::testing::Values("qwen3", "phi3", "gemma2"));
+INSTANTIATE_TEST_SUITE_P(Architectures, ArchModels,
+                         ::testing::Values("qwen3", "phi3", "gemma2", "mixtral", "qwen2moe",
+                                           "qwen3moe"));
+
+class MoeModels : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string Model() const { return ArchPath("mini-" + GetParam() + "-f32.gguf"); }
+};
+
+// Every expert is resident (ParameterCount: the file's tensors, element for element); a
+// token uses n_experts_used of them (ActiveParameterCount).
+TEST_P(MoeModels, TotalAndActiveParametersCountTheExperts) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto gguf = GgufFile::Open(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(gguf.ok() && src.ok());
+  const ModelConfig& c = (*src)->config();
+  int64_t elements = 0;
+  for (const GgufTensorInfo& t : (*gguf)->tensors()) elements += static_cast<int64_t>(t.elements());
+  EXPECT_EQ(c.ParameterCount(), elements);
+  const int64_t idle = c.n_layers * (c.n_experts - c.n_experts_used) * 3 * c.dim * c.expert_ffn_dim;
+  EXPECT_EQ(c.ActiveParameterCount(), elements - idle);
+  // The planner's bytes: all experts resident, n_experts_used of them read per token.
+  const LayerRange all{0, static_cast<int>(c.n_layers)};
+  EXPECT_EQ(StageWeightBytes(**src, all), static_cast<uint64_t>(elements) * sizeof(float));
+  EXPECT_EQ(StageActiveWeightBytes(**src, all),
+            static_cast<uint64_t>(elements - idle) * sizeof(float));
+  // Activations: the widest of the experts' and the shared expert's FFN, plus routing.
+  ModelConfig dense = c;
+  dense.n_experts = dense.n_experts_used = dense.shared_expert_ffn_dim = 0;
+  dense.ffn_dim = c.max_ffn_dim();
+  EXPECT_GT(EstimateStageMemory(c, all, 0, 0, 64).activations,
+            EstimateStageMemory(dense, all, 0, 0, 64).activations);
+}
+
+// A stacked expert tensor of the wrong shape is refused, naming it.
+TEST_P(MoeModels, AnExpertTensorOfTheWrongShapeIsRefusedNamingIt) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto gguf = GgufFile::Open(Model());
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const std::string name = "blk.1.ffn_up_exps.weight";
+  const std::string path = CopyGguf(**gguf, name, name);  // now [16]
+  auto src = ModelSource::Open(path);
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto stage = Stage::Create(**src, {});
+  EXPECT_THAT(stage.status().message(), ::testing::HasSubstr("'" + name + "' has shape [16]"));
+  std::remove(path.c_str());
+}
+
+// Experts are not split over ranks (no expert parallelism): tensor parallelism is refused,
+// saying why, rather than computed wrongly.
+TEST_P(MoeModels, TensorParallelismIsRefusedNamingTheExperts) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto shard = MakeTpShard((*src)->config(), 0, 3);
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(shard.status().message(), ::testing::HasSubstr("mixture-of-experts"));
+  EXPECT_THAT(shard.status().message(), ::testing::HasSubstr("expert parallelism"));
+}
+
+// Many sequences of different lengths in one batch (every expert gets a group of its own
+// size): each sequence's logits are bit for bit its logits alone.
+TEST_P(MoeModels, ABatchOfManySequencesGivesEachItsLogitsAlone) {
+  CASCADE_REQUIRE_SHARED(Model());
+  auto src = ModelSource::Open(Model());
+  ASSERT_TRUE(src.ok()) << src.status();
+  StageOptions opt;
+  opt.kv_sequences = 12;
+  opt.threads = 2;
+  auto stage = Stage::Create(**src, opt);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  const auto ids = ReadIds(ArchPath("mini-" + GetParam() + "-f32.greedy32.ids"));
+  Batch batch;
+  std::vector<std::vector<float>> alone;
+  for (int s = 0; s < 5; ++s) {
+    const std::vector<int32_t> seq(ids.begin() + 5 * s, ids.begin() + 5 * s + 3 + 4 * s);
+    alone.push_back(AllLogits(**stage, seq, 100 + s));
+    for (size_t i = 0; i < seq.size(); ++i) {
+      batch.push_back({seq[i], 200 + s, static_cast<int32_t>(i), true});
+    }
+  }
+  std::vector<float> mixed;
+  ASSERT_TRUE((*stage)->Forward(batch, {}, &mixed).ok());
+  size_t offset = 0;
+  for (int s = 0; s < 5; ++s) {
+    EXPECT_EQ(std::memcmp(mixed.data() + offset, alone[s].data(), alone[s].size() * sizeof(float)),
+              0)
+        << "sequence " << s;
+    offset += alone[s].size();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Experts, MoeModels, ::testing::Values("mixtral", "qwen2moe"));
 
 }  // namespace
 }  // namespace cascade

@@ -19,6 +19,7 @@ std::vector<BackendFeature> RequiredFeatures(const ModelConfig& c) {
   if (c.ffn_activation == FfnActivation::kGeluTanh) f.push_back(BackendFeature::kGeluMul);
   if (c.scale_embeddings) f.push_back(BackendFeature::kScale);
   if (c.final_softcap > 0) f.push_back(BackendFeature::kSoftCap);
+  if (c.is_moe()) f.push_back(BackendFeature::kMixtureOfExperts);
   return f;
 }
 
@@ -43,6 +44,54 @@ absl::StatusOr<DeviceBuffer> Stage::UploadVector(const std::vector<float>& v) {
   return b;
 }
 
+absl::StatusOr<TensorView> Stage::UploadMatrix(const TensorView* host, bool* all_copied) {
+  if (host == nullptr) return TensorView();
+  CASCADE_ASSIGN_OR_RETURN(TensorView v, backend_->UploadWeight(*host));
+  *all_copied = *all_copied && v.data != host->data;
+  return v;
+}
+
+absl::StatusOr<Stage::ResidentLayer> Stage::UploadLayer(const LayerWeights& lw, bool* all_copied) {
+  ResidentLayer r;
+  const std::pair<TensorView*, const TensorView*> matrices[] = {{&r.wq, lw.wq},
+                                                                {&r.wk, lw.wk},
+                                                                {&r.wv, lw.wv},
+                                                                {&r.wo, lw.wo},
+                                                                {&r.w_gate, lw.w_gate},
+                                                                {&r.w_up, lw.w_up},
+                                                                {&r.w_down, lw.w_down},
+                                                                {&r.router, lw.router},
+                                                                {&r.shexp_gate, lw.shexp_gate},
+                                                                {&r.shexp_up, lw.shexp_up},
+                                                                {&r.shexp_down, lw.shexp_down},
+                                                                {&r.shexp_router, lw.shexp_router}};
+  for (const auto& [dst, src] : matrices) {
+    CASCADE_ASSIGN_OR_RETURN(*dst, UploadMatrix(src, all_copied));
+  }
+  const std::pair<std::vector<TensorView>*, const std::vector<const TensorView*>*> experts[] = {
+      {&r.exp_gate, &lw.exp_gate}, {&r.exp_up, &lw.exp_up}, {&r.exp_down, &lw.exp_down}};
+  for (const auto& [dst, src] : experts) {
+    for (const TensorView* t : *src) {
+      CASCADE_ASSIGN_OR_RETURN(TensorView v, UploadMatrix(t, all_copied));
+      dst->push_back(std::move(v));
+    }
+  }
+  const std::pair<DeviceBuffer*, const std::vector<float>*> vectors[] = {
+      {&r.attn_norm, &lw.attn_norm},
+      {&r.ffn_norm, &lw.ffn_norm},
+      {&r.bq, &lw.bq},
+      {&r.bk, &lw.bk},
+      {&r.bv, &lw.bv},
+      {&r.q_norm, &lw.q_norm},
+      {&r.k_norm, &lw.k_norm},
+      {&r.post_attn_norm, &lw.post_attn_norm},
+      {&r.post_ffn_norm, &lw.post_ffn_norm}};
+  for (const auto& [dst, src] : vectors) {
+    CASCADE_ASSIGN_OR_RETURN(*dst, UploadVector(*src));
+  }
+  return r;
+}
+
 absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
                                                      const StageOptions& options,
                                                      std::unique_ptr<Backend> backend) {
@@ -62,7 +111,9 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
     TpAlignment align;
     for (const LayerWeights& l : s->weights_->layers) {
       align.q_cols = std::max<int64_t>(align.q_cols, Traits(l.wo->type).block_elems);
-      align.ffn = std::max<int64_t>(align.ffn, Traits(l.w_down->type).block_elems);
+      if (l.w_down != nullptr) {  // null in a mixture of experts, which is not split
+        align.ffn = std::max<int64_t>(align.ffn, Traits(l.w_down->type).block_elems);
+      }
     }
     const int size = options.tp->size();
     std::vector<TpShard> shards;
@@ -96,40 +147,19 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   // Weights as the backend will use them.
   const ModelWeights& w = *s->weights_;
   bool all_copied = true;  // the backend made its own copy of every matrix
-  auto upload = [&](const TensorView& host) -> absl::StatusOr<TensorView> {
-    CASCADE_ASSIGN_OR_RETURN(TensorView v, be.UploadWeight(host));
-    all_copied = all_copied && v.data != host.data;
-    return v;
-  };
   if (w.token_embd) {
-    CASCADE_ASSIGN_OR_RETURN(s->token_embd_, upload(*w.token_embd));
+    CASCADE_ASSIGN_OR_RETURN(s->token_embd_, s->UploadMatrix(w.token_embd, &all_copied));
   }
   if (w.has_head) {
     if (w.output == w.token_embd) {
       s->output_ = s->token_embd_;
     } else {
-      CASCADE_ASSIGN_OR_RETURN(s->output_, upload(*w.output));
+      CASCADE_ASSIGN_OR_RETURN(s->output_, s->UploadMatrix(w.output, &all_copied));
     }
     CASCADE_ASSIGN_OR_RETURN(s->output_norm_, s->UploadVector(w.output_norm));
   }
   for (const LayerWeights& lw : w.layers) {
-    ResidentLayer r;
-    CASCADE_ASSIGN_OR_RETURN(r.wq, upload(*lw.wq));
-    CASCADE_ASSIGN_OR_RETURN(r.wk, upload(*lw.wk));
-    CASCADE_ASSIGN_OR_RETURN(r.wv, upload(*lw.wv));
-    CASCADE_ASSIGN_OR_RETURN(r.wo, upload(*lw.wo));
-    CASCADE_ASSIGN_OR_RETURN(r.w_gate, upload(*lw.w_gate));
-    CASCADE_ASSIGN_OR_RETURN(r.w_up, upload(*lw.w_up));
-    CASCADE_ASSIGN_OR_RETURN(r.w_down, upload(*lw.w_down));
-    CASCADE_ASSIGN_OR_RETURN(r.attn_norm, s->UploadVector(lw.attn_norm));
-    CASCADE_ASSIGN_OR_RETURN(r.ffn_norm, s->UploadVector(lw.ffn_norm));
-    CASCADE_ASSIGN_OR_RETURN(r.bq, s->UploadVector(lw.bq));
-    CASCADE_ASSIGN_OR_RETURN(r.bk, s->UploadVector(lw.bk));
-    CASCADE_ASSIGN_OR_RETURN(r.bv, s->UploadVector(lw.bv));
-    CASCADE_ASSIGN_OR_RETURN(r.q_norm, s->UploadVector(lw.q_norm));
-    CASCADE_ASSIGN_OR_RETURN(r.k_norm, s->UploadVector(lw.k_norm));
-    CASCADE_ASSIGN_OR_RETURN(r.post_attn_norm, s->UploadVector(lw.post_attn_norm));
-    CASCADE_ASSIGN_OR_RETURN(r.post_ffn_norm, s->UploadVector(lw.post_ffn_norm));
+    CASCADE_ASSIGN_OR_RETURN(ResidentLayer r, s->UploadLayer(lw, &all_copied));
     s->layers_.push_back(std::move(r));
   }
   // A tensor-parallel shard's column slices were copied here once already: with the
@@ -178,8 +208,14 @@ absl::Status Stage::EnsureCapacity(int64_t n, int64_t n_logits) {
     CASCADE_RETURN_IF_ERROR(grow(&k_, n * d.kv_dim));
     CASCADE_RETURN_IF_ERROR(grow(&v_, n * d.kv_dim));
     CASCADE_RETURN_IF_ERROR(grow(&att_, n * d.q_dim));
-    CASCADE_RETURN_IF_ERROR(grow(&hb_, n * d.ffn));
-    CASCADE_RETURN_IF_ERROR(grow(&hb2_, n * d.ffn));
+    const int64_t ffn = c.is_moe() ? c.max_ffn_dim() : d.ffn;
+    CASCADE_RETURN_IF_ERROR(grow(&hb_, n * ffn));
+    CASCADE_RETURN_IF_ERROR(grow(&hb2_, n * ffn));
+    if (c.is_moe()) {
+      CASCADE_RETURN_IF_ERROR(grow(&router_, n * c.n_experts));
+      CASCADE_RETURN_IF_ERROR(grow(&moe_in_, n * c.dim));
+      CASCADE_RETURN_IF_ERROR(grow(&moe_out_, n * c.dim));
+    }
     capacity_ = n;
   }
   if (n_logits > logits_capacity_) {
@@ -425,28 +461,6 @@ absl::Status Stage::AttentionBlock(int l, std::span<const TokenSlot> slots,
   be.Attention(ap);             // (n, q_dim)
   be.MatMul(w.wo, att, n, xb);  // (n, dim); a partial sum when split by columns
   return AddResidual(w.post_attn_norm, n);
-}
-
-absl::Status Stage::FfnBlock(int l, int64_t n) {
-  const ResidentLayer& w = layers_[l];
-  Backend& be = *backend_;
-  float* xb = xb_.as<float>();
-  float* hb = hb_.as<float>();
-  float* hb2 = hb2_.as<float>();
-  be.RmsNorm(x_.as<float>(), w.ffn_norm.as<float>(), n, config_.dim,
-             static_cast<float>(config_.norm_eps), xb);
-  {  // hb, hb2 (n, ffn)
-    const TensorView* const gate_up[] = {&w.w_gate, &w.w_up};
-    float* const out[] = {hb, hb2};
-    be.MatMulShared(gate_up, 2, xb, n, out);
-  }
-  if (config_.ffn_activation == FfnActivation::kGeluTanh) {
-    be.GeluMul(hb, hb2, n * local_.ffn, hb);
-  } else {
-    be.SiluMul(hb, hb2, n * local_.ffn, hb);
-  }
-  be.MatMul(w.w_down, hb, n, xb);  // (n, dim); a partial sum when split by columns
-  return AddResidual(w.post_ffn_norm, n);
 }
 
 }  // namespace cascade

@@ -10,8 +10,11 @@
 // - Results are batch-invariant (see kernels/backend.h): a sequence's activations and
 //   logits do not depend on the other slots of the batch.
 // - Create refuses (Unimplemented, naming it) a model that needs a BackendFeature its
-//   backend lacks (sliding windows, soft-caps, GeluMul, ...: model/model_config.h), rather
-//   than compute it wrongly.
+//   backend lacks (sliding windows, soft-caps, GeluMul, mixtures of experts, ...:
+//   model/model_config.h), rather than compute it wrongly.
+// - Mixture of experts (engine/ffn.cc): a batch's tokens are grouped per expert, so each
+//   used expert's weights are read once per batch; a token's experts, weights and the
+//   order its expert outputs are summed in (expert index) depend on that token alone.
 // - Tensor parallelism (StageOptions::tp): the stage is one rank of a group that splits
 //   every layer Megatron-style (model/tensor_parallel.h): it binds only its rank's slices,
 //   keeps the KV cache of its KV heads, and joins an all-reduce after the attention output
@@ -35,8 +38,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "generation/batch.h"
 #include "engine/kv_cache.h"
+#include "engine/moe_routing.h"
+#include "generation/batch.h"
 #include "kernels/backend.h"
 #include "model/model_source.h"
 #include "model/weights.h"
@@ -97,6 +101,12 @@ class Stage {
   absl::Status AttentionBlock(int local_layer, std::span<const TokenSlot> slots,
                               const KvCache::Plan& plan);
   absl::Status FfnBlock(int local_layer, int64_t n);
+  // The FFN of a mixture-of-experts layer (engine/ffn.cc), into xb_.
+  absl::Status MoeBlock(int local_layer, int64_t n);
+  // out (n, dim) = down(act(gate in) * up in), in (n, dim), hidden size `ffn`, through
+  // hb_ and hb2_.
+  void Ffn(const TensorView& gate, const TensorView& up, const TensorView& down, const float* in,
+           int64_t n, int64_t ffn, float* out);
   // x += post_norm(xb) for n rows (xb all-reduced first when split; no norm when
   // post_norm is empty).
   absl::Status AddResidual(const DeviceBuffer& post_norm, int64_t n);
@@ -113,11 +123,18 @@ class Stage {
   // A layer's weights as the backend uses them (device-resident for a GPU).
   struct ResidentLayer {
     TensorView wq, wk, wv, wo, w_gate, w_up, w_down;
+    // Mixture of experts (model/weights.h): empty views where the model has none.
+    TensorView router, shexp_gate, shexp_up, shexp_down, shexp_router;
+    std::vector<TensorView> exp_gate, exp_up, exp_down;
     // F32 vectors; those a model lacks are empty.
     DeviceBuffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm, post_ffn_norm;
   };
 
   absl::StatusOr<DeviceBuffer> UploadVector(const std::vector<float>& v);
+  // A matrix as the backend uses it (an empty view for null); *all_copied turns false when
+  // the backend uses the host bytes in place.
+  absl::StatusOr<TensorView> UploadMatrix(const TensorView* host, bool* all_copied);
+  absl::StatusOr<ResidentLayer> UploadLayer(const LayerWeights& lw, bool* all_copied);
   absl::Status EnsureCapacity(int64_t n, int64_t n_logits);
 
   StageOptions options_;
@@ -148,6 +165,12 @@ class Stage {
   DeviceBuffer att_;             // (n, q_dim)
   DeviceBuffer hb_;              // (n, ffn)
   DeviceBuffer hb2_;             // (n, ffn)
+  DeviceBuffer router_;          // MoE: (n, n_experts) router logits, (n) shared-expert gate
+  DeviceBuffer moe_in_;          // MoE: (n, dim) one expert's gathered inputs
+  DeviceBuffer moe_out_;         // MoE: (n, dim) one expert's outputs
+  std::vector<float> moe_host_;  // MoE, host: router logits, then an expert's outputs
+  std::vector<float> moe_sum_;   // MoE, host: (n, dim) the weighted sum of expert outputs
+  ExpertRouting routing_;
   DeviceBuffer logits_;          // (m, vocab) or, split by vocabulary, (m, vocab_stride_)
   DeviceBuffer gathered_;        // TP: (size, m, vocab_stride_), every rank's logits
   std::vector<float> host_gathered_;

@@ -99,6 +99,12 @@ enum class BackendFeature {
   kGeluMul,           // GeluMul
   kScale,             // Scale
   kSoftCap,           // SoftCap
+  // Mixture-of-experts FFN (engine/ffn.cc): the stage copies the router's logits and each
+  // expert's outputs to the host (CopyToHost), routes and combines there, and runs each
+  // expert's matmuls on the rows routed to it (GatherRows, MatMulShared, MatMul). Only the
+  // CPU backend, whose copies are memcpy, declares it; on a GPU it is neither tested nor
+  // fast (a transfer per expert and layer).
+  kMixtureOfExperts,
 };
 inline const char* BackendFeatureName(BackendFeature f) {
   switch (f) {
@@ -112,6 +118,8 @@ inline const char* BackendFeatureName(BackendFeature f) {
       return "scaling activations (Scale)";
     case BackendFeature::kSoftCap:
       return "logit soft-capping (SoftCap)";
+    case BackendFeature::kMixtureOfExperts:
+      return "mixture-of-experts routing";
   }
   return "an unknown feature";
 }

@@ -10,8 +10,8 @@
 namespace cascade {
 namespace {
 
-const ArchSpec* const kArchs[] = {&LlamaArch(), &Qwen2Arch(), &Qwen3Arch(), &Phi3Arch(),
-                                  &Gemma2Arch()};
+const ArchSpec* const kArchs[] = {&LlamaArch(),  &Qwen2Arch(),    &Qwen3Arch(),   &Phi3Arch(),
+                                  &Gemma2Arch(), &Qwen2MoeArch(), &Qwen3MoeArch()};
 
 }  // namespace
 
@@ -119,6 +119,21 @@ absl::Status ReadLlamaLikeGguf(const GgufFile& f, std::string_view prefix_sv, Mo
     std::memcpy(c->rope_freq_factors.data(), rf->data, rf->nbytes);
   }
   c->tied_embeddings = f.FindTensor("output.weight") == nullptr;
+  return absl::OkStatus();
+}
+
+absl::Status ReadExpertsGguf(const GgufFile& f, std::string_view prefix_sv, bool norm_default,
+                             ModelConfig* c) {
+  const std::string p(prefix_sv);
+  CASCADE_ASSIGN_OR_RETURN(c->n_experts, f.GetIntOr(p + ".expert_count", 0));
+  if (c->n_experts == 0) return absl::OkStatus();
+  CASCADE_ASSIGN_OR_RETURN(c->n_experts_used, f.GetInt(p + ".expert_used_count"));
+  CASCADE_ASSIGN_OR_RETURN(c->expert_ffn_dim,
+                           f.GetIntOr(p + ".expert_feed_forward_length", c->ffn_dim));
+  CASCADE_ASSIGN_OR_RETURN(c->shared_expert_ffn_dim,
+                           f.GetIntOr(p + ".expert_shared_feed_forward_length", 0));
+  CASCADE_ASSIGN_OR_RETURN(c->expert_weights_norm,
+                           f.GetBoolOr(p + ".expert_weights_norm", norm_default));
   return absl::OkStatus();
 }
 

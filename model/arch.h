@@ -39,6 +39,10 @@ std::string SupportedArchitectures();
 
 // Shared by Llama-like architectures: reads "<prefix>.block_count" etc.
 absl::Status ReadLlamaLikeGguf(const GgufFile& file, std::string_view prefix, ModelConfig* c);
+// Mixture-of-experts keys "<prefix>.expert_count" etc. (none: a dense model). Top-k weights
+// are renormalised when "<prefix>.expert_weights_norm" says so, else `norm_default`.
+absl::Status ReadExpertsGguf(const GgufFile& file, std::string_view prefix, bool norm_default,
+                             ModelConfig* c);
 absl::Status ReadLlamaLikeHf(const nlohmann::json& j, const std::string& path, ModelConfig* c);
 
 // config.json fields, never throwing: a missing or null key gives the fallback (an error
@@ -54,6 +58,8 @@ const ArchSpec& Qwen2Arch();
 const ArchSpec& Qwen3Arch();
 const ArchSpec& Phi3Arch();
 const ArchSpec& Gemma2Arch();
+const ArchSpec& Qwen2MoeArch();
+const ArchSpec& Qwen3MoeArch();
 
 }  // namespace cascade
 

@@ -28,8 +28,11 @@ struct StageMemory {
 uint64_t KvBytesPerToken(const ModelConfig& c, int layers, TensorType kv_type);
 
 // Weight bytes of layers [range) plus embedding (first stage) and head (last stage), from
-// the actual tensors of `source`.
+// the actual tensors of `source`: every expert of a mixture of experts (all are resident).
 uint64_t StageWeightBytes(const ModelSource& source, LayerRange range);
+// The part of those a token's forward pass reads: n_experts_used of n_experts of each
+// stacked expert tensor (ffn_*_exps); StageWeightBytes for a dense model.
+uint64_t StageActiveWeightBytes(const ModelSource& source, LayerRange range);
 
 // With a shard: one rank of a tensor-parallel stage (its KV heads, its activation sizes,
 // its slice of the logits and the gathered whole); `weight_bytes` is then the rank's. The

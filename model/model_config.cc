@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -48,6 +49,17 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
                                 {"norm weight offset", norm_weight_offset}}) {
     if (!(v >= 0 && std::isfinite(v))) return bad(absl::StrCat(what, " ", v));
   }
+  if (n_experts > 0) {
+    for (auto st : {in_range("experts", n_experts, 1, 4096),
+                    in_range("experts used", n_experts_used, 1, n_experts),
+                    in_range("expert ffn size", expert_ffn_dim, 1, 1 << 20),
+                    in_range("shared expert ffn size", shared_expert_ffn_dim, 0, 1 << 20)}) {
+      if (!st.ok()) return st;
+    }
+  } else if (n_experts < 0 || n_experts_used != 0 || shared_expert_ffn_dim != 0) {
+    return bad(absl::StrCat(n_experts, " experts with ", n_experts_used,
+                            " used and a shared expert of ", shared_expert_ffn_dim));
+  }
   if (rope_scaling.type != RopeScalingType::kNone &&
       !(rope_scaling.factor > 0 && std::isfinite(rope_scaling.factor))) {
     return bad(absl::StrCat("rope scaling factor ", rope_scaling.factor));
@@ -87,11 +99,29 @@ std::vector<float> ModelConfig::RopeFrequencies() const {
   return freq;
 }
 
-int64_t ModelConfig::ParameterCount() const {
-  const int64_t per_layer = dim * q_dim() + 2 * dim * kv_dim() + q_dim() * dim + 3 * dim * ffn_dim +
-                            2 * dim + (qkv_bias ? q_dim() + 2 * kv_dim() : 0) +
-                            (qk_norm ? 2 * head_dim : 0) + (post_norms ? 2 * dim : 0);
-  return vocab_size * dim * (tied_embeddings ? 1 : 2) + n_layers * per_layer + dim;
+int64_t ModelConfig::max_ffn_dim() const {
+  return is_moe() ? std::max(expert_ffn_dim, shared_expert_ffn_dim) : ffn_dim;
 }
+
+namespace {
+
+// Parameters of the model with `experts` routed experts per layer counted.
+int64_t CountParameters(const ModelConfig& c, int64_t experts) {
+  int64_t ffn = 3 * c.dim * c.ffn_dim;
+  if (c.is_moe()) {
+    ffn = c.n_experts * c.dim + experts * 3 * c.dim * c.expert_ffn_dim;  // router + experts
+    if (c.shared_expert_ffn_dim > 0) ffn += 3 * c.dim * c.shared_expert_ffn_dim + c.dim;
+  }
+  const int64_t per_layer = c.dim * c.q_dim() + 2 * c.dim * c.kv_dim() + c.q_dim() * c.dim + ffn +
+                            2 * c.dim + (c.qkv_bias ? c.q_dim() + 2 * c.kv_dim() : 0) +
+                            (c.qk_norm ? 2 * c.head_dim : 0) + (c.post_norms ? 2 * c.dim : 0);
+  return c.vocab_size * c.dim * (c.tied_embeddings ? 1 : 2) + c.n_layers * per_layer + c.dim;
+}
+
+}  // namespace
+
+int64_t ModelConfig::ParameterCount() const { return CountParameters(*this, n_experts); }
+
+int64_t ModelConfig::ActiveParameterCount() const { return CountParameters(*this, n_experts_used); }
 
 }  // namespace cascade

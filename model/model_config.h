@@ -29,7 +29,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma2"
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "qwen2moe", "qwen3moe"
   std::string name;
   int64_t vocab_size = 0;
   int64_t dim = 0;  // hidden size
@@ -72,10 +72,23 @@ struct ModelConfig {
   // Added to every RMSNorm weight as it is loaded: 1 for Hugging Face Gemma checkpoints,
   // which store w for x * (1 + w) (GGUF files hold 1 + w already).
   double norm_weight_offset = 0;
+  // Mixture of experts (Mixtral, Qwen2-MoE): each layer's FFN is n_experts routed experts
+  // of expert_ffn_dim (ffn_{gate,up,down}_exps); a router (ffn_gate_inp) softmax over them
+  // picks the n_experts_used largest per token, their probabilities renormalised to sum to
+  // 1 when expert_weights_norm. A shared expert of shared_expert_ffn_dim (0: none), gated
+  // by sigmoid(ffn_gate_inp_shexp . h), is added to every token. 0 experts: a dense FFN.
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  int64_t expert_ffn_dim = 0;
+  bool expert_weights_norm = false;
+  int64_t shared_expert_ffn_dim = 0;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t gqa_group() const { return n_kv_heads > 0 ? n_heads / n_kv_heads : 0; }
+  bool is_moe() const { return n_experts > 0; }
+  // The widest FFN a token passes through: the dense FFN, an expert or the shared expert.
+  int64_t max_ffn_dim() const;
 
   // The window layer `layer` attends over (positions), 0 for the whole context.
   int64_t WindowOf(int64_t layer) const {
@@ -88,8 +101,12 @@ struct ModelConfig {
   absl::Status Validate(const std::string& source) const;
   // Frequency of each rotated pair i (theta_i = pos * freq[i]) with scaling applied.
   std::vector<float> RopeFrequencies() const;
-  // Parameter count (weights only, tied embeddings counted once).
+  // Parameter count (weights only, tied embeddings counted once): every expert, all of
+  // which are resident.
   int64_t ParameterCount() const;
+  // The parameters one token's forward pass uses: n_experts_used of the routed experts
+  // (ParameterCount() for a dense model).
+  int64_t ActiveParameterCount() const;
 };
 
 }  // namespace cascade

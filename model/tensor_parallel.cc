@@ -24,6 +24,12 @@ absl::StatusOr<TpShard> MakeTpShard(const ModelConfig& c, int rank, int size,
                                                    " heads and ", c.n_kv_heads,
                                                    " KV heads do not form GQA groups"));
   }
+  if (c.is_moe() && size > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor parallelism of ", size, " for a mixture-of-experts model (", c.n_experts,
+        " experts) is not implemented: its experts are not split over ranks (no expert "
+        "parallelism); run it unsplit or split it into pipeline stages"));
+  }
   if (c.n_heads % size != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tensor parallelism of ", size,
                                                    " does not divide the model's ", c.n_heads,

@@ -14,10 +14,11 @@
 //   norms:     whole on every rank.
 //
 // Contract: pure functions of their arguments; thread-safe. MakeTpShard refuses (naming
-// the reason) a size that does not divide the head count, a query split that cuts a block
-// of the output projection's type, and a split that leaves a rank without FFN rows or
-// vocabulary. Slices of rows are views of the source's bytes; slices of columns and
-// gathered rows are copies into storage the caller keeps alive.
+// the reason) a mixture-of-experts model split over more than one rank (Unimplemented:
+// no expert parallelism yet), a size that does not divide the head count, a query split
+// that cuts a block of the output projection's type, and a split that leaves a rank
+// without FFN rows or vocabulary. Slices of rows are views of the source's bytes; slices
+// of columns and gathered rows are copies into storage the caller keeps alive.
 #ifndef CASCADE_MODEL_TENSOR_PARALLEL_H_
 #define CASCADE_MODEL_TENSOR_PARALLEL_H_
 

@@ -14,10 +14,19 @@ class Binder {
   explicit Binder(const ModelSource& src) : src_(src) {}
 
   absl::StatusOr<const TensorView*> Matrix(const std::string& name, int64_t cols, int64_t rows) {
+    return Stack(name, cols, rows, 0);
+  }
+
+  // A matrix (`count` 0) or a 3-D stack of `count` matrices (experts), GGUF ne order.
+  absl::StatusOr<const TensorView*> Stack(const std::string& name, int64_t cols, int64_t rows,
+                                          int64_t count) {
     const TensorView* t = src_.Find(name);
     if (t == nullptr) return Missing(name);
-    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows) {
-      return WrongShape(*t, absl::StrCat("[", cols, ", ", rows, "]"));
+    const int dims = count > 0 ? 3 : 2;
+    if (t->n_dims != dims || t->ne[0] != cols || t->ne[1] != rows ||
+        (count > 0 && t->ne[2] != count)) {
+      return WrongShape(*t, count > 0 ? absl::StrCat("[", cols, ", ", rows, ", ", count, "]")
+                                      : absl::StrCat("[", cols, ", ", rows, "]"));
     }
     if (!IsComputeSupported(t->type)) {
       return absl::UnimplementedError(
@@ -112,11 +121,13 @@ absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w)
     }
     CASCADE_ASSIGN_OR_RETURN(TensorView wo, SliceColumns(*l.wo, q0, nq, storage()));
     l.wo = keep(std::move(wo));
-    l.w_gate = keep(SliceRows(*l.w_gate, s.ffn_begin, s.ffn()));
-    l.w_up = keep(SliceRows(*l.w_up, s.ffn_begin, s.ffn()));
-    CASCADE_ASSIGN_OR_RETURN(TensorView down,
-                             SliceColumns(*l.w_down, s.ffn_begin, s.ffn(), storage()));
-    l.w_down = keep(std::move(down));
+    if (!c.is_moe()) {  // MakeTpShard refuses to split experts: a group of one holds all
+      l.w_gate = keep(SliceRows(*l.w_gate, s.ffn_begin, s.ffn()));
+      l.w_up = keep(SliceRows(*l.w_up, s.ffn_begin, s.ffn()));
+      CASCADE_ASSIGN_OR_RETURN(TensorView down,
+                               SliceColumns(*l.w_down, s.ffn_begin, s.ffn(), storage()));
+      l.w_down = keep(std::move(down));
+    }
     slice(&l.bq, q0, nq);  // q/k norms are per head (head_dim): whole on every rank
     gather(&l.bk, hd);
     gather(&l.bv, hd);
@@ -128,6 +139,31 @@ absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w)
                                        : keep(SliceRows(*w->output, s.vocab_begin, s.vocab()));
   }
   w->shard = s;
+  return absl::OkStatus();
+}
+
+// A mixture-of-experts layer's FFN (prefix p, "blk.N."): the router, a view of each expert
+// of the stacked ffn_{gate,up,down}_exps (kept by w), and the shared expert if any.
+absl::Status BindExperts(Binder& b, const ModelConfig& c, const std::string& p, ModelWeights* w,
+                         LayerWeights* lw) {
+  const int64_t E = c.n_experts, f = c.expert_ffn_dim;
+  CASCADE_ASSIGN_OR_RETURN(lw->router, b.Matrix(p + "ffn_gate_inp.weight", c.dim, E));
+  CASCADE_ASSIGN_OR_RETURN(const TensorView* gate,
+                           b.Stack(p + "ffn_gate_exps.weight", c.dim, f, E));
+  CASCADE_ASSIGN_OR_RETURN(const TensorView* up, b.Stack(p + "ffn_up_exps.weight", c.dim, f, E));
+  CASCADE_ASSIGN_OR_RETURN(const TensorView* down,
+                           b.Stack(p + "ffn_down_exps.weight", f, c.dim, E));
+  for (int64_t e = 0; e < E; ++e) {
+    lw->exp_gate.push_back(Keep(w, SliceRows(*gate, e * f, f)));
+    lw->exp_up.push_back(Keep(w, SliceRows(*up, e * f, f)));
+    lw->exp_down.push_back(Keep(w, SliceRows(*down, e * c.dim, c.dim)));
+  }
+  if (c.shared_expert_ffn_dim == 0) return absl::OkStatus();
+  const int64_t s = c.shared_expert_ffn_dim;
+  CASCADE_ASSIGN_OR_RETURN(lw->shexp_router, b.Matrix(p + "ffn_gate_inp_shexp.weight", c.dim, 1));
+  CASCADE_ASSIGN_OR_RETURN(lw->shexp_gate, b.Matrix(p + "ffn_gate_shexp.weight", c.dim, s));
+  CASCADE_ASSIGN_OR_RETURN(lw->shexp_up, b.Matrix(p + "ffn_up_shexp.weight", c.dim, s));
+  CASCADE_ASSIGN_OR_RETURN(lw->shexp_down, b.Matrix(p + "ffn_down_shexp.weight", s, c.dim));
   return absl::OkStatus();
 }
 
@@ -150,11 +186,17 @@ absl::StatusOr<LayerWeights> BindLayer(Binder& b, const ModelConfig& c, int l, M
     CASCADE_ASSIGN_OR_RETURN(lw.wq, b.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
     CASCADE_ASSIGN_OR_RETURN(lw.wk, b.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
     CASCADE_ASSIGN_OR_RETURN(lw.wv, b.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
-    CASCADE_ASSIGN_OR_RETURN(lw.w_gate, b.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
-    CASCADE_ASSIGN_OR_RETURN(lw.w_up, b.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
+    if (c.is_moe()) {
+      CASCADE_RETURN_IF_ERROR(BindExperts(b, c, p, w, &lw));
+    } else {
+      CASCADE_ASSIGN_OR_RETURN(lw.w_gate, b.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
+      CASCADE_ASSIGN_OR_RETURN(lw.w_up, b.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
+    }
   }
   CASCADE_ASSIGN_OR_RETURN(lw.wo, b.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
-  CASCADE_ASSIGN_OR_RETURN(lw.w_down, b.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+  if (!c.is_moe()) {
+    CASCADE_ASSIGN_OR_RETURN(lw.w_down, b.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+  }
   const bool no_bias = !c.qkv_bias;
   CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_q.bias", c.q_dim(), no_bias, &lw.bq));
   CASCADE_RETURN_IF_ERROR(b.Vector(p + "attn_k.bias", c.kv_dim(), no_bias, &lw.bk));
@@ -216,12 +258,22 @@ void ModelWeights::ReleaseOwnedBytes() {
   owned_bytes.clear();
 }
 
+std::vector<const TensorView*> LayerWeights::Matrices() const {
+  std::vector<const TensorView*> all;
+  for (const TensorView* t : {wq, wk, wv, wo, w_gate, w_up, w_down, router, shexp_gate, shexp_up,
+                              shexp_down, shexp_router}) {
+    if (t != nullptr) all.push_back(t);
+  }
+  for (const auto* experts : {&exp_gate, &exp_up, &exp_down}) {
+    all.insert(all.end(), experts->begin(), experts->end());
+  }
+  return all;
+}
+
 uint64_t ModelWeights::matrix_bytes() const {
   uint64_t total = 0;
   for (const auto& l : layers) {
-    for (const TensorView* t : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down}) {
-      total += t->nbytes;
-    }
+    for (const TensorView* t : l.Matrices()) total += t->nbytes;
   }
   if (has_head && output) total += output->nbytes;
   return total;

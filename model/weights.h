@@ -8,6 +8,9 @@
 //   an error naming the tensor, what was found and what was expected. Fused projections
 //   (ModelConfig::fused_projections: attn_qkv, ffn_up holding gate and up) are bound as row
 //   views of the fused tensor, so everything after Bind sees separate wq/wk/wv, w_gate/w_up.
+//   A mixture-of-experts layer (ModelConfig::is_moe) binds the router and one view per
+//   expert of each 3-D ffn_{gate,up,down}_exps tensor (plus the shared expert when the
+//   model has one); its dense w_gate/w_up/w_down are then null.
 // - Norm weights and biases are converted to F32 copies owned here (they are tiny); large
 //   matrices are views of the source's mapping (a backend may copy them: see
 //   Backend::UploadWeight). The ModelSource must outlive the ModelWeights.
@@ -49,6 +52,18 @@ struct LayerWeights {
   const TensorView* w_up = nullptr;    // (ffn, dim)
   const TensorView* w_down = nullptr;  // (dim, ffn)
   std::vector<float> post_ffn_norm;    // (dim), ModelConfig::post_norms; else empty
+  // Mixture of experts (ModelConfig::is_moe), else null / empty:
+  const TensorView* router = nullptr;        // ffn_gate_inp (n_experts, dim)
+  std::vector<const TensorView*> exp_gate;   // per expert (expert_ffn, dim)
+  std::vector<const TensorView*> exp_up;     // per expert (expert_ffn, dim)
+  std::vector<const TensorView*> exp_down;   // per expert (dim, expert_ffn)
+  const TensorView* shexp_gate = nullptr;    // (shared_ffn, dim)
+  const TensorView* shexp_up = nullptr;      // (shared_ffn, dim)
+  const TensorView* shexp_down = nullptr;    // (dim, shared_ffn)
+  const TensorView* shexp_router = nullptr;  // ffn_gate_inp_shexp (1, dim)
+
+  // Every matrix of the layer (the experts included), for byte counts.
+  std::vector<const TensorView*> Matrices() const;
 };
 
 struct ModelWeights {
@@ -65,7 +80,8 @@ struct ModelWeights {
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Bind(const ModelSource& source,
                                                             LayerRange range,
                                                             const TpShard* shard = nullptr);
-  // Bytes of the matrices this stage reads per token (for memory plans and benchmarks).
+  // Bytes of the matrices this stage holds (every expert of a mixture of experts), for
+  // memory plans and benchmarks.
   uint64_t matrix_bytes() const;
 
   // Frees the tensor-parallel parts made here, once a backend holds copies of them: their

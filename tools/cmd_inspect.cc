@@ -31,6 +31,12 @@ int RunInspect(const InspectFlags& f) {
   if (!c.name.empty()) std::printf("name           %s\n", c.name.c_str());
   std::printf("architecture   %s\n", c.arch.c_str());
   std::printf("parameters     %.2f M\n", c.ParameterCount() / 1e6);
+  if (c.is_moe()) {
+    std::printf("experts        %ld, %ld used per token (%.2f M parameters active)%s\n",
+                static_cast<long>(c.n_experts), static_cast<long>(c.n_experts_used),
+                c.ActiveParameterCount() / 1e6,
+                c.shared_expert_ffn_dim > 0 ? ", plus a shared expert" : "");
+  }
   std::printf("vocab          %ld\n", static_cast<long>(c.vocab_size));
   std::printf("hidden size    %ld\n", static_cast<long>(c.dim));
   std::printf("layers         %ld\n", static_cast<long>(c.n_layers));
@@ -77,6 +83,10 @@ int RunInspect(const InspectFlags& f) {
   std::printf("\nmemory for one sequence of %ld tokens, batches of %ld tokens\n",
               static_cast<long>(ctx), static_cast<long>(std::min(f.batch, ctx)));
   std::printf("  weights      %12s\n", HumanBytes(m.weights).c_str());
+  if (c.is_moe()) {
+    std::printf("    (all experts resident; a token reads %s of them)\n",
+                HumanBytes(StageActiveWeightBytes(**src, all)).c_str());
+  }
   std::printf(
       "  KV cache     %12s  (F32, %s per token; F16: %s)\n", HumanBytes(m.kv_cache).c_str(),
       HumanBytes(KvBytesPerToken(c, static_cast<int>(c.n_layers), TensorType::kF32)).c_str(),

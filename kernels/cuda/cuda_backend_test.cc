@@ -200,11 +200,22 @@ TEST(CudaBackend, RefusesTheFeaturesItLacksNamingThem) {
       case BackendFeature::kSoftCap:
         (*gpu)->SoftCap(x.get(), 64, 30.0f);
         break;
+      case BackendFeature::kMixtureOfExperts:  // no op of its own: see the test below
+        break;
     }
     const absl::Status health = (*gpu)->Health();
     EXPECT_EQ(health.code(), absl::StatusCode::kUnimplemented) << BackendFeatureName(f);
     EXPECT_NE(health.message().find(BackendFeatureName(f)), std::string::npos) << health;
   }
+}
+
+// Mixtures of experts are not declared: a stage refuses such a model at Create, naming
+// "mixture-of-experts routing" (engine/arch_models_test.cc checks the refusal itself).
+TEST(CudaBackend, DoesNotDeclareMixturesOfExperts) {
+  REQUIRE_GPU();
+  auto gpu = CudaBackend::Create({});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_FALSE((*gpu)->Supports(BackendFeature::kMixtureOfExperts));
 }
 
 }  // namespace

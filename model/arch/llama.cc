@@ -1,5 +1,7 @@
 // The Llama family: Llama 2 and 3 (with llama3 RoPE scaling), Mistral, TinyLlama, SmolLM.
 // Pre-norm decoder, RMSNorm, RoPE, grouped-query attention, SwiGLU FFN, no biases.
+// Mixtral is this architecture with experts (GGUF llama.expert_count): the FFN is routed
+// SwiGLU experts, the top-k router weights renormalised to sum to 1.
 // GGUF "llama" files store q/k rows permuted for adjacent-pair rotation; Hugging Face
 // checkpoints rotate halves.
 #include "model/arch.h"
@@ -13,7 +15,7 @@ absl::Status LlamaFromGguf(const GgufFile& f, ModelConfig* c) {
   CASCADE_RETURN_IF_ERROR(ReadLlamaLikeGguf(f, "llama", c));
   c->rope_layout = RopeLayout::kAdjacentPairs;
   c->qkv_bias = false;
-  return absl::OkStatus();
+  return ReadExpertsGguf(f, "llama", /*norm_default=*/true, c);
 }
 
 absl::Status LlamaFromHf(const nlohmann::json& j, const std::string& path, ModelConfig* c) {
