@@ -1,6 +1,9 @@
 #include "tensor/quant.h"
 
 #include <cmath>
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -44,15 +47,29 @@ TEST(Quant, RoundTripErrorWithinTypeBounds) {
   EXPECT_LT(RoundTripError(TensorType::kQ5_K, x), 0.05);
   EXPECT_LT(RoundTripError(TensorType::kQ4_K, x), 0.1);
   EXPECT_LT(RoundTripError(TensorType::kQ4_0, x), 0.15);
+  EXPECT_LT(RoundTripError(TensorType::kQ5_0, x), 0.06);
+  EXPECT_LT(RoundTripError(TensorType::kQ5_1, x), 0.05);
+  EXPECT_LT(RoundTripError(TensorType::kQ4_1, x), 0.12);
   // and more bits means less error
   EXPECT_LT(RoundTripError(TensorType::kQ6_K, x), RoundTripError(TensorType::kQ5_K, x));
   EXPECT_LT(RoundTripError(TensorType::kQ5_K, x), RoundTripError(TensorType::kQ4_K, x));
+  EXPECT_LT(RoundTripError(TensorType::kQ5_1, x), RoundTripError(TensorType::kQ4_1, x));
+  EXPECT_LT(RoundTripError(TensorType::kQ5_0, x), RoundTripError(TensorType::kQ4_0, x));
+  // a minimum per block fits a shifted row better than a symmetric scale
+  std::vector<float> shifted = x;
+  for (float& v : shifted) v += 2.0f;
+  EXPECT_LT(RoundTripError(TensorType::kQ4_1, shifted), RoundTripError(TensorType::kQ4_0, shifted));
+  EXPECT_LT(RoundTripError(TensorType::kQ5_1, shifted), RoundTripError(TensorType::kQ5_0, shifted));
+  for (TensorType t : {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1}) {
+    std::printf("[ %s ] round trip normalized RMS error %.4f (N(0,1)), %.4f (N(2,1))\n",
+                TensorTypeName(t), RoundTripError(t, x), RoundTripError(t, shifted));
+  }
 }
 
 TEST(Quant, ZeroRowsStayZero) {
   std::vector<float> z(256, 0.0f);
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ5_K,
-                       TensorType::kQ6_K}) {
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
+                       TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
     uint64_t bytes;
     ASSERT_TRUE(RowBytes(t, 256, &bytes));
     std::vector<uint8_t> q(bytes);
@@ -87,6 +104,62 @@ TEST(Quant, DecodesHandBuiltBlocks) {
   DequantizeQ4K(&bk, 256, yk.data());
   EXPECT_EQ(yk[0], 2 * 7 - 1);         // sub-block 0 uses low nibbles of qs[0..32)
   EXPECT_EQ(yk[5 * 32], 19 * 5 - 36);  // sub-block 5: high nibbles of qs[64..96)
+}
+
+// Hand-built 32-element blocks decoded as the formats define them: Q4_1 q*d + m, Q5_0
+// (q - 16)*d and Q5_1 q*d + m, with element j's fifth bit at bit j of the little-endian qh.
+TEST(Quant, DecodesHandBuiltLegacyBlocks) {
+  uint8_t qs[16];
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const uint8_t qh[4] = {0x01, 0x80, 0x00, 0xC0};  // fifth bit set: elements 0, 15, 30, 31
+  auto code = [&](int j) { return j < 16 ? j : 15 - (j - 16); };
+  auto high = [&](int j) { return (j == 0 || j == 15 || j == 30 || j == 31) ? 16 : 0; };
+  float y[32];
+  BlockQ4_1 b41{};
+  b41.d = FloatToFp16(0.5f);
+  b41.m = FloatToFp16(-3.0f);
+  std::memcpy(b41.qs, qs, 16);
+  DequantizeQ4_1(&b41, 32, y);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], code(j) * 0.5f - 3.0f) << j;
+  BlockQ5_0 b50{};
+  b50.d = FloatToFp16(0.25f);
+  std::memcpy(b50.qs, qs, 16);
+  std::memcpy(b50.qh, qh, 4);
+  DequantizeQ5_0(&b50, 32, y);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], (code(j) + high(j) - 16) * 0.25f) << j;
+  BlockQ5_1 b51{};
+  b51.d = FloatToFp16(2.0f);
+  b51.m = FloatToFp16(1.5f);
+  std::memcpy(b51.qs, qs, 16);
+  std::memcpy(b51.qh, qh, 4);
+  DequantizeQ5_1(&b51, 32, y);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], (code(j) + high(j)) * 2.0f + 1.5f) << j;
+  // The generic entry point decodes the same bytes.
+  float z[32];
+  ASSERT_TRUE(DequantizeRow(TensorType::kQ5_1, &b51, 32, z));
+  EXPECT_EQ(std::memcmp(y, z, sizeof(y)), 0);
+}
+
+// Values on a type's grid come back exactly: quantizing a dequantized block reproduces it.
+TEST(Quant, LegacyGridValuesRoundTripExactly) {
+  for (TensorType t : {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1}) {
+    const auto x = RandomRow(256, 3);
+    uint64_t bytes;
+    ASSERT_TRUE(RowBytes(t, 256, &bytes));
+    std::vector<uint8_t> q(bytes), q2(bytes);
+    ASSERT_TRUE(QuantizeRow(t, x.data(), 256, q.data()));
+    std::vector<float> y(256), y2(256);
+    ASSERT_TRUE(DequantizeRow(t, q.data(), 256, y.data()));
+    ASSERT_TRUE(QuantizeRow(t, y.data(), 256, q2.data()));
+    ASSERT_TRUE(DequantizeRow(t, q2.data(), 256, y2.data()));
+    double worst = 0, scale = 0;
+    for (int i = 0; i < 256; ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - y2[i]));
+      scale = std::max(scale, std::fabs(static_cast<double>(y[i])));
+    }
+    // Scales are rounded to fp16 on the way in, so allow their rounding, not a step.
+    EXPECT_LT(worst, 2e-3 * scale) << TensorTypeName(t);
+  }
 }
 
 }  // namespace
