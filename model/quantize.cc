@@ -24,6 +24,10 @@ uint32_t FileTypeFor(TensorType type) {
       return 8;
     case TensorType::kQ5_1:
       return 9;
+    case TensorType::kQ2_K:
+      return 10;
+    case TensorType::kQ3_K:
+      return 11;  // Q3_K_S
     case TensorType::kQ4_K:
       return 14;  // Q4_K_S
     case TensorType::kQ5_K:

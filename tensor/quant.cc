@@ -282,6 +282,12 @@ bool DequantizeRow(TensorType type, const void* src, int64_t n, float* dst) {
     case TensorType::kQ5_1:
       DequantizeQ5_1(static_cast<const BlockQ5_1*>(src), n, dst);
       return true;
+    case TensorType::kQ2_K:
+      DequantizeQ2K(static_cast<const BlockQ2K*>(src), n, dst);
+      return true;
+    case TensorType::kQ3_K:
+      DequantizeQ3K(static_cast<const BlockQ3K*>(src), n, dst);
+      return true;
     case TensorType::kQ4_K:
       DequantizeQ4K(static_cast<const BlockQ4K*>(src), n, dst);
       return true;
@@ -469,6 +475,12 @@ bool QuantizeRow(TensorType type, const float* src, int64_t n, void* dst) {
       return true;
     case TensorType::kQ5_1:
       QuantizeQ5_1(src, n, static_cast<BlockQ5_1*>(dst));
+      return true;
+    case TensorType::kQ2_K:
+      QuantizeQ2K(src, n, static_cast<BlockQ2K*>(dst));
+      return true;
+    case TensorType::kQ3_K:
+      QuantizeQ3K(src, n, static_cast<BlockQ3K*>(dst));
       return true;
     case TensorType::kQ4_K:
       QuantizeQ4K(src, n, static_cast<BlockQ4K*>(dst));

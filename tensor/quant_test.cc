@@ -60,7 +60,12 @@ TEST(Quant, RoundTripErrorWithinTypeBounds) {
   for (float& v : shifted) v += 2.0f;
   EXPECT_LT(RoundTripError(TensorType::kQ4_1, shifted), RoundTripError(TensorType::kQ4_0, shifted));
   EXPECT_LT(RoundTripError(TensorType::kQ5_1, shifted), RoundTripError(TensorType::kQ5_0, shifted));
-  for (TensorType t : {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1}) {
+  EXPECT_LT(RoundTripError(TensorType::kQ3_K, x), 0.2);
+  EXPECT_LT(RoundTripError(TensorType::kQ2_K, x), 0.4);
+  EXPECT_LT(RoundTripError(TensorType::kQ4_K, x), RoundTripError(TensorType::kQ3_K, x));
+  EXPECT_LT(RoundTripError(TensorType::kQ3_K, x), RoundTripError(TensorType::kQ2_K, x));
+  for (TensorType t : {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
+                       TensorType::kQ3_K, TensorType::kQ2_K}) {
     std::printf("[ %s ] round trip normalized RMS error %.4f (N(0,1)), %.4f (N(2,1))\n",
                 TensorTypeName(t), RoundTripError(t, x), RoundTripError(t, shifted));
   }
@@ -69,7 +74,8 @@ TEST(Quant, RoundTripErrorWithinTypeBounds) {
 TEST(Quant, ZeroRowsStayZero) {
   std::vector<float> z(256, 0.0f);
   for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
-                       TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+                       TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_K,
+                       TensorType::kQ5_K, TensorType::kQ6_K}) {
     uint64_t bytes;
     ASSERT_TRUE(RowBytes(t, 256, &bytes));
     std::vector<uint8_t> q(bytes);
@@ -160,6 +166,43 @@ TEST(Quant, LegacyGridValuesRoundTripExactly) {
     // Scales are rounded to fp16 on the way in, so allow their rounding, not a step.
     EXPECT_LT(worst, 2e-3 * scale) << TensorTypeName(t);
   }
+}
+
+// Hand-built Q2_K and Q3_K super-blocks: element e = 128h + 32j + l takes the 2 bits at 2j
+// of qs[32h + l] and sub-block e / 16; Q2_K d*(sc & 15)*q - dmin*(sc >> 4); Q3_K
+// d*(scale - 32)*(q - 4 unless bit e/32 of hmask[e % 32] is set), with 6-bit scales split
+// into low nibbles (scales[i % 8], nibble i / 8) and high pairs (scales[8 + i % 4], bits
+// 2*(i / 4)).
+TEST(Quant, DecodesHandBuiltLowBitKBlocks) {
+  BlockQ2K b2{};
+  b2.d = FloatToFp16(0.5f);
+  b2.dmin = FloatToFp16(0.25f);
+  for (int g = 0; g < 16; ++g) b2.scales[g] = static_cast<uint8_t>((g % 16) | ((15 - g) << 4));
+  for (int i = 0; i < 64; ++i) b2.qs[i] = 0xE4;  // codes 0, 1, 2, 3 at bits 0, 2, 4, 6
+  std::vector<float> y(256);
+  DequantizeQ2K(&b2, 256, y.data());
+  for (int e = 0; e < 256; ++e) {
+    const int j = (e % 128) / 32, g = e / 16;
+    EXPECT_EQ(y[e], 0.5f * g * j - 0.25f * (15 - g)) << e;
+  }
+  BlockQ3K b3{};
+  b3.d = FloatToFp16(2.0f);
+  // scale 5 = 37 - 32: low nibble 5 (scales[5] low), high pair 2 (scales[9] bits 2-3);
+  // scale 12 = 20 - 32: low nibble 4 (scales[4] high), high pair 1 (scales[8] bits 6-7).
+  b3.scales[5] = 5;
+  b3.scales[9] = 2 << 2;
+  b3.scales[4] = 4 << 4;
+  b3.scales[8] = 1 << 6;
+  for (int i = 0; i < 64; ++i) b3.qs[i] = 0xE4;
+  b3.hmask[3] = 1 << 2;  // element 64 + 3 (h 0, j 2, l 3): high bit set
+  DequantizeQ3K(&b3, 256, y.data());
+  EXPECT_EQ(GetScaleQ3K(5, b3.scales), 5);
+  EXPECT_EQ(GetScaleQ3K(12, b3.scales), -12);
+  EXPECT_EQ(GetScaleQ3K(0, b3.scales), -32);
+  EXPECT_EQ(y[5 * 16 + 2], 2.0f * 5 * (2 - 4));       // sub-block 5 = h 0, j 2, l 16..31
+  EXPECT_EQ(y[64 + 3], 2.0f * -32 * 2);                // hmask bit set: code 2, no -4
+  EXPECT_EQ(y[12 * 16], 2.0f * -12 * (2 - 4));         // sub-block 12 = h 1, j 2
+  EXPECT_EQ(y[0], 2.0f * -32 * (0 - 4));
 }
 
 }  // namespace

@@ -93,6 +93,8 @@ bool IsComputeSupported(TensorType type) {
     case T::kQ4_1:
     case T::kQ5_0:
     case T::kQ5_1:
+    case T::kQ2_K:
+    case T::kQ3_K:
     case T::kQ4_K:
     case T::kQ5_K:
     case T::kQ6_K:

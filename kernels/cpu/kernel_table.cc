@@ -13,6 +13,8 @@ ActFormat ActFormatFor(TensorType weight_type, bool quantized_activations) {
     case TensorType::kQ5_1:
     case TensorType::kQ8_0:
       return ActFormat::kQ8_0;
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K:

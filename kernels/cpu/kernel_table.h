@@ -28,7 +28,7 @@
 // - K-quants x Q8_K: per super-block, exact integer sums; scalar: 8 lanes (e % 8) scaled
 //   by d_w * d_x, the min terms in one running sum, lanes reduced as above; AVX2: the
 //   super-block's whole sums S and M, y = fma(S, d_w * d_x, y) then y = fma(-M, dmin_w *
-//   d_x, y) (Q6_K: y = fma(S - M, d_w * d_x, y)) super-block after super-block.
+//   d_x, y) (Q3_K, Q6_K: y = fma(S - M, d_w * d_x, y)) super-block after super-block.
 // Scalar and AVX2 therefore agree to rounding, not bit for bit; AVX-512 and AVX2 agree bit for
 // bit.
 #ifndef CASCADE_KERNELS_CPU_KERNEL_TABLE_H_
@@ -47,7 +47,7 @@ namespace cascade::cpu {
 enum class ActFormat {
   kF32,   // plain floats
   kQ8_0,  // BlockQ8_0 per 32 elements (for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights)
-  kQ8K,   // BlockQ8K per 256 elements (for K-quant weights)
+  kQ8K,   // BlockQ8K per 256 elements (for K-quant weights, Q2_K..Q6_K)
 };
 
 // The activation format a weight type is multiplied with. With quantized_activations off,

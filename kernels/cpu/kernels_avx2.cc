@@ -371,6 +371,10 @@ MatmulFn Avx2Matmul(TensorType type, ActFormat act) {
         return &MatmulDequantF32<TensorType::kQ5_0>;
       case TensorType::kQ5_1:
         return &MatmulDequantF32<TensorType::kQ5_1>;
+      case TensorType::kQ2_K:
+        return &MatmulDequantF32<TensorType::kQ2_K>;
+      case TensorType::kQ3_K:
+        return &MatmulDequantF32<TensorType::kQ3_K>;
       case TensorType::kQ4_K:
         return &MatmulDequantF32<TensorType::kQ4_K>;
       case TensorType::kQ5_K:

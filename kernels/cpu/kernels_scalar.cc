@@ -125,7 +125,7 @@ struct KUnpacked {
   int8_t q[256];
   int32_t scale[16];  // per 16 elements
   float d;            // fp32 super-block scale
-  float min_term;     // dmin * sum_j bsums[j] * min[j/2] (Q4_K/Q5_K), 0 for Q6_K
+  float min_term;     // dmin * sum_j bsums[j] * min[j/2] (Q4_K/Q5_K; Q2_K: min[j]), else 0
 };
 
 void Unpack(const BlockQ4K& b, const BlockQ8K& x, KUnpacked* u) {
@@ -182,6 +182,30 @@ void Unpack(const BlockQ6K& b, const BlockQ8K&, KUnpacked* u) {
   u->min_term = 0;
 }
 
+void Unpack(const BlockQ2K& b, const BlockQ8K& x, KUnpacked* u) {
+  int32_t mins = 0;
+  for (int e = 0; e < 256; ++e) {
+    u->q[e] = static_cast<int8_t>((b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+  }
+  for (int g = 0; g < 16; ++g) {
+    u->scale[g] = b.scales[g] & 0xF;
+    mins += x.bsums[g] * (b.scales[g] >> 4);
+  }
+  u->d = Fp16ToFloat(b.d);
+  u->min_term = Fp16ToFloat(b.dmin) * static_cast<float>(mins);
+}
+
+void Unpack(const BlockQ3K& b, const BlockQ8K&, KUnpacked* u) {
+  for (int e = 0; e < 256; ++e) {
+    const int low = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
+    u->q[e] = static_cast<int8_t>(low - (high ? 0 : 4));
+  }
+  for (int g = 0; g < 16; ++g) u->scale[g] = GetScaleQ3K(g, b.scales);
+  u->d = Fp16ToFloat(b.d);
+  u->min_term = 0;
+}
+
 template <typename Block>
 void MatmulQ8KAct(const MatmulTask& t) {
   const int64_t nb = t.k / kQKK;
@@ -224,6 +248,10 @@ MatmulFn ScalarMatmul(TensorType type, ActFormat act) {
         return &MatmulDequantF32<TensorType::kQ5_0>;
       case TensorType::kQ5_1:
         return &MatmulDequantF32<TensorType::kQ5_1>;
+      case TensorType::kQ2_K:
+        return &MatmulDequantF32<TensorType::kQ2_K>;
+      case TensorType::kQ3_K:
+        return &MatmulDequantF32<TensorType::kQ3_K>;
       case TensorType::kQ4_K:
         return &MatmulDequantF32<TensorType::kQ4_K>;
       case TensorType::kQ5_K:
@@ -243,6 +271,10 @@ MatmulFn ScalarMatmul(TensorType type, ActFormat act) {
     return nullptr;
   }
   switch (type) {
+    case TensorType::kQ2_K:
+      return &MatmulQ8KAct<BlockQ2K>;
+    case TensorType::kQ3_K:
+      return &MatmulQ8KAct<BlockQ3K>;
     case TensorType::kQ4_K:
       return &MatmulQ8KAct<BlockQ4K>;
     case TensorType::kQ5_K:
