@@ -181,7 +181,8 @@ TEST(MatMulShared, IsEachMatMulAlone) {
   for (const auto& [type, k] :
        {std::pair{TensorType::kF32, int64_t{172}}, std::pair{TensorType::kF16, int64_t{1100}},
         std::pair{TensorType::kQ8_0, int64_t{256}}, std::pair{TensorType::kQ4_0, int64_t{1088}},
-        std::pair{TensorType::kQ4_K, int64_t{512}}, std::pair{TensorType::kQ6_K, int64_t{256}}}) {
+        std::pair{TensorType::kQ4_K, int64_t{512}}, std::pair{TensorType::kQ6_K, int64_t{256}},
+        std::pair{TensorType::kQ5_1, int64_t{224}}, std::pair{TensorType::kQ3_K, int64_t{512}}}) {
     std::vector<TestWeight> ws;
     for (int i = 0; i < 3; ++i) ws.push_back(MakeWeight(type, rows[i], k, 40 + i));
     const TestWeight odd = MakeWeight(TensorType::kF32, 24, k, 50);  // another type
