@@ -66,8 +66,8 @@ void QuantizeQ2K(const float* x, int64_t n, BlockQ2K* y) {
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 16; ++j) {
       for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-      scales[j] = MakeQkx2Quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f,
-                                 0.1f, 15);
+      scales[j] =
+          MakeQkx2Quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15);
       max_scale = std::max(max_scale, scales[j]);
       max_min = std::max(max_min, mins[j]);
     }
@@ -86,7 +86,8 @@ void QuantizeQ2K(const float* x, int64_t n, BlockQ2K* y) {
       if (dl == 0) continue;
       const float ml = dmin * static_cast<float>(y[i].scales[j] >> 4);
       for (int l = 0; l < 16; ++l) {
-        L[16 * j + l] = static_cast<uint8_t>(std::clamp(NearestInt((x[16 * j + l] + ml) / dl), 0, 3));
+        L[16 * j + l] =
+            static_cast<uint8_t>(std::clamp(NearestInt((x[16 * j + l] + ml) / dl), 0, 3));
       }
     }
     PackLow2(L, y[i].qs);

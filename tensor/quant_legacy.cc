@@ -29,7 +29,8 @@ void MinMax(const float* x, int n, float* min, float* max) {
 // Packs 32 codes (0..31) of a 5-bit block: low nibbles into qs, fifth bits into qh.
 void PackFiveBits(const int* q, uint8_t* qs, uint8_t* qh) {
   std::memset(qh, 0, 4);
-  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
   for (int j = 0; j < 32; ++j) qh[j / 8] |= static_cast<uint8_t>(((q[j] >> 4) & 1) << (j % 8));
 }
 

@@ -1,13 +1,13 @@
 #include "tensor/quant.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
-#include <string>
-#include <algorithm>
-#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -67,8 +67,8 @@ TEST(Quant, RoundTripErrorWithinTypeBounds) {
   EXPECT_LT(RoundTripError(TensorType::kQ2_K, x), 0.4);
   EXPECT_LT(RoundTripError(TensorType::kQ4_K, x), RoundTripError(TensorType::kQ3_K, x));
   EXPECT_LT(RoundTripError(TensorType::kQ3_K, x), RoundTripError(TensorType::kQ2_K, x));
-  for (TensorType t : {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
-                       TensorType::kQ3_K, TensorType::kQ2_K}) {
+  for (TensorType t : {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ3_K,
+                       TensorType::kQ2_K}) {
     std::printf("[ %s ] round trip normalized RMS error %.4f (N(0,1)), %.4f (N(2,1))\n",
                 TensorTypeName(t), RoundTripError(t, x), RoundTripError(t, shifted));
   }
@@ -202,9 +202,9 @@ TEST(Quant, DecodesHandBuiltLowBitKBlocks) {
   EXPECT_EQ(GetScaleQ3K(5, b3.scales), 5);
   EXPECT_EQ(GetScaleQ3K(12, b3.scales), -12);
   EXPECT_EQ(GetScaleQ3K(0, b3.scales), -32);
-  EXPECT_EQ(y[5 * 16 + 2], 2.0f * 5 * (2 - 4));       // sub-block 5 = h 0, j 2, l 16..31
-  EXPECT_EQ(y[64 + 3], 2.0f * -32 * 2);                // hmask bit set: code 2, no -4
-  EXPECT_EQ(y[12 * 16], 2.0f * -12 * (2 - 4));         // sub-block 12 = h 1, j 2
+  EXPECT_EQ(y[5 * 16 + 2], 2.0f * 5 * (2 - 4));  // sub-block 5 = h 0, j 2, l 16..31
+  EXPECT_EQ(y[64 + 3], 2.0f * -32 * 2);          // hmask bit set: code 2, no -4
+  EXPECT_EQ(y[12 * 16], 2.0f * -12 * (2 - 4));   // sub-block 12 = h 1, j 2
   EXPECT_EQ(y[0], 2.0f * -32 * (0 - 4));
 }
 

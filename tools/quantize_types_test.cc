@@ -1,8 +1,8 @@
 // `cascade quantize --type T` (QuantizeModel) for the types llama.cpp's mixes fall back to
-// (Q4_1, Q5_0, Q5_1) and the 3- and 2-bit K-quants (Q3_K, Q2_K), end to end: tiny-llama-q's Q8_0 file (every row a multiple of 256)
-// rewritten with every matrix as T, then run by the engine. Its logits at 64 sampled
-// vocabulary ids (every 500th) of every prompt position are checked against references
-// committed in tools/testdata/quantize/, made from the same file (the test writes it the
+// (Q4_1, Q5_0, Q5_1) and the 3- and 2-bit K-quants (Q3_K, Q2_K), end to end: tiny-llama-q's Q8_0
+// file (every row a multiple of 256) rewritten with every matrix as T, then run by the engine. Its
+// logits at 64 sampled vocabulary ids (every 500th) of every prompt position are checked against
+// references committed in tools/testdata/quantize/, made from the same file (the test writes it the
 // way reference.py's docstring says):
 // - TYPE.numpy.npy: reference.py, a float64 NumPy forward pass over the weights that NumPy
 //   dequantizes from the block formats itself. Float activations (the exact path) must be
@@ -44,7 +44,8 @@ double SampledDiff(const std::vector<float>& logits, const std::vector<float>& w
   double m = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const int64_t t = static_cast<int64_t>(i) / samples, s = static_cast<int64_t>(i) % samples;
-    m = std::max(m, std::fabs(static_cast<double>(logits[t * kVocab + s * kSampleStride]) - want[i]));
+    m = std::max(m,
+                 std::fabs(static_cast<double>(logits[t * kVocab + s * kSampleStride]) - want[i]));
   }
   return m;
 }
@@ -100,7 +101,8 @@ TEST_P(QuantizeTypes, EngineLogitsMatchTheReferences) {
   std::filesystem::remove(out);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, QuantizeTypes, ::testing::Values("Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q2_K"),
+INSTANTIATE_TEST_SUITE_P(Types, QuantizeTypes,
+                         ::testing::Values("Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q2_K"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Internal: AVX2 helpers and the entry points shared by the AVX2 kernel files
 // (kernels_avx2.cc: float activations and the table; kernels_avx2_quant.cc: Q8_0/Q4_0
-// weights x Q8_0 activations; kernels_avx2_legacy.cc: Q4_1/Q5_0/Q5_1 x Q8_0 activations; kernels_avx2_kquant.cc: K-quant weights x Q8_K activations;
-// kernels_avx2_attention.cc: attention and SiLU-mul).
+// weights x Q8_0 activations; kernels_avx2_legacy.cc: Q4_1/Q5_0/Q5_1 x Q8_0 activations;
+// kernels_avx2_kquant.cc: K-quant weights x Q8_K activations; kernels_avx2_attention.cc: attention
+// and SiLU-mul).
 //
 // Contract: include only from translation units compiled with CASCADE_AVX2_FLAGS, and call
 // only after run-time detection found AVX2+FMA+F16C (kernel_table.h). Every matmul here keeps

@@ -33,10 +33,10 @@ inline __m256i FifthBits(const uint8_t* qh) {
   uint32_t bits;
   std::memcpy(&bits, qh, 4);
   // Bytes 0-7 take qh byte 0, 8-15 byte 1 (low half); 16-23 byte 2, 24-31 byte 3.
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int32_t>(bits)),
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                       3, 3, 3, 3, 3, 3, 3));
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)),
+                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
                           _mm256_set1_epi8(0x10));
@@ -58,8 +58,7 @@ inline uint16_t MinBits(const BlockQ5_0&) { return 0; }
 
 inline __m128 Fp16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
   return _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(a), static_cast<int16_t>(b),
-                                     static_cast<int16_t>(c), static_cast<int16_t>(d), 0, 0, 0,
-                                     0));
+                                     static_cast<int16_t>(c), static_cast<int16_t>(d), 0, 0, 0, 0));
 }
 
 // 4 weight rows x T activation rows; lane r of acc[j] is output (row r, token j). The
@@ -78,17 +77,17 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
     __m256i u[4];
     for (int r = 0; r < 4; ++r) u[r] = Codes(w[r][b]);
     const __m128 wd = Fp16x4(w[0][b].d, w[1][b].d, w[2][b].d, w[3][b].d);
-    const __m128 wm = Fp16x4(MinBits(w[0][b]), MinBits(w[1][b]), MinBits(w[2][b]),
-                             MinBits(w[3][b]));
+    const __m128 wm =
+        Fp16x4(MinBits(w[0][b]), MinBits(w[1][b]), MinBits(w[2][b]), MinBits(w[3][b]));
     for (int j = 0; j < T; ++j) {
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].qs));
-      __m128i s = Totals4(PartialU(u[0], xq), PartialU(u[1], xq), PartialU(u[2], xq),
-                          PartialU(u[3], xq));
+      __m128i s =
+          Totals4(PartialU(u[0], xq), PartialU(u[1], xq), PartialU(u[2], xq), PartialU(u[3], xq));
       const __m128 dx = _mm_set1_ps(_cvtsh_ss(x[j][b].d));
       if constexpr (kHasMin<Block>) {
         acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(wd, dx), acc[j]);
-        acc[j] = _mm_fmadd_ps(_mm_set1_ps(static_cast<float>(sx[j][b])), _mm_mul_ps(wm, dx),
-                              acc[j]);
+        acc[j] =
+            _mm_fmadd_ps(_mm_set1_ps(static_cast<float>(sx[j][b])), _mm_mul_ps(wm, dx), acc[j]);
       } else {
         s = _mm_sub_epi32(s, _mm_set1_epi32(16 * sx[j][b]));
         acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(wd, dx), acc[j]);

@@ -75,7 +75,8 @@ inline void Codes(const BlockQ4_0& b, int8_t* q) {
   for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b.qs, j) - 8);
 }
 inline void Codes(const BlockQ5_0& b, int8_t* q) {
-  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>((Nibble(b.qs, j) | Q5HighBit(b.qh, j)) - 16);
+  for (int j = 0; j < 32; ++j)
+    q[j] = static_cast<int8_t>((Nibble(b.qs, j) | Q5HighBit(b.qh, j)) - 16);
 }
 inline void Codes(const BlockQ4_1& b, int8_t* q) {
   for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b.qs, j));

@@ -123,7 +123,6 @@ struct Scales16 {
   __m256i Scales(int j) const { return Shuffle(j < 4 ? lo2 : hi2, kPair16[j & 3]); }
 };
 
-
 struct Q6KUnpack : Scales16 {
   static constexpr bool kHasMin = false;
   __m256i mins;  // 32 * scale of group g, int16: the -32 code offset times bsums
@@ -204,12 +203,12 @@ struct Q3KUnpack : Scales16 {
     std::memcpy(&c, b.scales + 4, 4);
     std::memcpy(&e, b.scales + 8, 4);
     const uint32_t lo = 0x0F0F0F0Fu, hi = 0x30303030u;
-    const __m128i sc = _mm_sub_epi8(
-        _mm_setr_epi32(static_cast<int32_t>((a & lo) | ((e << 4) & hi)),
-                       static_cast<int32_t>((c & lo) | ((e << 2) & hi)),
-                       static_cast<int32_t>(((a >> 4) & lo) | (e & hi)),
-                       static_cast<int32_t>(((c >> 4) & lo) | ((e >> 2) & hi))),
-        _mm_set1_epi8(32));
+    const __m128i sc =
+        _mm_sub_epi8(_mm_setr_epi32(static_cast<int32_t>((a & lo) | ((e << 4) & hi)),
+                                    static_cast<int32_t>((c & lo) | ((e << 2) & hi)),
+                                    static_cast<int32_t>(((a >> 4) & lo) | (e & hi)),
+                                    static_cast<int32_t>(((c >> 4) & lo) | ((e >> 2) & hi))),
+                     _mm_set1_epi8(32));
     const __m256i s16 = _mm256_cvtepi8_epi16(sc);
     Set(s16);
     mins = _mm256_slli_epi16(s16, 2);

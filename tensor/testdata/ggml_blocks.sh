@@ -41,5 +41,6 @@ int main(int argc, char** argv) {
 }
 CC
 libs=$(find "$LLAMA/build/ggml" -name 'libggml-base.a')
-g++ -O2 -std=c++17 -I"$LLAMA/src/ggml/include" "$WORK/blocks.cc" $libs -fopenmp -lpthread -lm -o "$WORK/blocks"
+g++ -O2 -std=c++17 -I"$LLAMA/src/ggml/include" "$WORK/blocks.cc" $libs -fopenmp -lpthread -lm \
+  -o "$WORK/blocks"
 "$WORK/blocks" "$OUT"

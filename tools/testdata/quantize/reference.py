@@ -122,7 +122,9 @@ def dequantize(t, raw, count):
     elif t == 11:  # Q3_K: hmask[32], qs[64], scales[12], d; d*(s-32)*(q - 4*(1-hbit))
         s = b[:, 96:108].astype(np.int64)
         i = np.arange(16)
-        scale = (((s[:, i % 8] >> (4 * (i // 8))) & 0xF) | (((s[:, 8 + i % 4] >> (2 * (i // 4))) & 3) << 4)) - 32
+        low4 = (s[:, i % 8] >> (4 * (i // 8))) & 0xF
+        high2 = (s[:, 8 + i % 4] >> (2 * (i // 4))) & 3
+        scale = (low4 | (high2 << 4)) - 32
         e = np.arange(256)
         hbit = (b[:, :32].astype(np.int64)[:, e % 32] >> (e // 32)) & 1
         q = low2(b[:, 32:96]) - 4 * (1 - hbit)
