@@ -5,6 +5,7 @@
 // kernels (LLAMA_BENCH=...): a figure from another machine is no baseline.
 //
 //   engine_bench --models DIR [--types F16,Q8_0,Q4_0,Q4_K] [--threads 1,2]
+//                (any type the kernels take: also Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K)
 //   engine_bench --model FILE [--model FILE ...]
 //   engine_bench ... --json      one JSON object per (model, threads) line, nothing else
 //                                (bench/run_benchmarks.sh reads these)
@@ -175,7 +176,9 @@ int Main(int argc, char** argv) {
   int64_t triad_mib = 256;
   app.add_option("--models", models_dir, "Folder of tinyllama-1.1b-TYPE.gguf (made if missing)");
   app.add_option("--model", model_files, "Model files to measure instead");
-  app.add_option("--types", types_arg, "Types to measure from --models");
+  app.add_option("--types", types_arg,
+                 "Types to measure from --models (F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K, "
+                 "Q5_K, Q4_K, Q3_K, Q2_K)");
   app.add_option("--threads", threads_arg, "Thread counts, comma separated");
   app.add_option("--decode-tokens", o.decode_tokens);
   app.add_option("--prompt-tokens", o.prompt_tokens);

@@ -338,6 +338,8 @@ BENCHMARK_CAPTURE(BM_DecodeLayers, F16, TensorType::kF16)->Apply(DecodeLayersArg
 BENCHMARK_CAPTURE(BM_DecodeLayers, Q8_0, TensorType::kQ8_0)->Apply(DecodeLayersArgs);
 BENCHMARK_CAPTURE(BM_DecodeLayers, Q4_0, TensorType::kQ4_0)->Apply(DecodeLayersArgs);
 BENCHMARK_CAPTURE(BM_DecodeLayers, Q4_K, TensorType::kQ4_K)->Apply(DecodeLayersArgs);
+BENCHMARK_CAPTURE(BM_DecodeLayers, Q5_0, TensorType::kQ5_0)->Apply(DecodeLayersArgs);
+BENCHMARK_CAPTURE(BM_DecodeLayers, Q3_K, TensorType::kQ3_K)->Apply(DecodeLayersArgs);
 
 // The memory's plain read rate (bench/read_rate.h: 256 MiB in huge pages, as the weights
 // are kept, one pass per iteration), on one thread or split over two (on a VM the second
@@ -372,6 +374,11 @@ BENCHMARK_CAPTURE(BM_MatMul, F16, TensorType::kF16, true)->Apply(Args);
 BENCHMARK_CAPTURE(BM_MatMul, BF16, TensorType::kBF16, true)->Apply(Args);
 BENCHMARK_CAPTURE(BM_MatMul, Q8_0, TensorType::kQ8_0, true)->Apply(Args);
 BENCHMARK_CAPTURE(BM_MatMul, Q4_0, TensorType::kQ4_0, true)->Apply(Args);
+BENCHMARK_CAPTURE(BM_MatMul, Q4_1, TensorType::kQ4_1, true)->Apply(Args);
+BENCHMARK_CAPTURE(BM_MatMul, Q5_0, TensorType::kQ5_0, true)->Apply(Args);
+BENCHMARK_CAPTURE(BM_MatMul, Q5_1, TensorType::kQ5_1, true)->Apply(Args);
+BENCHMARK_CAPTURE(BM_MatMul, Q2_K, TensorType::kQ2_K, true)->Apply(Args);
+BENCHMARK_CAPTURE(BM_MatMul, Q3_K, TensorType::kQ3_K, true)->Apply(Args);
 BENCHMARK_CAPTURE(BM_MatMul, Q4_K, TensorType::kQ4_K, true)->Apply(Args);
 BENCHMARK_CAPTURE(BM_MatMul, Q5_K, TensorType::kQ5_K, true)->Apply(Args);
 BENCHMARK_CAPTURE(BM_MatMul, Q6_K, TensorType::kQ6_K, true)->Apply(Args);

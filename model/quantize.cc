@@ -18,6 +18,16 @@ uint32_t FileTypeFor(TensorType type) {
       return 2;
     case TensorType::kQ8_0:
       return 7;
+    case TensorType::kQ4_1:
+      return 3;
+    case TensorType::kQ5_0:
+      return 8;
+    case TensorType::kQ5_1:
+      return 9;
+    case TensorType::kQ2_K:
+      return 10;
+    case TensorType::kQ3_K:
+      return 11;  // Q3_K_S
     case TensorType::kQ4_K:
       return 14;  // Q4_K_S
     case TensorType::kQ5_K:

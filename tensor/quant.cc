@@ -4,16 +4,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "tensor/quant_fit.h"
 #include "util/fp16.h"
 
 namespace cascade {
-namespace {
+namespace quant_internal {
 
-// Round half to even, as ggml's nearest_int (valid for |f| < 2^22).
-inline int NearestInt(float f) { return static_cast<int>(std::nearbyint(f)); }
-
-// Asymmetric fit of n values to codes 0..nmax with scale and min (ggml make_qkx2_quants).
-// Returns the scale; *the_min receives -min (>= 0).
 float MakeQkx2Quants(int n, int nmax, const float* x, const float* weights, uint8_t* L,
                      float* the_min, uint8_t* Laux, float rmin, float rdelta, int nstep) {
   float min = x[0], max = x[0];
@@ -79,8 +75,6 @@ float MakeQkx2Quants(int n, int nmax, const float* x, const float* weights, uint
   return scale;
 }
 
-// Symmetric fit of n values to codes -nmax..nmax-1 (ggml make_qx_quants, rmse_type 1).
-// L receives codes + nmax.
 float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
   float max = 0, amax = 0;
   for (int i = 0; i < n; ++i) {
@@ -126,6 +120,14 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
   }
   return scale;
 }
+
+}  // namespace quant_internal
+
+namespace {
+
+using quant_internal::MakeQkx2Quants;
+using quant_internal::MakeQxQuants;
+using quant_internal::NearestInt;
 
 // Shared by Q4_K and Q5_K: fits 8 sub-blocks of 32, packs the 6-bit scales/mins, and
 // returns the final codes in L (0..nmax).
@@ -270,6 +272,21 @@ bool DequantizeRow(TensorType type, const void* src, int64_t n, float* dst) {
       return true;
     case TensorType::kQ8_0:
       DequantizeQ8_0(static_cast<const BlockQ8_0*>(src), n, dst);
+      return true;
+    case TensorType::kQ4_1:
+      DequantizeQ4_1(static_cast<const BlockQ4_1*>(src), n, dst);
+      return true;
+    case TensorType::kQ5_0:
+      DequantizeQ5_0(static_cast<const BlockQ5_0*>(src), n, dst);
+      return true;
+    case TensorType::kQ5_1:
+      DequantizeQ5_1(static_cast<const BlockQ5_1*>(src), n, dst);
+      return true;
+    case TensorType::kQ2_K:
+      DequantizeQ2K(static_cast<const BlockQ2K*>(src), n, dst);
+      return true;
+    case TensorType::kQ3_K:
+      DequantizeQ3K(static_cast<const BlockQ3K*>(src), n, dst);
       return true;
     case TensorType::kQ4_K:
       DequantizeQ4K(static_cast<const BlockQ4K*>(src), n, dst);
@@ -449,6 +466,21 @@ bool QuantizeRow(TensorType type, const float* src, int64_t n, void* dst) {
       return true;
     case TensorType::kQ8_0:
       QuantizeQ8_0(src, n, static_cast<BlockQ8_0*>(dst));
+      return true;
+    case TensorType::kQ4_1:
+      QuantizeQ4_1(src, n, static_cast<BlockQ4_1*>(dst));
+      return true;
+    case TensorType::kQ5_0:
+      QuantizeQ5_0(src, n, static_cast<BlockQ5_0*>(dst));
+      return true;
+    case TensorType::kQ5_1:
+      QuantizeQ5_1(src, n, static_cast<BlockQ5_1*>(dst));
+      return true;
+    case TensorType::kQ2_K:
+      QuantizeQ2K(src, n, static_cast<BlockQ2K*>(dst));
+      return true;
+    case TensorType::kQ3_K:
+      QuantizeQ3K(src, n, static_cast<BlockQ3K*>(dst));
       return true;
     case TensorType::kQ4_K:
       QuantizeQ4K(src, n, static_cast<BlockQ4K*>(dst));

@@ -15,16 +15,46 @@
 
 namespace cascade {
 
-constexpr int kQK = 32;    // elements per Q4_0 / Q8_0 block
+constexpr int kQK = 32;    // elements per Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 block
 constexpr int kQKK = 256;  // elements per K-quant super-block
 
 struct BlockQ4_0 {
   uint16_t d;      // fp16 scale
   uint8_t qs[16];  // element j in low nibble of qs[j], j+16 in the high nibble; value (q-8)*d
 };
+struct BlockQ4_1 {
+  uint16_t d;      // fp16 scale
+  uint16_t m;      // fp16 minimum
+  uint8_t qs[16];  // nibbles as in Q4_0; value q*d + m
+};
+struct BlockQ5_0 {
+  uint16_t d;      // fp16 scale
+  uint8_t qh[4];   // fifth bits: element j takes bit j of this little-endian uint32
+  uint8_t qs[16];  // low 4 bits as in Q4_0; value (q-16)*d
+};
+struct BlockQ5_1 {
+  uint16_t d;      // fp16 scale
+  uint16_t m;      // fp16 minimum
+  uint8_t qh[4];   // as Q5_0
+  uint8_t qs[16];  // as Q5_0; value q*d + m
+};
 struct BlockQ8_0 {
   uint16_t d;     // fp16 scale
   int8_t qs[32];  // value q*d
+};
+// K-quants: element e = 128h + 32j + l (h half, j 0..3, l 0..31) of a super-block takes the
+// 2 bits at 2j of qs[32h + l], and sub-block (16 elements) 8h + 2j + l/16.
+struct BlockQ2K {
+  uint8_t scales[16];  // per sub-block: 4-bit scale (low nibble), 4-bit min (high nibble)
+  uint8_t qs[64];      // 2-bit codes; value d*scale*q - dmin*min
+  uint16_t d;          // fp16 super-block scale of the scales
+  uint16_t dmin;       // fp16 super-block scale of the mins
+};
+struct BlockQ3K {
+  uint8_t hmask[32];   // third bit: element e takes bit e/32 of hmask[e % 32]; clear = -4
+  uint8_t qs[64];      // low 2 bits as Q2_K; code q in -4..3
+  uint8_t scales[12];  // 16 6-bit scales (GetScaleQ3K), stored + 32
+  uint16_t d;          // fp16; value d*(scale-32)*q
 };
 struct BlockQ4K {
   uint16_t d;          // fp16 super-block scale of the 6-bit sub-block scales
@@ -53,6 +83,11 @@ struct BlockQ8K {  // activation format for K-quant dot products (never stored i
 
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ2K) == 84);
+static_assert(sizeof(BlockQ3K) == 110);
 static_assert(sizeof(BlockQ4K) == 144);
 static_assert(sizeof(BlockQ5K) == 176);
 static_assert(sizeof(BlockQ6K) == 210);
@@ -69,12 +104,28 @@ inline void GetScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
-// Dequantizes n elements of any type in {F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K}.
-// Returns false for other types.
+// Scale i (0..15) of a Q3_K block, minus its offset 32: low 4 bits in the nibble i/8 of
+// scales[i % 8], high 2 bits at 2*(i/4) of scales[8 + i % 4].
+inline int GetScaleQ3K(int i, const uint8_t* s) {
+  const int lo = (s[i % 8] >> (4 * (i / 8))) & 0xF;
+  const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+// The fifth bit of element j (0..31) of a Q5_0/Q5_1 block, as 0 or 16.
+inline int Q5HighBit(const uint8_t* qh, int j) { return ((qh[j / 8] >> (j % 8)) & 1) << 4; }
+
+// Dequantizes n elements of any type in {F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}. Returns false for other types.
 bool DequantizeRow(TensorType type, const void* src, int64_t n, float* dst);
 
 void DequantizeQ4_0(const BlockQ4_0* x, int64_t n, float* y);
 void DequantizeQ8_0(const BlockQ8_0* x, int64_t n, float* y);
+void DequantizeQ4_1(const BlockQ4_1* x, int64_t n, float* y);
+void DequantizeQ5_0(const BlockQ5_0* x, int64_t n, float* y);
+void DequantizeQ5_1(const BlockQ5_1* x, int64_t n, float* y);
+void DequantizeQ2K(const BlockQ2K* x, int64_t n, float* y);
+void DequantizeQ3K(const BlockQ3K* x, int64_t n, float* y);
 void DequantizeQ4K(const BlockQ4K* x, int64_t n, float* y);
 void DequantizeQ5K(const BlockQ5K* x, int64_t n, float* y);
 void DequantizeQ6K(const BlockQ6K* x, int64_t n, float* y);
@@ -82,6 +133,11 @@ void DequantizeQ6K(const BlockQ6K* x, int64_t n, float* y);
 // Reference quantizers (float -> blocks).
 void QuantizeQ8_0(const float* x, int64_t n, BlockQ8_0* y);
 void QuantizeQ4_0(const float* x, int64_t n, BlockQ4_0* y);
+void QuantizeQ4_1(const float* x, int64_t n, BlockQ4_1* y);
+void QuantizeQ5_0(const float* x, int64_t n, BlockQ5_0* y);
+void QuantizeQ5_1(const float* x, int64_t n, BlockQ5_1* y);
+void QuantizeQ2K(const float* x, int64_t n, BlockQ2K* y);
+void QuantizeQ3K(const float* x, int64_t n, BlockQ3K* y);
 void QuantizeQ8K(const float* x, int64_t n, BlockQ8K* y);
 void QuantizeQ4K(const float* x, int64_t n, BlockQ4K* y);
 void QuantizeQ5K(const float* x, int64_t n, BlockQ5K* y);

@@ -90,6 +90,11 @@ bool IsComputeSupported(TensorType type) {
     case T::kBF16:
     case T::kQ8_0:
     case T::kQ4_0:
+    case T::kQ4_1:
+    case T::kQ5_0:
+    case T::kQ5_1:
+    case T::kQ2_K:
+    case T::kQ3_K:
     case T::kQ4_K:
     case T::kQ5_K:
     case T::kQ6_K:

@@ -1,7 +1,8 @@
 // Internal: AVX2 helpers and the entry points shared by the AVX2 kernel files
 // (kernels_avx2.cc: float activations and the table; kernels_avx2_quant.cc: Q8_0/Q4_0
-// weights x Q8_0 activations; kernels_avx2_kquant.cc: K-quant weights x Q8_K activations;
-// kernels_avx2_attention.cc: attention and SiLU-mul).
+// weights x Q8_0 activations; kernels_avx2_legacy.cc: Q4_1/Q5_0/Q5_1 x Q8_0 activations;
+// kernels_avx2_kquant.cc: K-quant weights x Q8_K activations; kernels_avx2_attention.cc: attention
+// and SiLU-mul).
 //
 // Contract: include only from translation units compiled with CASCADE_AVX2_FLAGS, and call
 // only after run-time detection found AVX2+FMA+F16C (kernel_table.h). Every matmul here keeps
@@ -22,6 +23,7 @@ namespace cascade::cpu::avx2 {
 
 // Entry points implemented in the quantized kernel files.
 MatmulFn QuantMatmul(TensorType type);   // Q8_0 / Q4_0 weights x Q8_0 activations
+MatmulFn LegacyQuantMatmul(TensorType type);  // Q4_1 / Q5_0 / Q5_1 weights x Q8_0 activations
 MatmulFn KQuantMatmul(TensorType type);  // Q4_K / Q5_K / Q6_K weights x Q8_K activations
 void QuantizeQ8_0Row(const float* x, int64_t k, void* out);
 void QuantizeQ8KRow(const float* x, int64_t k, void* out);
@@ -84,6 +86,29 @@ inline void Scale(float a, float* y, int64_t n) {
 inline __m256i DotI8(__m256i a, __m256i abs_a, __m256i b) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_a, _mm256_sign_epi8(b, a)),
                            _mm256_set1_epi16(1));
+}
+
+// The 32 nibbles of a 32-element block's 16 bytes qs as unsigned bytes in element order
+// (low nibbles, then high). The 16 bytes go to both halves (a plain load), the upper half
+// shifted right by 4 bits per 32-bit lane; masking each byte to 4 bits then leaves the low
+// nibbles below and the high nibbles above.
+inline __m256i Nibbles32(const uint8_t* qs) {
+  const __m256i both =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                          _mm256_set1_epi8(0x0F));
+}
+
+// DotI8 for unsigned weight codes u in [0, 31] (nibbles, 5-bit codes): no sign fix-ups;
+// |u * x| pairs stay below 2^15.
+inline __m256i PartialU(__m256i u, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+// Totals of four 8-lane partial sums: lane j of the result is the sum of p[j]'s lanes.
+inline __m128i Totals4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
 // Transposes 8 rows of 8 int32 lanes (row r: e.g. the 8 four-byte code groups of one

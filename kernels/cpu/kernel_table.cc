@@ -8,8 +8,13 @@ ActFormat ActFormatFor(TensorType weight_type, bool quantized_activations) {
   if (!quantized_activations) return ActFormat::kF32;
   switch (weight_type) {
     case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
     case TensorType::kQ8_0:
       return ActFormat::kQ8_0;
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K:

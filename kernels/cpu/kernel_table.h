@@ -21,10 +21,14 @@
 //   lanes of 4 elements, each lane += sum * (d_w * d_x), lanes reduced as above; AVX2: the
 //   block's whole integer sum S, y = fma(S, d_w * d_x, y) block after block (AVX-512: the
 //   same, whatever lanes and instructions form S);
+// - Q4_1/Q5_0/Q5_1 x Q8_0 activations: as Q8_0 on unsigned codes; scalar: the lanes of
+//   the codes' products (Q5_0: codes - 16), Q4_1/Q5_1's minimum m_w d_x sum(x) per block in
+//   one running sum added after the lane reduction; AVX2 (and AVX-512, which uses it): per
+//   block y = fma(S, d_w d_x, y), then y = fma(sum(x), m_w d_x, y) (Q5_0: S - 16 sum(x));
 // - K-quants x Q8_K: per super-block, exact integer sums; scalar: 8 lanes (e % 8) scaled
 //   by d_w * d_x, the min terms in one running sum, lanes reduced as above; AVX2: the
 //   super-block's whole sums S and M, y = fma(S, d_w * d_x, y) then y = fma(-M, dmin_w *
-//   d_x, y) (Q6_K: y = fma(S - M, d_w * d_x, y)) super-block after super-block.
+//   d_x, y) (Q3_K, Q6_K: y = fma(S - M, d_w * d_x, y)) super-block after super-block.
 // Scalar and AVX2 therefore agree to rounding, not bit for bit; AVX-512 and AVX2 agree bit for
 // bit.
 #ifndef CASCADE_KERNELS_CPU_KERNEL_TABLE_H_
@@ -42,8 +46,8 @@ namespace cascade::cpu {
 // How activations are presented to a matmul kernel.
 enum class ActFormat {
   kF32,   // plain floats
-  kQ8_0,  // BlockQ8_0 per 32 elements (for Q4_0 / Q8_0 weights)
-  kQ8K,   // BlockQ8K per 256 elements (for K-quant weights)
+  kQ8_0,  // BlockQ8_0 per 32 elements (for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights)
+  kQ8K,   // BlockQ8K per 256 elements (for K-quant weights, Q2_K..Q6_K)
 };
 
 // The activation format a weight type is multiplied with. With quantized_activations off,

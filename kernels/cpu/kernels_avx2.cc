@@ -365,6 +365,16 @@ MatmulFn Avx2Matmul(TensorType type, ActFormat act) {
         return &MatmulDequantF32<TensorType::kQ4_0>;
       case TensorType::kQ8_0:
         return &MatmulDequantF32<TensorType::kQ8_0>;
+      case TensorType::kQ4_1:
+        return &MatmulDequantF32<TensorType::kQ4_1>;
+      case TensorType::kQ5_0:
+        return &MatmulDequantF32<TensorType::kQ5_0>;
+      case TensorType::kQ5_1:
+        return &MatmulDequantF32<TensorType::kQ5_1>;
+      case TensorType::kQ2_K:
+        return &MatmulDequantF32<TensorType::kQ2_K>;
+      case TensorType::kQ3_K:
+        return &MatmulDequantF32<TensorType::kQ3_K>;
       case TensorType::kQ4_K:
         return &MatmulDequantF32<TensorType::kQ4_K>;
       case TensorType::kQ5_K:
@@ -375,7 +385,10 @@ MatmulFn Avx2Matmul(TensorType type, ActFormat act) {
         return nullptr;
     }
   }
-  if (act == ActFormat::kQ8_0) return avx2::QuantMatmul(type);
+  if (act == ActFormat::kQ8_0) {
+    if (MatmulFn f = avx2::QuantMatmul(type)) return f;
+    return avx2::LegacyQuantMatmul(type);
+  }
   return avx2::KQuantMatmul(type);
 }
 

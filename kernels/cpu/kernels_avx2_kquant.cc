@@ -1,12 +1,12 @@
-// AVX2 kernels for K-quant weights (Q4_K, Q5_K, Q6_K) times activations quantized to Q8_K
+// AVX2 kernels for K-quant weights (Q2_K..Q6_K) times activations quantized to Q8_K
 // super-blocks, and the AVX2 Q8_K activation quantizer (bit-identical to the scalar one).
 //
 // Order (per output element, any tile): for each super-block b in order, the exact integer
 // sum S of the super-block's code x activation x sub-block-scale products and the exact
-// min term M (Q4_K/Q5_K: activation bsums times the sub-block mins; Q6_K: its -32 code
-// offset, 32 * bsums times the scales), then in float
-//   Q4_K/Q5_K: acc = fma(S, d_w * d_x, acc);  acc = fma(-M, dmin_w * d_x, acc)
-//   Q6_K:      acc = fma(S - M, d_w * d_x, acc)
+// min term M (Q2_K/Q4_K/Q5_K: activation bsums times the sub-block mins; Q6_K / Q3_K: its
+// -32 / -4 code offset, 32 / 4 * bsums times the scales), then in float
+//   Q2_K/Q4_K/Q5_K: acc = fma(S, d_w * d_x, acc);  acc = fma(-M, dmin_w * d_x, acc)
+//   Q3_K/Q6_K:      acc = fma(S - M, d_w * d_x, acc)
 // and y = acc. How S and M are summed differs by tile (decode: lanes of one row reduced
 // per super-block; prefill: 8 rows interleaved in a panel, one lane each), but integer sums
 // are exact, so every n, tile and thread count gives the same bits.
@@ -19,6 +19,7 @@
 
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/gemm_layout.h"
+#include "kernels/cpu/kquant_unpack_avx2.h"
 #include "kernels/cpu/prefetch.h"
 #include "tensor/quant.h"
 
@@ -37,158 +38,6 @@ constexpr int kDirectTile = 4;
 // From this many tokens on, Q4_K/Q5_K use 8-row panels: expanding a panel costs about
 // as much as a dozen tokens' products, so small micro-batches keep the row tile.
 constexpr int64_t kPanelMinTokens = 32;
-
-// pshufb masks that broadcast int16 element j (of each 128-bit lane) to the whole lane.
-alignas(32) const uint8_t kBcast16[8][32] = {
-#define CASCADE_B(j)                                                                              \
-  {                                                                                               \
-    2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1,     \
-        2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, \
-        2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, \
-        2 * j, 2 * j + 1                                                                          \
-  }
-    CASCADE_B(0), CASCADE_B(1), CASCADE_B(2), CASCADE_B(3),
-    CASCADE_B(4), CASCADE_B(5), CASCADE_B(6), CASCADE_B(7),
-#undef CASCADE_B
-};
-// pshufb masks: lane 0 broadcasts int16 element 2m, lane 1 element 2m + 1 (m = 0..3).
-alignas(32) const uint8_t kPair16[4][32] = {
-#define CASCADE_P(m)                                                                            \
-  {                                                                                             \
-    4 * m, 4 * m + 1, 4 * m, 4 * m + 1, 4 * m, 4 * m + 1, 4 * m, 4 * m + 1, 4 * m, 4 * m + 1,   \
-        4 * m, 4 * m + 1, 4 * m, 4 * m + 1, 4 * m, 4 * m + 1, 4 * m + 2, 4 * m + 3, 4 * m + 2,  \
-        4 * m + 3, 4 * m + 2, 4 * m + 3, 4 * m + 2, 4 * m + 3, 4 * m + 2, 4 * m + 3, 4 * m + 2, \
-        4 * m + 3, 4 * m + 2, 4 * m + 3, 4 * m + 2, 4 * m + 3                                   \
-  }
-    CASCADE_P(0),
-    CASCADE_P(1),
-    CASCADE_P(2),
-    CASCADE_P(3),
-#undef CASCADE_P
-};
-
-inline __m256i Shuffle(__m256i v, const uint8_t* mask) {
-  return _mm256_shuffle_epi8(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(mask)));
-}
-inline __m256i Load256(const void* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-// The 6-bit scales and mins of a Q4_K/Q5_K block as bytes sc[0..7], m[0..7].
-inline void ScalesMinsK4(const uint8_t* q, uint64_t* sc, uint64_t* m) {
-  uint32_t a, b, c;
-  std::memcpy(&a, q, 4);
-  std::memcpy(&b, q + 4, 4);
-  std::memcpy(&c, q + 8, 4);
-  const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
-  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
-  const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
-  *sc = sc_lo | (uint64_t{sc_hi} << 32);
-  *m = m_lo | (uint64_t{m_hi} << 32);
-}
-
-// Unpacked view of one weight super-block: code chunk j (32 unsigned codes), its madd
-// scale vector, the vector the activation bsums are multiplied with, and the scales.
-struct Q4KUnpack {
-  static constexpr bool kHasMin = true;
-  __m256i sc2;   // scales 0..7 as int16, in both lanes
-  __m256i mins;  // min of group g (16 elements) = m[g / 2], int16
-  __m256i q[4];  // raw qs chunks
-  float d, dmin;
-  // Q4_K and Q5_K share the scales/mins packing and the low 4 bits of the codes.
-  template <typename Block>
-  void InitLow4(const Block& b) {
-    uint64_t sc, m;
-    ScalesMinsK4(b.scales, &sc, &m);
-    const __m128i s16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc)));
-    sc2 = _mm256_set_m128i(s16, s16);
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(m)));
-    mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-    for (int c = 0; c < 4; ++c) q[c] = Load256(b.qs + 32 * c);
-    d = _cvtsh_ss(b.d);
-    dmin = _cvtsh_ss(b.dmin);
-  }
-  void Init(const BlockQ4K& b) { InitLow4(b); }
-  __m256i Codes(int j) const {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    return (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(q[j >> 1], 4), m4)
-                   : _mm256_and_si256(q[j >> 1], m4);
-  }
-  __m256i Scales(int j) const { return Shuffle(sc2, kBcast16[j]); }
-};
-
-struct Q5KUnpack : Q4KUnpack {
-  __m256i qh;
-  void Init(const BlockQ5K& b) {
-    InitLow4(b);
-    qh = Load256(b.qh);
-  }
-  __m256i Codes(int j) const {
-    // Bit j of qh[l] becomes bit 4 of code l of chunk j.
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, j), _mm256_set1_epi8(1));
-    return _mm256_or_si256(Q4KUnpack::Codes(j), _mm256_slli_epi16(hi, 4));
-  }
-};
-
-struct Q6KUnpack {
-  static constexpr bool kHasMin = false;
-  __m256i lo2, hi2;  // scales 0..7 / 8..15 as int16, each in both lanes
-  __m256i mins;      // 32 * scale of group g, int16: the -32 code offset times bsums
-  __m256i ql[4], qh[2];
-  float d, dmin;
-  void Init(const BlockQ6K& b) {
-    const __m256i s16 =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    lo2 = _mm256_permute2x128_si256(s16, s16, 0x00);
-    hi2 = _mm256_permute2x128_si256(s16, s16, 0x11);
-    mins = _mm256_slli_epi16(s16, 5);
-    for (int c = 0; c < 4; ++c) ql[c] = Load256(b.ql + 32 * c);
-    qh[0] = Load256(b.qh);
-    qh[1] = Load256(b.qh + 32);
-    d = _cvtsh_ss(b.d);
-    dmin = 0;
-  }
-  // Chunk j = 4h + m: codes + 32 in [0, 64).
-  __m256i Codes(int j) const {
-    const int h = j >> 2, m = j & 3;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    const __m256i l = ql[2 * h + (m & 1)];
-    const __m256i low =
-        (m < 2) ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-    __m256i high;
-    switch (m) {
-      case 0:
-        high = _mm256_slli_epi16(qh[h], 4);
-        break;
-      case 1:
-        high = _mm256_slli_epi16(qh[h], 2);
-        break;
-      case 2:
-        high = qh[h];
-        break;
-      default:
-        high = _mm256_srli_epi16(qh[h], 2);
-        break;
-    }
-    return _mm256_or_si256(low, _mm256_and_si256(high, m30));
-  }
-  __m256i Scales(int j) const { return Shuffle(j < 4 ? lo2 : hi2, kPair16[j & 3]); }
-};
-
-template <typename Block>
-struct UnpackFor;
-template <>
-struct UnpackFor<BlockQ4K> {
-  using Type = Q4KUnpack;
-};
-template <>
-struct UnpackFor<BlockQ5K> {
-  using Type = Q5KUnpack;
-};
-template <>
-struct UnpackFor<BlockQ6K> {
-  using Type = Q6KUnpack;
-};
 
 // The float step of one super-block, lane by lane (one output per lane): the order every
 // K-quant tile follows. S is the exact integer sum of the super-block's scaled code
@@ -513,6 +362,11 @@ void PanelBlocked(const MatmulTask& t) {
   }
 }
 
+// Q4_K/Q5_K prefill from kPanelMinTokens on takes the 8-row panels; Q6_K, Q3_K and Q2_K
+// take the row tile (Q2_K/Q3_K: 16 scales per super-block, which the panels do not hold).
+template <typename Block>
+constexpr bool kHasPanels = std::is_same_v<Block, BlockQ4K> || std::is_same_v<Block, BlockQ5K>;
+
 template <typename Block>
 void MatmulQ8KAct(const MatmulTask& t) {
   if (t.n < kBlockedMinTokens) {  // decode: unpack in registers, stream the weights once
@@ -530,10 +384,10 @@ void MatmulQ8KAct(const MatmulTask& t) {
         rpf = 0;  // the row is in L1 for the next token tiles
       });
     }
-  } else if (std::is_same_v<Block, BlockQ6K> || t.n < kPanelMinTokens) {
+  } else if (!kHasPanels<Block> || t.n < kPanelMinTokens) {
     RowBlocked<Block>(t);
   } else {
-    if constexpr (!std::is_same_v<Block, BlockQ6K>) PanelBlocked<Block>(t);
+    if constexpr (kHasPanels<Block>) PanelBlocked<Block>(t);
   }
 }
 
@@ -583,6 +437,10 @@ void ExpandKRows8(const uint8_t* const* rows, int64_t nb, const KRows8Out& out) 
 
 MatmulFn KQuantMatmul(TensorType type) {
   switch (type) {
+    case TensorType::kQ2_K:
+      return &MatmulQ8KAct<BlockQ2K>;
+    case TensorType::kQ3_K:
+      return &MatmulQ8KAct<BlockQ3K>;
     case TensorType::kQ4_K:
       return &MatmulQ8KAct<BlockQ4K>;
     case TensorType::kQ5_K:

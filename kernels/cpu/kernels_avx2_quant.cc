@@ -42,32 +42,13 @@ inline __m256i Codes(const BlockQ8_0& b) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
 }
 
-// The 32 nibbles of a Q4_0 block as unsigned codes u = code + 8 (low nibbles, then high).
+// The 32 nibbles of a Q4_0 block as unsigned codes u = code + 8 (Nibbles32, avx2_util.h).
 // Q4_0 kernels multiply u directly and subtract 8 * sum(x): the same integers as the signed
-// codes give, with no sign fix-ups. The 16 packed bytes go to both halves (a plain load),
-// the upper half shifted right by 4 bits per 32-bit lane; masking each byte to 4 bits then
-// leaves the low nibbles below and the high nibbles above.
-inline __m256i Nibbles(const BlockQ4_0& b) {
-  const __m256i both =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
-  return _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
-                          _mm256_set1_epi8(0x0F));
-}
-
-// DotI8 (avx2_util.h) for unsigned weight codes u in [0, 15] (Q4_0 nibbles): no sign
-// fix-ups; |u * x| pairs stay far below 2^15.
-inline __m256i PartialU(__m256i u, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
-}
+// codes give, with no sign fix-ups.
+inline __m256i Nibbles(const BlockQ4_0& b) { return Nibbles32(b.qs); }
 
 // 8 * (sum of the 32 activation codes x): what unsigned nibbles add over signed codes.
 inline int32_t X8(__m256i x) { return HsumI32(PartialU(_mm256_set1_epi8(8), x)); }
-
-// Totals of four 8-lane partial sums: lane j of the result is the sum of p[j]'s lanes.
-inline __m128i Totals4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
-  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
 
 // Decode and micro-batch tile: 4 weight rows x T activation rows. The weights are read in
 // place once for all T rows (Q4_0 nibbles unpacked once, Q8_0 magnitudes taken once).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kv_block.h"
@@ -67,15 +68,29 @@ void MatmulDequantF32(const MatmulTask& t) {
   }
 }
 
-// Codes of one 32-element Q4_0 / Q8_0 block as int8 in natural order.
+// Codes of one 32-element block as int8 in natural order: signed for Q8_0, Q4_0 and Q5_0,
+// unsigned (0..31) for the types with a minimum (Q4_1, Q5_1), whose value is q*d + m.
+inline int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4; }
 inline void Codes(const BlockQ8_0& b, int8_t* q) { std::memcpy(q, b.qs, 32); }
 inline void Codes(const BlockQ4_0& b, int8_t* q) {
-  for (int j = 0; j < 16; ++j) {
-    q[j] = static_cast<int8_t>((b.qs[j] & 0x0F) - 8);
-    q[j + 16] = static_cast<int8_t>((b.qs[j] >> 4) - 8);
-  }
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b.qs, j) - 8);
 }
+inline void Codes(const BlockQ5_0& b, int8_t* q) {
+  for (int j = 0; j < 32; ++j)
+    q[j] = static_cast<int8_t>((Nibble(b.qs, j) | Q5HighBit(b.qh, j)) - 16);
+}
+inline void Codes(const BlockQ4_1& b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b.qs, j));
+}
+inline void Codes(const BlockQ5_1& b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b.qs, j) | Q5HighBit(b.qh, j));
+}
+template <typename Block>
+constexpr bool kHasMin = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
 
+// 32-element block types x Q8_0 activations: 8 lanes of 4 products per block, each lane
+// += sum * (d_w * d_x); for Q4_1/Q5_1 the minimum's term m_w * d_x * sum(x) in one running
+// sum, added after the lane reduction.
 template <typename Block>
 void MatmulQ8_0Act(const MatmulTask& t) {
   const int64_t nb = t.k / kQK;
@@ -85,16 +100,23 @@ void MatmulQ8_0Act(const MatmulTask& t) {
     for (int64_t i = 0; i < t.n; ++i) {
       const auto* x = reinterpret_cast<const BlockQ8_0*>(t.x + i * t.x_stride);
       float lanes[8] = {};
+      float mins = 0;
       for (int64_t b = 0; b < nb; ++b) {
         Codes(w[b], q);
-        const float d = Fp16ToFloat(w[b].d) * Fp16ToFloat(x[b].d);
+        const float dx = Fp16ToFloat(x[b].d);
+        const float d = Fp16ToFloat(w[b].d) * dx;
         for (int l = 0; l < 8; ++l) {
           int32_t s = 0;
           for (int e = 4 * l; e < 4 * l + 4; ++e) s += q[e] * x[b].qs[e];
           lanes[l] += static_cast<float>(s) * d;
         }
+        if constexpr (kHasMin<Block>) {
+          int32_t sx = 0;
+          for (int e = 0; e < 32; ++e) sx += x[b].qs[e];
+          mins += Fp16ToFloat(w[b].m) * dx * static_cast<float>(sx);
+        }
       }
-      t.y[i * t.ldy + r] = ReduceLanes8(lanes);
+      t.y[i * t.ldy + r] = ReduceLanes8(lanes) + mins;
     }
   }
 }
@@ -105,7 +127,7 @@ struct KUnpacked {
   int8_t q[256];
   int32_t scale[16];  // per 16 elements
   float d;            // fp32 super-block scale
-  float min_term;     // dmin * sum_j bsums[j] * min[j/2] (Q4_K/Q5_K), 0 for Q6_K
+  float min_term;     // dmin * sum_j bsums[j] * min[j/2] (Q4_K/Q5_K; Q2_K: min[j]), else 0
 };
 
 void Unpack(const BlockQ4K& b, const BlockQ8K& x, KUnpacked* u) {
@@ -162,6 +184,30 @@ void Unpack(const BlockQ6K& b, const BlockQ8K&, KUnpacked* u) {
   u->min_term = 0;
 }
 
+void Unpack(const BlockQ2K& b, const BlockQ8K& x, KUnpacked* u) {
+  int32_t mins = 0;
+  for (int e = 0; e < 256; ++e) {
+    u->q[e] = static_cast<int8_t>((b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+  }
+  for (int g = 0; g < 16; ++g) {
+    u->scale[g] = b.scales[g] & 0xF;
+    mins += x.bsums[g] * (b.scales[g] >> 4);
+  }
+  u->d = Fp16ToFloat(b.d);
+  u->min_term = Fp16ToFloat(b.dmin) * static_cast<float>(mins);
+}
+
+void Unpack(const BlockQ3K& b, const BlockQ8K&, KUnpacked* u) {
+  for (int e = 0; e < 256; ++e) {
+    const int low = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
+    u->q[e] = static_cast<int8_t>(low - (high ? 0 : 4));
+  }
+  for (int g = 0; g < 16; ++g) u->scale[g] = GetScaleQ3K(g, b.scales);
+  u->d = Fp16ToFloat(b.d);
+  u->min_term = 0;
+}
+
 template <typename Block>
 void MatmulQ8KAct(const MatmulTask& t) {
   const int64_t nb = t.k / kQKK;
@@ -198,6 +244,16 @@ MatmulFn ScalarMatmul(TensorType type, ActFormat act) {
         return &MatmulDequantF32<TensorType::kQ4_0>;
       case TensorType::kQ8_0:
         return &MatmulDequantF32<TensorType::kQ8_0>;
+      case TensorType::kQ4_1:
+        return &MatmulDequantF32<TensorType::kQ4_1>;
+      case TensorType::kQ5_0:
+        return &MatmulDequantF32<TensorType::kQ5_0>;
+      case TensorType::kQ5_1:
+        return &MatmulDequantF32<TensorType::kQ5_1>;
+      case TensorType::kQ2_K:
+        return &MatmulDequantF32<TensorType::kQ2_K>;
+      case TensorType::kQ3_K:
+        return &MatmulDequantF32<TensorType::kQ3_K>;
       case TensorType::kQ4_K:
         return &MatmulDequantF32<TensorType::kQ4_K>;
       case TensorType::kQ5_K:
@@ -211,9 +267,16 @@ MatmulFn ScalarMatmul(TensorType type, ActFormat act) {
   if (act == ActFormat::kQ8_0) {
     if (type == TensorType::kQ8_0) return &MatmulQ8_0Act<BlockQ8_0>;
     if (type == TensorType::kQ4_0) return &MatmulQ8_0Act<BlockQ4_0>;
+    if (type == TensorType::kQ4_1) return &MatmulQ8_0Act<BlockQ4_1>;
+    if (type == TensorType::kQ5_0) return &MatmulQ8_0Act<BlockQ5_0>;
+    if (type == TensorType::kQ5_1) return &MatmulQ8_0Act<BlockQ5_1>;
     return nullptr;
   }
   switch (type) {
+    case TensorType::kQ2_K:
+      return &MatmulQ8KAct<BlockQ2K>;
+    case TensorType::kQ3_K:
+      return &MatmulQ8KAct<BlockQ3K>;
     case TensorType::kQ4_K:
       return &MatmulQ8KAct<BlockQ4K>;
     case TensorType::kQ5_K:

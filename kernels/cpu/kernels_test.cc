@@ -142,6 +142,12 @@ INSTANTIATE_TEST_SUITE_P(
         MatmulCase{TensorType::kF16, 20, false}, MatmulCase{TensorType::kBF16, 1100, false},
         MatmulCase{TensorType::kQ8_0, 1088, true}, MatmulCase{TensorType::kQ8_0, 1088, false},
         MatmulCase{TensorType::kQ4_0, 1088, true}, MatmulCase{TensorType::kQ4_0, 1088, false},
+        MatmulCase{TensorType::kQ4_1, 1088, true}, MatmulCase{TensorType::kQ4_1, 1088, false},
+        MatmulCase{TensorType::kQ5_0, 1088, true}, MatmulCase{TensorType::kQ5_0, 1088, false},
+        MatmulCase{TensorType::kQ5_1, 1088, true}, MatmulCase{TensorType::kQ5_1, 1088, false},
+        MatmulCase{TensorType::kQ5_1, 5632, true}, MatmulCase{TensorType::kQ2_K, 1280, true},
+        MatmulCase{TensorType::kQ2_K, 1280, false}, MatmulCase{TensorType::kQ3_K, 1280, true},
+        MatmulCase{TensorType::kQ3_K, 1280, false}, MatmulCase{TensorType::kQ3_K, 5632, true},
         MatmulCase{TensorType::kQ4_K, 1280, true}, MatmulCase{TensorType::kQ4_K, 1280, false},
         MatmulCase{TensorType::kQ5_K, 1280, true}, MatmulCase{TensorType::kQ5_K, 1280, false},
         MatmulCase{TensorType::kQ6_K, 1280, true}, MatmulCase{TensorType::kQ6_K, 1280, false},
@@ -154,6 +160,11 @@ INSTANTIATE_TEST_SUITE_P(
         MatmulCase{TensorType::kBF16, 100, false, 1e-6},
         MatmulCase{TensorType::kQ8_0, 256, false, 1e-6}, MatmulCase{TensorType::kQ8_0, 256, true},
         MatmulCase{TensorType::kQ4_0, 256, false, 1e-6}, MatmulCase{TensorType::kQ4_0, 256, true},
+        MatmulCase{TensorType::kQ4_1, 224, false, 1e-6}, MatmulCase{TensorType::kQ4_1, 224, true},
+        MatmulCase{TensorType::kQ5_0, 224, false, 1e-6}, MatmulCase{TensorType::kQ5_0, 224, true},
+        MatmulCase{TensorType::kQ5_1, 224, false, 1e-6}, MatmulCase{TensorType::kQ5_1, 224, true},
+        MatmulCase{TensorType::kQ2_K, 256, false, 1e-6}, MatmulCase{TensorType::kQ2_K, 256, true},
+        MatmulCase{TensorType::kQ3_K, 256, false, 1e-6}, MatmulCase{TensorType::kQ3_K, 256, true},
         MatmulCase{TensorType::kQ4_K, 512, false, 1e-6}, MatmulCase{TensorType::kQ4_K, 512, true},
         MatmulCase{TensorType::kQ5_K, 512, true}, MatmulCase{TensorType::kQ6_K, 512, true},
         MatmulCase{TensorType::kQ6_K, 256, false, 1e-6}),
@@ -169,7 +180,8 @@ TEST(MatMulShared, IsEachMatMulAlone) {
   for (const auto& [type, k] :
        {std::pair{TensorType::kF32, int64_t{172}}, std::pair{TensorType::kF16, int64_t{1100}},
         std::pair{TensorType::kQ8_0, int64_t{256}}, std::pair{TensorType::kQ4_0, int64_t{1088}},
-        std::pair{TensorType::kQ4_K, int64_t{512}}, std::pair{TensorType::kQ6_K, int64_t{256}}}) {
+        std::pair{TensorType::kQ4_K, int64_t{512}}, std::pair{TensorType::kQ6_K, int64_t{256}},
+        std::pair{TensorType::kQ5_1, int64_t{224}}, std::pair{TensorType::kQ3_K, int64_t{512}}}) {
     std::vector<TestWeight> ws;
     for (int i = 0; i < 3; ++i) ws.push_back(MakeWeight(type, rows[i], k, 40 + i));
     const TestWeight odd = MakeWeight(TensorType::kF32, 24, k, 50);  // another type

@@ -131,6 +131,12 @@ void CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
 void CudaBackend::Synchronize() { impl_->Check(cudaStreamSynchronize(impl_->stream)); }
 
 absl::StatusOr<TensorView> CudaBackend::UploadWeight(const TensorView& host) {
+  if (!cuda::SupportsWeightType(static_cast<uint32_t>(host.type))) {
+    return absl::UnimplementedError(
+        absl::StrCat("CUDA device ", impl_->device, ": weight '", host.name, "' has type ",
+                     TensorTypeName(host.type),
+                     ", which the CUDA kernels do not implement (run this model on the CPU)"));
+  }
   auto buf = Allocate(host.nbytes);
   if (!buf.ok()) return buf.status();
   CopyToDevice(buf->data(), host.data, host.nbytes);

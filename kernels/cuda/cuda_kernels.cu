@@ -297,6 +297,22 @@ cudaError_t LaunchGetRows(const uint8_t* w, size_t stride, int64_t k, const int3
 }
 }  // namespace
 
+bool SupportsWeightType(uint32_t type) {
+  switch (type) {
+    case 0:
+    case 1:
+    case 30:
+    case 8:
+    case 2:
+    case 12:
+    case 13:
+    case 14:
+      return true;
+    default:
+      return false;
+  }
+}
+
 cudaError_t MatMul(uint32_t type, const uint8_t* w, size_t w_stride, int64_t k, int64_t rows,
                    const float* x, int64_t n, float* y, cudaStream_t s) {
   switch (type) {

@@ -20,8 +20,11 @@ struct DeviceQuery {
   int32_t n_ctx;
 };
 
+// Whether MatMul and GetRows implement weights of GGUF type number `type`.
+bool SupportsWeightType(uint32_t type);
 // `type` is the GGUF type number (F32 0, F16 1, Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14,
 // BF16 30); other types return cudaErrorInvalidValue.
+// (CudaBackend::UploadWeight refuses a weight of another type, naming it.)
 cudaError_t MatMul(uint32_t type, const uint8_t* w, size_t w_stride, int64_t k, int64_t rows,
                    const float* x, int64_t n, float* y, cudaStream_t stream);
 cudaError_t GetRows(uint32_t type, const uint8_t* w, size_t w_stride, int64_t k, const int32_t* ids,
