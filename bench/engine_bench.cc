@@ -267,7 +267,8 @@ int Main(int argc, char** argv) {
     }
     const double gb_per_token = static_cast<double>((*weights)->matrix_bytes()) / 1e9;
     std::string type = label;
-    if (type.empty()) type = TensorTypeName((*weights)->layers[0].w_gate->type);
+    // The attention projection: every architecture has one (a MoE layer has no dense w_gate).
+    if (type.empty()) type = TensorTypeName((*weights)->layers[0].wq->type);
     (*src)->Prefetch();
     for (int t : thread_counts) {
       const double tri = triad_mib > 0 ? TriadGBps(t, triad_mib * 1024 * 1024 / 8, 3) : 0;
