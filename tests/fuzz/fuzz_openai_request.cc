@@ -18,10 +18,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.status().message().empty()) std::abort();
     return 0;
   }
-  const int64_t prompts = r->prompts.empty() ? 1 : static_cast<int64_t>(r->prompts.size());
-  if (r->n < 1 || r->n * prompts > cascade::kMaxChoices) std::abort();
-  if (r->base.top_logprobs() < 0 || r->base.top_logprobs() > 20) std::abort();
+  const cascade::GenerateSpec& g = r->spec;
+  const int64_t prompts = g.prompts.empty() ? 1 : static_cast<int64_t>(g.prompts.size());
+  if (g.n < 1 || g.n * prompts > cascade::kMaxChoices) std::abort();
+  if (g.top_logprobs < 0 || g.top_logprobs > 20) std::abort();
+  if (!g.sampling.Validate().ok()) std::abort();  // every accepted setting is in range
   if (endpoint == cascade::OpenAiEndpoint::kChat && r->messages.empty()) std::abort();
-  if (endpoint == cascade::OpenAiEndpoint::kCompletions && r->prompts.empty()) std::abort();
+  if (endpoint == cascade::OpenAiEndpoint::kCompletions && g.prompts.empty()) std::abort();
   return 0;
 }
