@@ -315,13 +315,7 @@ void QuantizeQ8_0(const float* x, int64_t n, BlockQ8_0* y) {
 
 void QuantizeQ4_0(const float* x, int64_t n, BlockQ4_0* y) {
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
+    const float max = quant_internal::SignedAbsMax(x, kQK);
     const float d = max / -8;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[i].d = FloatToFp16(d);

@@ -1,5 +1,5 @@
 // Internal to tensor/: the scale fitting shared by the reference quantizers (quant.cc and
-// quant_low.cc), written from the ggml block formats' reference algorithms.
+// quant_legacy.cc, quant_k23.cc), written from the ggml block formats' reference algorithms.
 //
 // Contract: pure functions of their arguments; n <= 32 values per call.
 #ifndef CASCADE_TENSOR_QUANT_FIT_H_
@@ -9,6 +9,19 @@
 #include <cstdint>
 
 namespace cascade::quant_internal {
+
+// The value of largest magnitude among x[0..n), with its sign (the first of equal
+// magnitudes): the symmetric 32-element formats (Q4_0, Q5_0) scale by it.
+inline float SignedAbsMax(const float* x, int n) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < n; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
 
 // Round half to even, as ggml's nearest_int (valid for |f| < 2^22).
 inline int NearestInt(float f) { return static_cast<int>(std::nearbyint(f)); }

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "tensor/quant_fit.h"
+
 #include "tensor/quant.h"
 #include "util/fp16.h"
 
@@ -86,13 +88,7 @@ void QuantizeQ4_1(const float* x, int64_t n, BlockQ4_1* y) {
 void QuantizeQ5_0(const float* x, int64_t n, BlockQ5_0* y) {
   int q[kQK];
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
+    const float max = quant_internal::SignedAbsMax(x, kQK);
     const float d = max / -16;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[i].d = FloatToFp16(d);
