@@ -34,6 +34,16 @@ void FloatRowToHalf(const float* x, int64_t n, uint16_t* out);  // F16C, as Floa
 void AttentionGroup(const AttentionParams& p, const AttentionQuery* qs, int n, int kv_head,
                     float* scratch);
 
+// The 4-row tiles' epilogue: acc[j] holds 4 rows' outputs for token j; the first `rows` of
+// them go to y[j * ldy + r] (a last group may repeat its last row to fill the tile).
+inline void StoreRows4(const __m128* acc, int tokens, int rows, float* y, int64_t ldy) {
+  for (int j = 0; j < tokens; ++j) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc[j]);
+    for (int r = 0; r < rows; ++r) y[j * ldy + r] = out[r];
+  }
+}
+
 // ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)), the canonical lane reduction.
 inline float Hsum8(__m256 v) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

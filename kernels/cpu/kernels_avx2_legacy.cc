@@ -94,11 +94,7 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
       }
     }
   }
-  for (int j = 0; j < T; ++j) {
-    alignas(16) float out[4];
-    _mm_store_ps(out, acc[j]);
-    for (int r = 0; r < rows; ++r) y[j * ldy + r] = out[r];
-  }
+  StoreRows4(acc, T, rows, y, ldy);
 }
 
 // Token blocks that stay in L2 (one block for a decode step); per block the activation code

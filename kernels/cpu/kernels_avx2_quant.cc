@@ -101,11 +101,7 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
       acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), d, acc[j]);
     }
   }
-  for (int j = 0; j < T; ++j) {
-    alignas(16) float out[4];
-    _mm_store_ps(out, acc[j]);
-    for (int r = 0; r < rows; ++r) y[j * ldy + r] = out[r];
-  }
+  StoreRows4(acc, T, rows, y, ldy);
 }
 
 // Few tokens: stream the weights once, 4 rows at a time (the last group may repeat its
