@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
@@ -181,6 +182,31 @@ inline constexpr float kGeluB = -1.5957691216057308f * 0.044715f;
 // Lane reduction shared by every ISA: ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)).
 inline float ReduceLanes8(const float* l) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+// The quantized weight types every table computes exactly (dequantized to F32, F32
+// activations): `pick(std::integral_constant<TensorType, T>{})` for a quantized `type`,
+// nullptr for any other. One list, so a new type joins every table's exact path at once.
+template <typename Pick>
+MatmulFn ForQuantizedType(TensorType type, Pick pick) {
+  switch (type) {
+#define CASCADE_QUANTIZED_CASE(T) \
+  case TensorType::T:             \
+    return pick(std::integral_constant<TensorType, TensorType::T>{});
+    CASCADE_QUANTIZED_CASE(kQ4_0)
+    CASCADE_QUANTIZED_CASE(kQ8_0)
+    CASCADE_QUANTIZED_CASE(kQ4_1)
+    CASCADE_QUANTIZED_CASE(kQ5_0)
+    CASCADE_QUANTIZED_CASE(kQ5_1)
+    CASCADE_QUANTIZED_CASE(kQ2_K)
+    CASCADE_QUANTIZED_CASE(kQ3_K)
+    CASCADE_QUANTIZED_CASE(kQ4_K)
+    CASCADE_QUANTIZED_CASE(kQ5_K)
+    CASCADE_QUANTIZED_CASE(kQ6_K)
+#undef CASCADE_QUANTIZED_CASE
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace cascade::cpu

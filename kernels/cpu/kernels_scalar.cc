@@ -240,28 +240,9 @@ MatmulFn ScalarMatmul(TensorType type, ActFormat act) {
         return &MatmulF32Act<LoadF16>;
       case TensorType::kBF16:
         return &MatmulF32Act<LoadBF16>;
-      case TensorType::kQ4_0:
-        return &MatmulDequantF32<TensorType::kQ4_0>;
-      case TensorType::kQ8_0:
-        return &MatmulDequantF32<TensorType::kQ8_0>;
-      case TensorType::kQ4_1:
-        return &MatmulDequantF32<TensorType::kQ4_1>;
-      case TensorType::kQ5_0:
-        return &MatmulDequantF32<TensorType::kQ5_0>;
-      case TensorType::kQ5_1:
-        return &MatmulDequantF32<TensorType::kQ5_1>;
-      case TensorType::kQ2_K:
-        return &MatmulDequantF32<TensorType::kQ2_K>;
-      case TensorType::kQ3_K:
-        return &MatmulDequantF32<TensorType::kQ3_K>;
-      case TensorType::kQ4_K:
-        return &MatmulDequantF32<TensorType::kQ4_K>;
-      case TensorType::kQ5_K:
-        return &MatmulDequantF32<TensorType::kQ5_K>;
-      case TensorType::kQ6_K:
-        return &MatmulDequantF32<TensorType::kQ6_K>;
       default:
-        return nullptr;
+        return ForQuantizedType(
+            type, [](auto t) -> MatmulFn { return &MatmulDequantF32<decltype(t)::value>; });
     }
   }
   if (act == ActFormat::kQ8_0) {
