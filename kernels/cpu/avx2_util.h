@@ -34,6 +34,17 @@ void FloatRowToHalf(const float* x, int64_t n, uint16_t* out);  // F16C, as Floa
 void AttentionGroup(const AttentionParams& p, const AttentionQuery* qs, int n, int kv_head,
                     float* scratch);
 
+// The 4-row tiles' rows from r: w[0..4) point at rows r.. of the task's weights, the last
+// real row repeated where fewer than 4 remain; returns how many are real.
+template <typename Block>
+int RowGroup4(const MatmulTask& t, int64_t r, const Block* w[4]) {
+  const int rows = static_cast<int>(std::min<int64_t>(4, t.r1 - r));
+  for (int j = 0; j < 4; ++j) {
+    w[j] = reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
+  }
+  return rows;
+}
+
 // The 4-row tiles' epilogue: acc[j] holds 4 rows' outputs for token j; the first `rows` of
 // them go to y[j * ldy + r] (a last group may repeat its last row to fill the tile).
 inline void StoreRows4(const __m128* acc, int tokens, int rows, float* y, int64_t ldy) {

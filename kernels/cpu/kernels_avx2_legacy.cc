@@ -115,11 +115,8 @@ void MatmulLegacy(const MatmulTask& t) {
       }
     }
     for (int64_t r = t.r0; r < t.r1; r += 4) {
-      const int rows = static_cast<int>(std::min<int64_t>(4, t.r1 - r));
       const Block* w[4];
-      for (int j = 0; j < 4; ++j) {
-        w[j] = reinterpret_cast<const Block*>(t.w + (r + std::min(j, rows - 1)) * t.w_stride);
-      }
+      const int rows = RowGroup4(t, r, w);
       // Prefetch during the first token tile only: the rows are in L1 for the others.
       int64_t pf = rows == 4 ? kPrefetchRows * static_cast<int64_t>(t.w_stride) : 0;
       SweepTiles<kTile>(i0, i1, [&]<int T>(int64_t i) {
