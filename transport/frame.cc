@@ -201,7 +201,9 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
       return Bad("want_logits", absl::StrCat("sequence ", s.seq, " asks for two samples"));
     }
   }
-  // Admitted sequences: each once, each with a token in this frame.
+  // Admitted sequences: each once, each with a token in this frame. A steady step admits
+  // none and pays nothing here.
+  if (in.admit_size() == 0) return f;
   std::set<SeqId> in_frame, admitted;
   for (const TokenSlot& s : f.slots) in_frame.insert(s.seq);
   for (const v1::SequenceSampling& a : in.admit()) {
