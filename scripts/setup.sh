@@ -16,7 +16,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-grpcio python3-grpc-tools python3-numpy python3-prometheus-client
-  iproute2 procps nftables openssl libssl-dev
+  iproute2 procps nftables openssl libssl-dev curl
 )
 
 missing=()
