@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "serving/chat_template.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cascade {
@@ -103,8 +104,9 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   t.push_back(Text("served-model-name", &c->served_model_name,
                    "The model's id in the APIs (default: its own name, or its file name)"));
   t.push_back(Text("chat-template", &c->chat_template,
-                   "Chat format: llama3, chatml, llama2, mistral, zephyr, gemma, or a file "
-                   "with a Jinja chat template of one of them (default: the model's own)"));
+                   absl::StrCat("Chat format: ", KnownChatFormats(),
+                                ", or a file with a Jinja chat template of one of them "
+                                "(default: the model's own)")));
   // Server.
   t.push_back(Text("listen", &c->server.listen, "Address of the public gRPC API"));
   t.push_back(Text("control-listen", &c->server.control_listen,

@@ -79,7 +79,7 @@ struct StageConfig {
 struct ClusterConfig {
   std::string model;  // GGUF file or Hugging Face folder
   std::string served_model_name;  // the id clients use ("" = the model's name)
-  // The chat prompt format: a family name (llama3, chatml, llama2, mistral, zephyr, gemma)
+  // The chat prompt format: a family name (serving/chat_template.h, KnownChatFormats())
   // or a file holding a Jinja chat template of one of them ("" = the model's own).
   std::string chat_template;
   ServerConfig server;

@@ -477,9 +477,10 @@ class HttpApi::Handler {
     if (endpoint == OpenAiEndpoint::kChat) {
       if (model.chat_format() == ChatFormat::kUnknown) {
         return ParamError("messages",
-                          "this model has no chat template Cascade renders; start the server "
-                          "with --chat-template (llama3, chatml, llama2, mistral, zephyr, gemma "
-                          "or a template file), or use /v1/completions");
+                          absl::StrCat("this model has no chat template Cascade renders; start "
+                                       "the server with --chat-template (",
+                                       KnownChatFormats(),
+                                       " or a template file), or use /v1/completions"));
       }
       auto prompt = RenderChat(model.chat_format(), req.messages);
       if (!prompt.ok()) return ParamError("messages", prompt.status().message());

@@ -55,16 +55,15 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Open(const std::string
       if (!text.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--chat-template '", chat_template,
-            "' is neither a chat format (llama3, chatml, llama2, mistral, zephyr, gemma) nor a "
-            "readable file of at most 1 MiB: ", text.status().message()));
+            "' is neither a chat format (", KnownChatFormats(),
+            ") nor a readable file of at most 1 MiB: ", text.status().message()));
       }
       m->chat_template_ = *std::move(text);
       format = DetectChatFormat(m->chat_template_);
       if (*format == ChatFormat::kUnknown) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--chat-template ", chat_template,
-            ": the template is of no family Cascade renders (llama3, chatml, llama2, mistral, "
-            "zephyr, gemma)"));
+            ": the template is of no family Cascade renders (", KnownChatFormats(), ")"));
       }
     }
     m->chat_format_ = *format;

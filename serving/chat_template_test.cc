@@ -160,6 +160,96 @@ TEST(ChatTemplate, GemmaFollowsGemma7BIt) {
             "<start_of_turn>model\n");
 }
 
+TEST(ChatTemplate, DetectsQwen3Phi3AndPhi4) {
+  // microsoft/Phi-3-mini-4k-instruct's template: Zephyr's role markers, but <|end|> closes
+  // each turn.
+  EXPECT_EQ(DetectChatFormat(
+                "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' "
+                "+ message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' "
+                "%}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == "
+                "'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif "
+                "%}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ "
+                "eos_token }}{% endif %}"),
+            ChatFormat::kPhi3);
+  // microsoft/phi-4: ChatML's markers with <|im_sep|> after the role.
+  EXPECT_EQ(DetectChatFormat("{{'<|im_start|>user<|im_sep|>' + message['content'] + "
+                             "'<|im_end|>'}}"),
+            ChatFormat::kPhi4);
+  // Qwen/Qwen3-8B: ChatML that splits an assistant turn at '</think>'.
+  EXPECT_EQ(DetectChatFormat("{%- if '</think>' in content %}{%- set content = "
+                             "content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}{{- "
+                             "'<|im_start|>' + message.role + '\\n' + content }}"),
+            ChatFormat::kQwen3);
+  // Qwen2.5 (ChatML with tool calls, no reasoning) stays plain ChatML.
+  EXPECT_EQ(DetectChatFormat("{{- '<|im_start|>' + message.role }}{{- '\\n<tool_call>\\n' }}"),
+            ChatFormat::kChatMl);
+  for (ChatFormat f : {ChatFormat::kQwen3, ChatFormat::kPhi3, ChatFormat::kPhi4}) {
+    EXPECT_EQ(*ChatFormatFromName(ChatFormatName(f)), f);
+  }
+  EXPECT_THAT(std::string(ChatFormatFromName("jinja").status().message()),
+              HasSubstr("qwen3, llama2"));
+}
+
+TEST(ChatTemplate, Qwen3DropsTheReasoningOfEarlierTurns) {
+  // Qwen/Qwen3-8B: ChatML; an assistant turn before the last user message keeps only what
+  // follows its last '</think>' (leading newlines removed).
+  const std::vector<ChatMessage> chat = {{"system", "Be brief."},
+                                         {"user", "Hi"},
+                                         {"assistant", "<think>\nI should greet.\n</think>\n\nHello."},
+                                         {"user", "Bye"}};
+  EXPECT_EQ(*RenderChat(ChatFormat::kQwen3, chat),
+            "<|im_start|>system\nBe brief.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n"
+            "<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // Without a user message no turn keeps its reasoning (the template's last_query_index
+  // stays at the last message).
+  EXPECT_EQ(*RenderChat(ChatFormat::kQwen3, {{"system", "S"}, {"assistant", "<think>r</think>X"}}),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>assistant\nX<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Qwen3KeepsTheReasoningAfterTheLastUserMessage) {
+  // After the last user message the last assistant turn is rendered with its reasoning,
+  // newlines around it normalised; an earlier one there only when it has reasoning.
+  EXPECT_EQ(*RenderChat(ChatFormat::kQwen3,
+                        {{"user", "Hi"}, {"assistant", "<think>\n\nplan\n\n</think>\n\nPartial"}}),
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nplan\n</think>\n\nPartial<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(*RenderChat(ChatFormat::kQwen3, {{"user", "Hi"}, {"assistant", "A"}, {"assistant", "B"}}),
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nA<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\nB<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Phi3FollowsPhi3MiniInstruct) {
+  // microsoft/Phi-3-mini-4k-instruct: '<|' + role + '|>\n' + content + '<|end|>\n' per
+  // message (content untrimmed), then '<|assistant|>\n'.
+  EXPECT_EQ(*RenderChat(ChatFormat::kPhi3, kWithSystem),
+            "<|system|>\nBe brief.<|end|>\n"
+            "<|user|>\nHi<|end|>\n"
+            "<|assistant|>\n  Hello.  <|end|>\n"
+            "<|user|>\nBye<|end|>\n"
+            "<|assistant|>\n");
+  // Phi-3.5's template leaves out an empty system message.
+  EXPECT_EQ(*RenderChat(ChatFormat::kPhi3, {{"system", ""}, {"user", "Hi"}}),
+            "<|user|>\nHi<|end|>\n<|assistant|>\n");
+}
+
+TEST(ChatTemplate, Phi4FollowsPhi4) {
+  // microsoft/phi-4: '<|im_start|>' + role + '<|im_sep|>' + content + '<|im_end|>' per
+  // message, no newlines, then '<|im_start|>assistant<|im_sep|>'.
+  EXPECT_EQ(*RenderChat(ChatFormat::kPhi4, kWithSystem),
+            "<|im_start|>system<|im_sep|>Be brief.<|im_end|>"
+            "<|im_start|>user<|im_sep|>Hi<|im_end|>"
+            "<|im_start|>assistant<|im_sep|>  Hello.  <|im_end|>"
+            "<|im_start|>user<|im_sep|>Bye<|im_end|>"
+            "<|im_start|>assistant<|im_sep|>");
+}
+
 TEST(ChatTemplate, RefusesWhatItCannotRender) {
   EXPECT_THAT(std::string(RenderChat(ChatFormat::kChatMl, {}).status().message()),
               HasSubstr("empty"));
