@@ -128,6 +128,65 @@ std::string MiniQwen3Moe() {
   return path;
 }
 
+// mini-phi3-{long,short}: Phi-3 with LongRoPE over 24 of each head's 32 dimensions, weights
+// as in MiniQwen3Moe (engine/testdata/phi3longrope/make_reference.py made the reference;
+// the sizes and factors below are its). `context` 256 stretches the original 64 (long
+// factors, attention factor from the file), 64 does not (short factors).
+std::string MiniPhi3LongRope(int64_t context) {
+  constexpr int64_t kVocab = 128, kDim = 64, kLayers = 2, kHeads = 4, kKvHeads = 2, kHd = 32;
+  constexpr int64_t kRopeDim = 24, kFfn = 96, kOriginal = 64;
+  GgufWriter w;
+  std::deque<std::vector<float>> values;
+  auto add = [&](const std::string& name, std::vector<int64_t> ne, bool norm) {
+    AddScriptTensor(w, &values, name, std::move(ne), norm);
+  };
+  w.SetString("general.architecture", "phi3");
+  w.SetString("general.name", "mini-phi3-longrope-random-f32");
+  const std::pair<const char*, uint32_t> ints[] = {
+      {"block_count", kLayers},         {"context_length", static_cast<uint32_t>(context)},
+      {"embedding_length", kDim},       {"feed_forward_length", kFfn},
+      {"attention.head_count", kHeads}, {"attention.head_count_kv", kKvHeads},
+      {"attention.key_length", kHd},    {"attention.value_length", kHd},
+      {"rope.dimension_count", kRopeDim}, {"rope.scaling.original_context_length", kOriginal},
+      {"vocab_size", kVocab}};
+  for (const auto& [key, value] : ints) w.SetUint32(std::string("phi3.") + key, value);
+  w.SetFloat32("phi3.rope.freq_base", 10000.0f);
+  w.SetFloat32("phi3.attention.layer_norm_rms_epsilon", 1e-5f);
+  // As llama.cpp's converter writes it: sqrt(1 + ln(context / original) / ln(original)).
+  const double stretch = static_cast<double>(context) / kOriginal;
+  w.SetFloat32("phi3.rope.scaling.attn_factor",
+               stretch > 1 ? static_cast<float>(std::sqrt(1 + std::log(stretch) / std::log(64.0)))
+                           : 1.0f);
+  std::vector<float>& long_f = values.emplace_back();
+  std::vector<float>& short_f = values.emplace_back();
+  for (int i = 0; i < kRopeDim / 2; ++i) {
+    long_f.push_back(1.0f + 0.5f * static_cast<float>(i));
+    short_f.push_back(1.0f + 0.0625f * static_cast<float>(i));
+  }
+  for (auto [name, v] : {std::pair<const char*, std::vector<float>*>{"rope_factors_long.weight", &long_f},
+                         {"rope_factors_short.weight", &short_f}}) {
+    w.AddTensor(name, TensorType::kF32, {kRopeDim / 2},
+                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v->data()), v->size() * 4));
+  }
+  add("token_embd.weight", {kDim, kVocab}, false);
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {kDim}, true);
+    add(p + "attn_qkv.weight", {kDim, (kHeads + 2 * kKvHeads) * kHd}, false);
+    add(p + "attn_output.weight", {kHeads * kHd, kDim}, false);
+    add(p + "ffn_norm.weight", {kDim}, true);
+    add(p + "ffn_up.weight", {kDim, 2 * kFfn}, false);
+    add(p + "ffn_down.weight", {kFfn, kDim}, false);
+  }
+  add("output_norm.weight", {kDim}, true);
+  add("output.weight", {kDim, kVocab}, false);
+  const std::string out = ::testing::TempDir() + "/mini_phi3_longrope_" + std::to_string(context) +
+                          "_" + std::to_string(::getpid()) + ".gguf";
+  absl::Status st = w.WriteFile(out);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
 std::string SourcePath(const std::string& rel) {
   return std::string(CASCADE_SOURCE_DIR) + "/" + rel;
 }
@@ -295,18 +354,56 @@ TEST_P(ArchModels, AFileMissingATensorIsRefusedNamingIt) {
   std::remove(path.c_str());
 }
 
-// Phi-3 LongRoPE (per-frequency factor tensors) is not implemented: such a file is
-// refused, naming the feature and the tensor.
-TEST(Phi3, LongRopeFactorsAreRefusedNamingTheFeature) {
+// Phi-3 LongRoPE against the float64 NumPy reference, with the long factors (a context
+// stretched 4x) and the short ones, on every kernel table; two stages give the same bits.
+TEST(Phi3, LongRopeMatchesTheReferenceWithLongAndShortFactors) {
+  for (const auto& [name, context] : {std::pair<std::string, int64_t>{"long", 256}, {"short", 64}}) {
+    SCOPED_TRACE(name);
+    const std::string path = MiniPhi3LongRope(context);
+    auto src = ModelSource::Open(path);
+    ASSERT_TRUE(src.ok()) << src.status();
+    EXPECT_EQ((*src)->config().rope_scaling.type, RopeScalingType::kLongRope);
+    const auto ids = ReadIds(SourcePath("engine/testdata/phi3longrope/mini-phi3-" + name + ".ids"));
+    const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 10);
+    auto want = ReadNpyF32(SourcePath("engine/testdata/phi3longrope/mini-phi3-" + name + ".logits.npy"));
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      CpuBackendOptions bo;
+      bo.threads = 2;
+      bo.max_isa = isa;
+      auto stage = Stage::Create(**src, {}, std::make_unique<CpuBackend>(bo));
+      ASSERT_TRUE(stage.ok()) << stage.status();
+      const auto logits = AllLogits(**stage, ids);
+      EXPECT_LT(MaxAbsDiff(logits, want->data), 1e-4) << "ISA cap " << CpuIsaName(isa);
+      EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
+    }
+    auto whole = Stage::Create(**src, {});
+    StageOptions first, second;
+    first.layers = {0, 1};
+    second.layers = {1, 2};
+    auto s0 = Stage::Create(**src, first);
+    auto s1 = Stage::Create(**src, second);
+    ASSERT_TRUE(whole.ok() && s0.ok() && s1.ok());
+    Batch batch;
+    for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], 3, static_cast<int32_t>(i), true});
+    std::vector<float> hidden, logits;
+    ASSERT_TRUE((*s0)->Forward(batch, {}, &hidden).ok());
+    ASSERT_TRUE((*s1)->Forward(batch, hidden, &logits).ok());
+    EXPECT_EQ(logits, AllLogits(**whole, ids)) << "two stages against one";
+    std::remove(path.c_str());
+  }
+}
+
+// A LongRoPE file needs both factor tensors; one alone is refused, naming the other.
+TEST(Phi3, LongRopeWithOneFactorTensorIsRefusedNamingTheOther) {
   const std::string model = ArchPath("mini-phi3-f32.gguf");
   CASCADE_REQUIRE_SHARED(model);
   auto gguf = GgufFile::Open(model);
   ASSERT_TRUE(gguf.ok()) << gguf.status();
   const std::string path = CopyGguf(**gguf, "", "rope_factors_long.weight");
   auto src = ModelSource::Open(path);
-  EXPECT_EQ(src.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(src.status().message(), ::testing::HasSubstr("'rope_factors_long.weight'"));
-  EXPECT_THAT(src.status().message(), ::testing::HasSubstr("LongRoPE"));
+  EXPECT_EQ(src.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(src.status().message(), ::testing::HasSubstr("'rope_factors_short.weight' is missing"));
   std::remove(path.c_str());
 }
 

@@ -17,7 +17,7 @@ std::vector<BackendFeature> RequiredFeatures(const ModelConfig& c) {
   if (c.sliding_window > 0) f.push_back(BackendFeature::kSlidingWindow);
   if (c.attn_softcap > 0) f.push_back(BackendFeature::kAttentionSoftCap);
   if (c.ffn_activation == FfnActivation::kGeluTanh) f.push_back(BackendFeature::kGeluMul);
-  if (c.scale_embeddings) f.push_back(BackendFeature::kScale);
+  if (c.scale_embeddings || c.RopeMagnitude() != 1.0f) f.push_back(BackendFeature::kScale);
   if (c.final_softcap > 0) f.push_back(BackendFeature::kSoftCap);
   if (c.is_moe()) f.push_back(BackendFeature::kMixtureOfExperts);
   return f;
@@ -398,6 +398,15 @@ absl::Status Stage::AddResidual(const DeviceBuffer& post_norm, int64_t n) {
   return absl::OkStatus();
 }
 
+void Stage::ScaleRotated(float* x, int64_t rows, float factor) {
+  const int64_t hd = config_.head_dim, rd = config_.rope_dim;
+  if (rd == hd) {  // the whole head rotates: one call
+    backend_->Scale(x, rows * hd, factor);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) backend_->Scale(x + r * hd, rd, factor);
+}
+
 absl::Status Stage::AttentionBlock(int l, std::span<const TokenSlot> slots,
                                    const KvCache::Plan& plan) {
   const ResidentLayer& w = layers_[l];
@@ -433,6 +442,10 @@ absl::Status Stage::AttentionBlock(int l, std::span<const TokenSlot> slots,
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
   be.Rope(k, pos_.data(), n, static_cast<int>(d.n_kv_heads), static_cast<int>(c.head_dim),
           static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
+  if (const float m = c.RopeMagnitude(); m != 1.0f) {  // LongRoPE: cos and sin times m
+    ScaleRotated(q, n * d.n_heads, m);
+    ScaleRotated(k, n * d.n_kv_heads, m);
+  }
 
   // Store this batch's keys and values, then attend over each sequence's cache.
   void* kpool = kv_->keys(l);  // kv_->layout()

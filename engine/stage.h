@@ -110,6 +110,9 @@ class Stage {
   // x += post_norm(xb) for n rows (xb all-reduced first when split; no norm when
   // post_norm is empty).
   absl::Status AddResidual(const DeviceBuffer& post_norm, int64_t n);
+  // Multiplies the rotated dimensions (the first rope_dim) of each of `rows` heads of
+  // head_dim at x by `factor`.
+  void ScaleRotated(float* x, int64_t rows, float factor);
   void Embed(std::span<const TokenSlot> slots, float* x);
   absl::Status Head(const std::vector<int64_t>& logit_rows, std::vector<float>* out);
   // The tensor-parallel all-reduce of (n, dim) partial sums; a failure breaks the stage.

@@ -7,6 +7,35 @@
 
 namespace cascade {
 
+namespace {
+
+absl::Status ValidateLongRope(const ModelConfig& c, const std::string& source) {
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": model config: LongRoPE ", what));
+  };
+  if (c.rope_scaling.original_context <= 0 || c.rope_scaling.original_context > c.context_length) {
+    return bad(absl::StrCat("original context ", c.rope_scaling.original_context,
+                            " is not in [1, the context ", c.context_length, "]"));
+  }
+  if (!(c.rope_scaling.attn_factor > 0 && c.rope_scaling.attn_factor < 16)) {
+    return bad(absl::StrCat("attention factor ", c.rope_scaling.attn_factor));
+  }
+  for (const auto& [name, v] : {std::pair<const char*, const std::vector<float>*>{
+                                    "long factors", &c.rope_scaling.long_factors},
+                                {"short factors", &c.rope_scaling.short_factors}}) {
+    if (v->size() != static_cast<size_t>(c.rope_dim / 2)) {
+      return bad(absl::StrCat(name, ": ", v->size(), " entries, expected ", c.rope_dim / 2,
+                              " (half the rotated dimensions)"));
+    }
+    for (float f : *v) {
+      if (!(f > 0 && std::isfinite(f))) return bad(absl::StrCat(name, ": a factor of ", f));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ModelConfig::Validate(const std::string& source) const {
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": model config: ", what));
@@ -64,7 +93,14 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
       !(rope_scaling.factor > 0 && std::isfinite(rope_scaling.factor))) {
     return bad(absl::StrCat("rope scaling factor ", rope_scaling.factor));
   }
+  if (rope_scaling.type == RopeScalingType::kLongRope) return ValidateLongRope(*this, source);
   return absl::OkStatus();
+}
+
+float ModelConfig::RopeMagnitude() const {
+  return rope_scaling.type == RopeScalingType::kLongRope
+             ? static_cast<float>(rope_scaling.attn_factor)
+             : 1.0f;
 }
 
 float ModelConfig::AttentionScale() const {
@@ -77,7 +113,10 @@ std::vector<float> ModelConfig::RopeFrequencies() const {
   std::vector<float> freq(half);
   for (int64_t i = 0; i < half; ++i) {
     double f = std::pow(rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(rope_dim));
-    if (!rope_freq_factors.empty()) {
+    if (rope_scaling.type == RopeScalingType::kLongRope) {
+      f /= (context_length > rope_scaling.original_context ? rope_scaling.long_factors
+                                                           : rope_scaling.short_factors)[i];
+    } else if (!rope_freq_factors.empty()) {
       f /= rope_freq_factors[i];
     } else if (rope_scaling.type == RopeScalingType::kLinear) {
       f /= rope_scaling.factor;

@@ -15,7 +15,10 @@
 
 namespace cascade {
 
-enum class RopeScalingType { kNone, kLinear, kLlama3 };
+// kLongRope: Phi-3's LongRoPE (llama.cpp "su"/"longrope"): per-frequency factors, the long
+// ones when the context served (the model's context_length) exceeds original_context and
+// the short ones otherwise, and attn_factor on the rotated dimensions of q and k.
+enum class RopeScalingType { kNone, kLinear, kLlama3, kLongRope };
 
 // The FFN's gate activation: down(act(gate x) * up x).
 enum class FfnActivation { kSilu, kGeluTanh };
@@ -25,7 +28,12 @@ struct RopeScaling {
   double factor = 1.0;
   double low_freq_factor = 1.0;   // llama3
   double high_freq_factor = 4.0;  // llama3
-  int64_t original_context = 0;   // llama3
+  int64_t original_context = 0;   // llama3, LongRoPE
+  // LongRoPE: rope_dim / 2 divisors of each pair's frequency for either context, and the
+  // factor on cos and sin (so on the rotated part of q . k, squared).
+  std::vector<float> long_factors;
+  std::vector<float> short_factors;
+  double attn_factor = 1.0;
 };
 
 struct ModelConfig {
@@ -101,6 +109,9 @@ struct ModelConfig {
   absl::Status Validate(const std::string& source) const;
   // Frequency of each rotated pair i (theta_i = pos * freq[i]) with scaling applied.
   std::vector<float> RopeFrequencies() const;
+  // The factor on the rotated dimensions of q and of k after RoPE: LongRoPE's attention
+  // factor, else 1.
+  float RopeMagnitude() const;
   // Parameter count (weights only, tied embeddings counted once): every expert, all of
   // which are resident.
   int64_t ParameterCount() const;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/arch.h"
 #include "nlohmann/json.hpp"
@@ -144,7 +145,7 @@ TEST(HfConfig, ReadsQwen2AndLlama3Scaling) {
   EXPECT_FALSE(q3.qkv_bias);
   EXPECT_EQ(q3.rope_layout, RopeLayout::kHalves);
   EXPECT_TRUE(q3.Validate("q3").ok());
-  // Phi-3: fused projections, a window on every layer; LongRoPE refused, named.
+  // Phi-3: fused projections, a window on every layer.
   nlohmann::json phi3 = qwen;
   phi3["sliding_window"] = 2047;
   ModelConfig p3;
@@ -152,10 +153,33 @@ TEST(HfConfig, ReadsQwen2AndLlama3Scaling) {
   EXPECT_TRUE(p3.fused_projections);
   EXPECT_EQ(p3.WindowOf(0), 2047);
   EXPECT_EQ(p3.WindowOf(5), 2047);
-  phi3["rope_scaling"] = {{"type", "longrope"}};
-  const absl::Status longrope = Phi3Arch().from_hf(phi3, "p3/config.json", &p3);
-  EXPECT_EQ(longrope.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(longrope.message().find("LongRoPE"), std::string::npos) << longrope;
+  // LongRoPE (Phi-3-128k, Phi-3.5): factors for half the rotated dimensions, the original
+  // context beside them, the attention factor from how far the context was stretched.
+  phi3["rope_scaling"] = {{"type", "longrope"},
+                          {"long_factor", std::vector<double>(32, 4.0)},
+                          {"short_factor", std::vector<double>(32, 1.5)}};
+  phi3["original_max_position_embeddings"] = 4096;
+  phi3["partial_rotary_factor"] = 0.75;  // Phi-4-mini: rotates 48 of 64 here, 24 pairs
+  ASSERT_TRUE(Phi3Arch().from_hf(phi3, "p3/config.json", &p3).ok());
+  EXPECT_EQ(p3.rope_dim, 48);
+  EXPECT_THAT(p3.Validate("p3").message(),
+              ::testing::HasSubstr("LongRoPE long factors: 32 entries, expected 24"));
+  phi3["partial_rotary_factor"] = 1.0;
+  ASSERT_TRUE(Phi3Arch().from_hf(phi3, "p3/config.json", &p3).ok());
+  ASSERT_TRUE(p3.Validate("p3").ok());
+  EXPECT_EQ(p3.rope_scaling.type, RopeScalingType::kLongRope);
+  EXPECT_EQ(p3.rope_scaling.original_context, 4096);
+  EXPECT_NEAR(p3.RopeMagnitude(), std::sqrt(1 + std::log(8.0) / std::log(4096.0)), 1e-6);
+  const float base1 = static_cast<float>(std::pow(1e6, -2.0 / 64));
+  EXPECT_FLOAT_EQ(p3.RopeFrequencies()[1], base1 / 4);  // 32768 > 4096: the long factors
+  phi3["max_position_embeddings"] = 4096;
+  ASSERT_TRUE(Phi3Arch().from_hf(phi3, "p3/config.json", &p3).ok());
+  EXPECT_FLOAT_EQ(p3.RopeFrequencies()[1], base1 / 1.5f);  // not stretched: the short ones
+  EXPECT_EQ(p3.RopeMagnitude(), 1.0f);
+  phi3["rope_scaling"]["type"] = "yarn";
+  const absl::Status yarn = Phi3Arch().from_hf(phi3, "p3/config.json", &p3);
+  EXPECT_EQ(yarn.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(yarn.message().find("'yarn'"), std::string::npos) << yarn;
   llama["rope_scaling"]["rope_type"] = "yarn";
   EXPECT_EQ(LlamaArch().from_hf(llama, "l/config.json", &l).code(),
             absl::StatusCode::kUnimplemented);
