@@ -187,6 +187,48 @@ std::string MiniPhi3LongRope(int64_t context) {
   return out;
 }
 
+// mini-mistral-swa: GGUF "llama" with llama.attention.sliding_window 5, weights as in
+// MiniQwen3Moe (engine/testdata/mistralswa/make_reference.py made the reference).
+std::string MiniMistralSwa() {
+  constexpr int64_t kVocab = 128, kDim = 64, kLayers = 2, kHeads = 4, kKvHeads = 2, kFfn = 96;
+  constexpr int64_t kKv = kKvHeads * (kDim / kHeads);
+  GgufWriter w;
+  std::deque<std::vector<float>> values;
+  auto add = [&](const std::string& name, std::vector<int64_t> ne, bool norm) {
+    AddScriptTensor(w, &values, name, std::move(ne), norm);
+  };
+  w.SetString("general.architecture", "llama");
+  w.SetString("general.name", "mini-mistral-swa-random-f32");
+  const std::pair<const char*, uint32_t> ints[] = {
+      {"block_count", kLayers},         {"context_length", 128},
+      {"embedding_length", kDim},       {"feed_forward_length", kFfn},
+      {"attention.head_count", kHeads}, {"attention.head_count_kv", kKvHeads},
+      {"attention.sliding_window", 5},  {"vocab_size", kVocab}};
+  for (const auto& [key, value] : ints) w.SetUint32(std::string("llama.") + key, value);
+  w.SetFloat32("llama.rope.freq_base", 10000.0f);
+  w.SetFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  add("token_embd.weight", {kDim, kVocab}, false);
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {kDim}, true);
+    add(p + "attn_q.weight", {kDim, kDim}, false);
+    add(p + "attn_k.weight", {kDim, kKv}, false);
+    add(p + "attn_v.weight", {kDim, kKv}, false);
+    add(p + "attn_output.weight", {kDim, kDim}, false);
+    add(p + "ffn_norm.weight", {kDim}, true);
+    add(p + "ffn_gate.weight", {kDim, kFfn}, false);
+    add(p + "ffn_up.weight", {kDim, kFfn}, false);
+    add(p + "ffn_down.weight", {kFfn, kDim}, false);
+  }
+  add("output_norm.weight", {kDim}, true);
+  add("output.weight", {kDim, kVocab}, false);
+  const std::string out =
+      ::testing::TempDir() + "/mini_mistral_swa_" + std::to_string(::getpid()) + ".gguf";
+  absl::Status st = w.WriteFile(out);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
 std::string SourcePath(const std::string& rel) {
   return std::string(CASCADE_SOURCE_DIR) + "/" + rel;
 }
@@ -392,6 +434,31 @@ TEST(Phi3, LongRopeMatchesTheReferenceWithLongAndShortFactors) {
     EXPECT_EQ(logits, AllLogits(**whole, ids)) << "two stages against one";
     std::remove(path.c_str());
   }
+}
+
+// A Mistral-style window on a llama file, against the float64 NumPy reference (24
+// positions over a window of 5), on every kernel table; two stages give the same bits.
+TEST(MistralSlidingWindow, MatchesTheReference) {
+  const std::string path = MiniMistralSwa();
+  auto src = ModelSource::Open(path);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_EQ((*src)->config().WindowOf(1), 5);
+  const auto ids = ReadIds(SourcePath("engine/testdata/mistralswa/mini-mistral-swa.ids"));
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 10);
+  auto want = ReadNpyF32(SourcePath("engine/testdata/mistralswa/mini-mistral-swa.logits.npy"));
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    CpuBackendOptions bo;
+    bo.threads = 2;
+    bo.max_isa = isa;
+    StageOptions opt;
+    opt.kv_block_size = 4;  // the window spans blocks
+    auto stage = Stage::Create(**src, opt, std::make_unique<CpuBackend>(bo));
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    EXPECT_LT(MaxAbsDiff(AllLogits(**stage, ids), want->data), 1e-4) << "ISA cap " << CpuIsaName(isa);
+    EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
+  }
+  std::remove(path.c_str());
 }
 
 // A LongRoPE file needs both factor tensors; one alone is refused, naming the other.

@@ -180,6 +180,22 @@ TEST(HfConfig, ReadsQwen2AndLlama3Scaling) {
   const absl::Status yarn = Phi3Arch().from_hf(phi3, "p3/config.json", &p3);
   EXPECT_EQ(yarn.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(yarn.message().find("'yarn'"), std::string::npos) << yarn;
+  // Mistral's window: MistralConfig's default 4096 when the key is absent, none when null
+  // (v0.2 and later); a Llama config without one has none.
+  nlohmann::json mistral = qwen;
+  mistral["architectures"] = {"MistralForCausalLM"};
+  ModelConfig m;
+  ASSERT_TRUE(LlamaArch().from_hf(mistral, "m/config.json", &m).ok());
+  EXPECT_EQ(m.WindowOf(3), 4096);
+  mistral["sliding_window"] = nullptr;
+  ASSERT_TRUE(LlamaArch().from_hf(mistral, "m/config.json", &m).ok());
+  EXPECT_EQ(m.WindowOf(3), 0);
+  mistral["sliding_window"] = 2048;
+  ASSERT_TRUE(LlamaArch().from_hf(mistral, "m/config.json", &m).ok());
+  EXPECT_EQ(m.WindowOf(0), 2048);
+  ModelConfig plain;
+  ASSERT_TRUE(LlamaArch().from_hf(qwen, "l/config.json", &plain).ok());
+  EXPECT_EQ(plain.WindowOf(0), 0);
   llama["rope_scaling"]["rope_type"] = "yarn";
   EXPECT_EQ(LlamaArch().from_hf(llama, "l/config.json", &l).code(),
             absl::StatusCode::kUnimplemented);
