@@ -229,6 +229,54 @@ std::string MiniMistralSwa() {
   return out;
 }
 
+// mini-gemma3: six layers (five windowed over 4 positions with the local base, the sixth
+// global with base 1e6 and linear scaling 8), weights as in MiniQwen3Moe, tied embeddings
+// (engine/testdata/gemma3/make_reference.py made the reference).
+std::string MiniGemma3() {
+  constexpr int64_t kVocab = 128, kDim = 64, kLayers = 6, kHeads = 4, kKvHeads = 2, kHd = 32;
+  constexpr int64_t kFfn = 96;
+  GgufWriter w;
+  std::deque<std::vector<float>> values;
+  auto add = [&](const std::string& name, std::vector<int64_t> ne, bool norm) {
+    AddScriptTensor(w, &values, name, std::move(ne), norm);
+  };
+  w.SetString("general.architecture", "gemma3");
+  w.SetString("general.name", "mini-gemma3-random-f32");
+  const std::pair<const char*, uint32_t> ints[] = {
+      {"block_count", kLayers},         {"context_length", 128},
+      {"embedding_length", kDim},       {"feed_forward_length", kFfn},
+      {"attention.head_count", kHeads}, {"attention.head_count_kv", kKvHeads},
+      {"attention.key_length", kHd},    {"attention.value_length", kHd},
+      {"attention.sliding_window", 4},  {"vocab_size", kVocab}};
+  for (const auto& [key, value] : ints) w.SetUint32(std::string("gemma3.") + key, value);
+  w.SetFloat32("gemma3.rope.freq_base", 1e6f);
+  w.SetString("gemma3.rope.scaling.type", "linear");
+  w.SetFloat32("gemma3.rope.scaling.factor", 8.0f);
+  w.SetFloat32("gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
+  add("token_embd.weight", {kDim, kVocab}, false);
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {kDim}, true);
+    add(p + "attn_q.weight", {kDim, kHeads * kHd}, false);
+    add(p + "attn_k.weight", {kDim, kKvHeads * kHd}, false);
+    add(p + "attn_v.weight", {kDim, kKvHeads * kHd}, false);
+    add(p + "attn_q_norm.weight", {kHd}, true);
+    add(p + "attn_k_norm.weight", {kHd}, true);
+    add(p + "attn_output.weight", {kHeads * kHd, kDim}, false);
+    add(p + "post_attention_norm.weight", {kDim}, true);
+    add(p + "ffn_norm.weight", {kDim}, true);
+    add(p + "ffn_gate.weight", {kDim, kFfn}, false);
+    add(p + "ffn_up.weight", {kDim, kFfn}, false);
+    add(p + "ffn_down.weight", {kFfn, kDim}, false);
+    add(p + "post_ffw_norm.weight", {kDim}, true);
+  }
+  add("output_norm.weight", {kDim}, true);
+  const std::string out = ::testing::TempDir() + "/mini_gemma3_" + std::to_string(::getpid()) + ".gguf";
+  absl::Status st = w.WriteFile(out);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
 std::string SourcePath(const std::string& rel) {
   return std::string(CASCADE_SOURCE_DIR) + "/" + rel;
 }
@@ -457,6 +505,53 @@ TEST(MistralSlidingWindow, MatchesTheReference) {
     ASSERT_TRUE(stage.ok()) << stage.status();
     EXPECT_LT(MaxAbsDiff(AllLogits(**stage, ids), want->data), 1e-4) << "ISA cap " << CpuIsaName(isa);
     EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
+  }
+  std::remove(path.c_str());
+}
+
+// Gemma 3 against the float64 NumPy reference on every kernel table (windowed layers with
+// their local RoPE base, a global one with the scaled base), and split into two stages at
+// each layer boundary, bit for bit the whole model.
+TEST(Gemma3, MatchesTheReferenceAndSplitsBitForBit) {
+  const std::string path = MiniGemma3();
+  auto src = ModelSource::Open(path);
+  ASSERT_TRUE(src.ok()) << src.status();
+  const ModelConfig& c = (*src)->config();
+  EXPECT_EQ(c.WindowOf(4), 4);
+  EXPECT_EQ(c.WindowOf(5), 0);
+  EXPECT_TRUE(c.UsesLocalRope(0));
+  EXPECT_FALSE(c.UsesLocalRope(5));
+  const auto ids = ReadIds(SourcePath("engine/testdata/gemma3/mini-gemma3.ids"));
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 10);
+  auto want = ReadNpyF32(SourcePath("engine/testdata/gemma3/mini-gemma3.logits.npy"));
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    CpuBackendOptions bo;
+    bo.threads = 2;
+    bo.max_isa = isa;
+    StageOptions opt;
+    opt.kv_block_size = 4;
+    auto stage = Stage::Create(**src, opt, std::make_unique<CpuBackend>(bo));
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    EXPECT_LT(MaxAbsDiff(AllLogits(**stage, ids), want->data), 1e-4) << "ISA cap " << CpuIsaName(isa);
+    EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
+  }
+  auto whole = Stage::Create(**src, {});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const auto want_bits = AllLogits(**whole, ids);
+  for (int k = 1; k < 6; ++k) {
+    StageOptions a, b;
+    a.layers = {0, k};
+    b.layers = {k, 6};
+    auto s0 = Stage::Create(**src, a);
+    auto s1 = Stage::Create(**src, b);
+    ASSERT_TRUE(s0.ok() && s1.ok());
+    Batch batch;
+    for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], 3, static_cast<int32_t>(i), true});
+    std::vector<float> hidden, logits;
+    ASSERT_TRUE((*s0)->Forward(batch, {}, &hidden).ok());
+    ASSERT_TRUE((*s1)->Forward(batch, hidden, &logits).ok());
+    EXPECT_EQ(logits, want_bits) << "split at layer " << k;
   }
   std::remove(path.c_str());
 }

@@ -183,6 +183,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   }
   CASCADE_ASSIGN_OR_RETURN(s->kv_, KvCache::Create(kv, be));
   s->rope_freq_ = s->config_.RopeFrequencies();
+  if (s->config_.rope_theta_local > 0) s->rope_freq_local_ = s->config_.LocalRopeFrequencies();
   s->zero_row_.assign(static_cast<size_t>(s->config_.dim), 0.0f);
   if (s->tp_ != nullptr) {
     // Every buffer a batch can need, now: a rank must not fail a batch the others run.
@@ -438,10 +439,12 @@ absl::Status Stage::AttentionBlock(int l, std::span<const TokenSlot> slots,
     be.RmsNorm(q, w.q_norm.as<float>(), n * d.n_heads, c.head_dim, eps, q);
     be.RmsNorm(k, w.k_norm.as<float>(), n * d.n_kv_heads, c.head_dim, eps, k);
   }
+  const float* freq =
+      c.UsesLocalRope(weights_->range.first + l) ? rope_freq_local_.data() : rope_freq_.data();
   be.Rope(q, pos_.data(), n, static_cast<int>(d.n_heads), static_cast<int>(c.head_dim),
-          static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
+          static_cast<int>(c.rope_dim), c.rope_layout, freq);
   be.Rope(k, pos_.data(), n, static_cast<int>(d.n_kv_heads), static_cast<int>(c.head_dim),
-          static_cast<int>(c.rope_dim), c.rope_layout, rope_freq_.data());
+          static_cast<int>(c.rope_dim), c.rope_layout, freq);
   if (const float m = c.RopeMagnitude(); m != 1.0f) {  // LongRoPE: cos and sin times m
     ScaleRotated(q, n * d.n_heads, m);
     ScaleRotated(k, n * d.n_kv_heads, m);

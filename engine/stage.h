@@ -152,7 +152,8 @@ class Stage {
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
-  std::vector<float> rope_freq_;  // (rope_dim / 2), host
+  std::vector<float> rope_freq_;        // (rope_dim / 2), host
+  std::vector<float> rope_freq_local_;  // the same for the layers of UsesLocalRope
   std::vector<ResidentLayer> layers_;
   TensorView token_embd_, output_;
   DeviceBuffer output_norm_;

@@ -1,5 +1,6 @@
 #include "model/arch.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -10,10 +11,20 @@
 namespace cascade {
 namespace {
 
-const ArchSpec* const kArchs[] = {&LlamaArch(),  &Qwen2Arch(),    &Qwen3Arch(),   &Phi3Arch(),
-                                  &Gemma2Arch(), &Qwen2MoeArch(), &Qwen3MoeArch()};
+const ArchSpec* const kArchs[] = {&LlamaArch(),  &Qwen2Arch(),  &Qwen3Arch(),
+                                  &Phi3Arch(),   &Gemma2Arch(), &Gemma3Arch(),
+                                  &Qwen2MoeArch(), &Qwen3MoeArch()};
 
 }  // namespace
+
+absl::Status SetQueryPreAttnScalar(double scalar, const std::string& where, ModelConfig* c) {
+  if (scalar < 0 || !std::isfinite(scalar)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " = ", scalar, " is not a positive number"));
+  }
+  if (scalar > 0) c->attn_scale = 1.0 / std::sqrt(scalar);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, const std::string& path,
                                 std::optional<int64_t> fallback) {

@@ -52,12 +52,17 @@ absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, const 
 absl::StatusOr<double> JsonFloat(const nlohmann::json& j, const char* key, const std::string& path,
                                  double fallback);
 
+// Gemma's query_pre_attn_scalar: q scaled by 1/sqrt(scalar) when it is > 0 (0: the default
+// 1/sqrt(head_dim)); `where` names the field in the error for a negative or odd value.
+absl::Status SetQueryPreAttnScalar(double scalar, const std::string& where, ModelConfig* c);
+
 // Per-architecture specs (model/arch/*.cc).
 const ArchSpec& LlamaArch();
 const ArchSpec& Qwen2Arch();
 const ArchSpec& Qwen3Arch();
 const ArchSpec& Phi3Arch();
 const ArchSpec& Gemma2Arch();
+const ArchSpec& Gemma3Arch();
 const ArchSpec& Qwen2MoeArch();
 const ArchSpec& Qwen3MoeArch();
 

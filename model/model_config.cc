@@ -68,9 +68,12 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
     return bad(absl::StrCat("rope_freqs has ", rope_freq_factors.size(), " entries, expected ",
                             rope_dim / 2));
   }
-  if (sliding_window < 0 || sliding_window_period < 1) {
+  if (sliding_window < 0 || sliding_window_period < 1 || global_layer_every < 0) {
     return bad(absl::StrCat("sliding window ", sliding_window, " every ", sliding_window_period,
-                            " layers"));
+                            " layers, a global layer every ", global_layer_every));
+  }
+  if (!(rope_theta_local >= 0 && std::isfinite(rope_theta_local))) {
+    return bad(absl::StrCat("local rope theta ", rope_theta_local));
   }
   for (const auto& [what, v] : {std::pair<const char*, double>{"attention soft-cap", attn_softcap},
                                 {"final soft-cap", final_softcap},
@@ -95,6 +98,14 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
   }
   if (rope_scaling.type == RopeScalingType::kLongRope) return ValidateLongRope(*this, source);
   return absl::OkStatus();
+}
+
+std::vector<float> ModelConfig::LocalRopeFrequencies() const {
+  ModelConfig local = *this;
+  local.rope_theta = rope_theta_local;
+  local.rope_scaling = RopeScaling{};
+  local.rope_freq_factors.clear();
+  return local.RopeFrequencies();
 }
 
 float ModelConfig::RopeMagnitude() const {

@@ -37,7 +37,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "qwen2moe", "qwen3moe"
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen2moe", "qwen3moe"
   std::string name;
   int64_t vocab_size = 0;
   int64_t dim = 0;  // hidden size
@@ -67,6 +67,12 @@ struct ModelConfig {
   // last sliding_window positions (itself included); 0: every layer attends to all.
   int64_t sliding_window = 0;
   int64_t sliding_window_period = 1;
+  // Gemma 3: > 0: layer l attends to all when (l + 1) % global_layer_every == 0 and to the
+  // window otherwise (instead of sliding_window_period's rule).
+  int64_t global_layer_every = 0;
+  // Gemma 3: > 0: the windowed layers rotate with this base and no rope scaling (the others
+  // with rope_theta and rope_scaling).
+  double rope_theta_local = 0;
   // Gemma 2: the embeddings times sqrt(dim); RMSNorms of the attention's and the FFN's
   // outputs (post_attention_norm, post_ffw_norm) before each residual add; soft-caps
   // cap * tanh(x / cap) of the attention scores and of the logits (0: none).
@@ -100,8 +106,12 @@ struct ModelConfig {
 
   // The window layer `layer` attends over (positions), 0 for the whole context.
   int64_t WindowOf(int64_t layer) const {
-    return sliding_window > 0 && layer % sliding_window_period == 0 ? sliding_window : 0;
+    if (sliding_window <= 0) return 0;
+    if (global_layer_every > 0) return (layer + 1) % global_layer_every != 0 ? sliding_window : 0;
+    return layer % sliding_window_period == 0 ? sliding_window : 0;
   }
+  // Whether `layer` rotates with rope_theta_local (a windowed layer of a model that has one).
+  bool UsesLocalRope(int64_t layer) const { return rope_theta_local > 0 && WindowOf(layer) > 0; }
   // The factor on q . k: attn_scale, or 1 / sqrt(head_dim).
   float AttentionScale() const;
 
@@ -109,6 +119,8 @@ struct ModelConfig {
   absl::Status Validate(const std::string& source) const;
   // Frequency of each rotated pair i (theta_i = pos * freq[i]) with scaling applied.
   std::vector<float> RopeFrequencies() const;
+  // The frequencies of the layers UsesLocalRope names: base rope_theta_local, unscaled.
+  std::vector<float> LocalRopeFrequencies() const;
   // The factor on the rotated dimensions of q and of k after RoPE: LongRoPE's attention
   // factor, else 1.
   float RopeMagnitude() const;

@@ -196,6 +196,28 @@ TEST(HfConfig, ReadsQwen2AndLlama3Scaling) {
   ModelConfig plain;
   ASSERT_TRUE(LlamaArch().from_hf(qwen, "l/config.json", &plain).ok());
   EXPECT_EQ(plain.WindowOf(0), 0);
+  // Gemma 3 (1B): q/k norms, norms stored as w, five windowed layers with the local base
+  // to one global layer.
+  nlohmann::json gemma3 = qwen;
+  gemma3["architectures"] = {"Gemma3ForCausalLM"};
+  gemma3["sliding_window"] = 512;
+  gemma3["rope_local_base_freq"] = 10000.0;
+  gemma3["query_pre_attn_scalar"] = 256;
+  gemma3["hidden_activation"] = "gelu_pytorch_tanh";
+  ModelConfig g3;
+  ASSERT_TRUE(Gemma3Arch().from_hf(gemma3, "g3/config.json", &g3).ok());
+  ASSERT_TRUE(g3.Validate("g3").ok());
+  EXPECT_TRUE(g3.qk_norm);
+  EXPECT_EQ(g3.norm_weight_offset, 1.0);
+  EXPECT_EQ(g3.WindowOf(4), 512);
+  EXPECT_EQ(g3.WindowOf(11), 0);
+  EXPECT_TRUE(g3.UsesLocalRope(6));
+  EXPECT_FLOAT_EQ(g3.LocalRopeFrequencies()[1], static_cast<float>(std::pow(1e4, -2.0 / 64)));
+  EXPECT_FLOAT_EQ(g3.RopeFrequencies()[1], static_cast<float>(std::pow(1e6, -2.0 / 64)));
+  EXPECT_FLOAT_EQ(g3.AttentionScale(), 1.0f / 16);
+  gemma3["hidden_activation"] = "relu";
+  EXPECT_EQ(Gemma3Arch().from_hf(gemma3, "g3/config.json", &g3).code(),
+            absl::StatusCode::kUnimplemented);
   llama["rope_scaling"]["rope_type"] = "yarn";
   EXPECT_EQ(LlamaArch().from_hf(llama, "l/config.json", &l).code(),
             absl::StatusCode::kUnimplemented);

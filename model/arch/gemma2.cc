@@ -29,16 +29,6 @@ void SetGemma2Block(ModelConfig* c) {
   c->sliding_window_period = 2;  // layers 0, 2, 4, ...
 }
 
-// q scaled by 1/sqrt(query_pre_attn_scalar) when given (> 0); `where` names the field.
-absl::Status SetQueryScale(double query_scalar, const std::string& where, ModelConfig* c) {
-  if (query_scalar < 0 || !std::isfinite(query_scalar)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " = ", query_scalar, " is not a positive number"));
-  }
-  if (query_scalar > 0) c->attn_scale = 1.0 / std::sqrt(query_scalar);
-  return absl::OkStatus();
-}
-
 absl::Status Gemma2FromGguf(const GgufFile& f, ModelConfig* c) {
   CASCADE_RETURN_IF_ERROR(ReadLlamaLikeGguf(f, "gemma2", c));
   SetGemma2Block(c);
@@ -50,7 +40,7 @@ absl::Status Gemma2FromGguf(const GgufFile& f, ModelConfig* c) {
   const double default_scalar =
       c->n_layers == k27bLayers ? static_cast<double>(c->dim / c->n_heads) : 0.0;
   CASCADE_ASSIGN_OR_RETURN(const double query_scalar, f.GetFloatOr(key, default_scalar));
-  return SetQueryScale(query_scalar, absl::StrCat(f.path(), ": GGUF metadata '", key, "'"), c);
+  return SetQueryPreAttnScalar(query_scalar, absl::StrCat(f.path(), ": GGUF metadata '", key, "'"), c);
 }
 
 absl::Status Gemma2FromHf(const nlohmann::json& j, const std::string& path, ModelConfig* c) {
@@ -71,7 +61,7 @@ absl::Status Gemma2FromHf(const nlohmann::json& j, const std::string& path, Mode
   CASCADE_ASSIGN_OR_RETURN(c->sliding_window, JsonInt(j, "sliding_window", path, 0));
   CASCADE_ASSIGN_OR_RETURN(const double query_scalar,
                            JsonFloat(j, "query_pre_attn_scalar", path, 0.0));
-  return SetQueryScale(query_scalar, absl::StrCat(path, ": config.json: 'query_pre_attn_scalar'"),
+  return SetQueryPreAttnScalar(query_scalar, absl::StrCat(path, ": config.json: 'query_pre_attn_scalar'"),
                        c);
 }
 
