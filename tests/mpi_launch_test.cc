@@ -236,7 +236,17 @@ INSTANTIATE_TEST_SUITE_P(
                                 "models/stories260K/prompt-greedy.ids", 48},
                       ModelCase{"tinyllama_f16", "models/tiny-llama/tiny-llama-f16.gguf",
                                 "models/tiny-llama/prompt.ids",
-                                "models/tiny-llama/f16.greedy32.ids", 32}),
+                                "models/tiny-llama/f16.greedy32.ids", 32},
+                      // The architectures beyond Llama whose head counts 2 divides (Phi-3's
+                      // mini model has 3 heads): each rank holds half of every layer's
+                      // heads, q/k norms (qwen3), soft-caps, post-norms and the even
+                      // layers' window (gemma2, 13 layers a node).
+                      ModelCase{"qwen3", "models/arch/mini-qwen3-f32.gguf",
+                                "models/arch/prompt.ids",
+                                "models/arch/mini-qwen3-f32.greedy32.ids", 32},
+                      ModelCase{"gemma2", "models/arch/mini-gemma2-f32.gguf",
+                                "models/arch/prompt.ids",
+                                "models/arch/mini-gemma2-f32.greedy32.ids", 32}),
     [](const ::testing::TestParamInfo<ModelCase>& i) { return i.param.name; });
 
 // A rank that dies: every other rank gone within 10 s, naming it; the job fails.
