@@ -19,6 +19,7 @@
 #include "cascade/v1/inference.grpc.pb.h"
 #include "engine/stage.h"
 #include "engine/stage_test_util.h"
+#include "engine/testdata/script_models.h"
 #include "generation/sampler.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -184,18 +185,37 @@ int Count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// A model of ../shared (paths relative to it), or one written from a formula
+// (engine/testdata/script_models.h: `model` names it, `reference` is relative to the source
+// tree, the prompt is the reference's first 10 ids; no text prompts: their vocabulary is
+// the bundled tokenizer's over 128 ids).
 struct ModelCase {
   std::string name, model, prompt, reference;  // reference: prompt + greedy ids
   int tokens;
+  bool generated = false;
 };
+
+std::string SourcePath(const std::string& rel) { return std::string(CASCADE_SOURCE_DIR) + "/" + rel; }
+
+std::string GeneratedModel(const std::string& which) {
+  auto tok = GgufFile::Open(SourcePath("models/stories260K.gguf"));
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  if (!tok.ok()) return "";
+  if (which == "phi3_longrope") return testing::MiniPhi3LongRope(256, tok->get());
+  if (which == "gemma3") return testing::MiniGemma3(tok->get());
+  return testing::MiniMistralSwa(tok->get());
+}
 
 class TwoNodesOfTp2 : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(TwoNodesOfTp2, ServeTheSingleProcessGreedyText) {
   const ModelCase& c = GetParam();
-  const std::string model = testing::SharedPath(c.model);
+  const std::string model = c.generated ? GeneratedModel(c.model) : testing::SharedPath(c.model);
   CASCADE_REQUIRE_SHARED(model);
-  const std::vector<int32_t> prompt = testing::ReadIds(testing::SharedPath(c.prompt));
+  const std::string reference =
+      c.generated ? SourcePath(c.reference) : testing::SharedPath(c.reference);
+  std::vector<int32_t> prompt = testing::ReadIds(c.generated ? reference : testing::SharedPath(c.prompt));
+  if (c.generated) prompt.resize(10);
   ASSERT_FALSE(prompt.empty());
   MpiJob job(4, model, {"--ranks-per-node", "2", "--tp", "2"});
   ASSERT_TRUE(job.WaitServing()) << job.Log();
@@ -214,11 +234,12 @@ TEST_P(TwoNodesOfTp2, ServeTheSingleProcessGreedyText) {
   EXPECT_LT(worst, 1e-4) << "max |logprob - single process|";
   RecordProperty("max_abs_logprob_diff", std::to_string(worst));
   // And the independent reference's greedy ids (prompt + generated).
-  const std::vector<int32_t> ref = testing::ReadIds(testing::SharedPath(c.reference));
+  const std::vector<int32_t> ref = testing::ReadIds(reference);
   ASSERT_GE(ref.size(), prompt.size() + got.ids.size());
   EXPECT_EQ(got.ids, std::vector<int32_t>(ref.begin() + prompt.size(),
                                           ref.begin() + prompt.size() + got.ids.size()));
 
+  if (c.generated) return;  // no text prompts (above)
   // The OpenAI HTTP API on rank 0, as cascade-coordinator serves it.
   httplib::Client http("127.0.0.1", job.http_port());
   http.set_read_timeout(60, 0);
@@ -246,7 +267,15 @@ INSTANTIATE_TEST_SUITE_P(
                                 "models/arch/mini-qwen3-f32.greedy32.ids", 32},
                       ModelCase{"gemma2", "models/arch/mini-gemma2-f32.gguf",
                                 "models/arch/prompt.ids",
-                                "models/arch/mini-gemma2-f32.greedy32.ids", 32}),
+                                "models/arch/mini-gemma2-f32.greedy32.ids", 32},
+                      // Written here, with their NumPy references: LongRoPE with partial
+                      // rotary, Gemma 3's local and global layers, Mistral's window.
+                      ModelCase{"phi3_longrope", "phi3_longrope", "",
+                                "engine/testdata/phi3longrope/mini-phi3-long.ids", 14, true},
+                      ModelCase{"gemma3", "gemma3", "", "engine/testdata/gemma3/mini-gemma3.ids",
+                                14, true},
+                      ModelCase{"mistral_swa", "mistral_swa", "",
+                                "engine/testdata/mistralswa/mini-mistral-swa.ids", 14, true}),
     [](const ::testing::TestParamInfo<ModelCase>& i) { return i.param.name; });
 
 // A rank that dies: every other rank gone within 10 s, naming it; the job fails.
