@@ -47,7 +47,7 @@ uint64_t LayerShare(const ModelProfile& m, int l, const TpShard& s) {
     return den > 0 ? static_cast<uint64_t>(static_cast<double>(bytes) * num / den) : bytes;
   };
   return part(sp.heads, s.n_heads(), c.n_heads) + part(sp.kv, s.n_kv_heads(), c.n_kv_heads) +
-         part(sp.ffn, s.ffn(), c.ffn_dim) + sp.whole;
+         part(sp.ffn, s.ffn(), c.ffn_dim) + part(sp.experts, s.experts(), c.n_experts) + sp.whole;
 }
 
 uint64_t VocabShare(uint64_t bytes, const ModelConfig& c, const TpShard& s) {
@@ -144,7 +144,10 @@ ModelProfile ProfileFromSource(const ModelSource& source) {
         sp.heads += t.nbytes;
       } else if (absl::StrContains(n, ".attn_k.") || absl::StrContains(n, ".attn_v.")) {
         sp.kv += t.nbytes;
-      } else if (absl::StrContains(n, ".ffn_") && !absl::StrContains(n, "_norm")) {
+      } else if (absl::StrContains(n, "_exps.")) {  // a rank keeps its share of the experts
+        sp.experts += t.nbytes;
+      } else if (absl::StrContains(n, ".ffn_") && !absl::StrContains(n, "_norm") &&
+                 !absl::StrContains(n, "ffn_gate_inp") && !absl::StrContains(n, "_shexp")) {
         sp.ffn += t.nbytes;
       } else {
         sp.whole += t.nbytes;

@@ -39,9 +39,10 @@ struct ModelProfile {
   ModelConfig config;
   std::vector<uint64_t> layer_bytes;  // weight bytes of each layer
   // How each layer's bytes split under tensor parallelism (model/tensor_parallel.h): by
-  // query heads (Q, O and their biases), by KV heads (K, V), by the FFN, and whole (norms).
+  // query heads (Q, O and their biases), by KV heads (K, V), by the dense FFN, by experts,
+  // and whole (norms, a router, a shared expert: rank 0 holds it, counted on every rank).
   struct LayerSplit {
-    uint64_t heads = 0, kv = 0, ffn = 0, whole = 0;
+    uint64_t heads = 0, kv = 0, ffn = 0, experts = 0, whole = 0;
   };
   std::vector<LayerSplit> layer_split;
   uint64_t embedding_bytes = 0;       // token embedding (first stage)

@@ -603,14 +603,23 @@ TEST_P(MoeModels, AnExpertTensorOfTheWrongShapeIsRefusedNamingIt) {
 
 // Experts are not split over ranks (no expert parallelism): tensor parallelism is refused,
 // saying why, rather than computed wrongly.
-TEST_P(MoeModels, TensorParallelismIsRefusedNamingTheExperts) {
+// Expert parallelism needs a whole expert per rank: more ranks than experts are refused,
+// naming both counts.
+TEST_P(MoeModels, MoreRanksThanExpertsAreRefusedNamingBoth) {
   CASCADE_REQUIRE_SHARED(Model());
   auto src = ModelSource::Open(Model());
   ASSERT_TRUE(src.ok()) << src.status();
-  auto shard = MakeTpShard((*src)->config(), 0, 3);
-  EXPECT_EQ(shard.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(shard.status().message(), ::testing::HasSubstr("mixture-of-experts"));
-  EXPECT_THAT(shard.status().message(), ::testing::HasSubstr("expert parallelism"));
+  const int64_t experts = (*src)->config().n_experts;
+  auto shard = MakeTpShard((*src)->config(), 0, static_cast<int>(experts) + 1);
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(shard.status().message(),
+              ::testing::HasSubstr(absl::StrCat("tensor parallelism of ", experts + 1,
+                                                " for a mixture of ", experts, " experts")));
+  auto fits = MakeTpShard((*src)->config(), 2, 3);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->expert_begin, experts * 2 / 3);
+  EXPECT_EQ(fits->expert_end, experts);
+  EXPECT_FALSE(fits->shared_expert);
 }
 
 // Many sequences of different lengths in one batch (every expert gets a group of its own

@@ -40,7 +40,9 @@ absl::Status Stage::FfnBlock(int l, int64_t n) {
 
 // xb (n, dim) holds the normed input and receives the output. The tokens routed to an
 // expert are gathered into moe_in_ and go through it together; each token's outputs are
-// weighted and summed on the host in expert-index order, whatever its batch.
+// weighted and summed on the host in expert-index order, whatever its batch. A rank of a
+// tensor-parallel group holds experts [expert_begin, expert_end) (and the shared expert,
+// or not): its sum is its part, which AddResidual's all-reduce completes.
 absl::Status Stage::MoeBlock(int l, int64_t n) {
   const ResidentLayer& w = layers_[l];
   const ModelConfig& c = config_;
@@ -64,15 +66,19 @@ absl::Status Stage::MoeBlock(int l, int64_t n) {
       for (int64_t j = 0; j < dim; ++j) sum[j] += wt[i] * y[j];
     }
   };
-  for (int64_t e = 0; e < n_experts; ++e) {
+  const TpShard* sh = shard();
+  const int64_t first = sh != nullptr ? sh->expert_begin : 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(w.exp_gate.size()); ++i) {
+    const int64_t e = first + i;
     const std::vector<int64_t>& rows = routing_.rows[e];
     const int64_t m = static_cast<int64_t>(rows.size());
     if (m == 0) continue;
     be.GatherRows(xb, rows.data(), m, dim, in);  // (m, dim)
-    Ffn(w.exp_gate[e], w.exp_up[e], w.exp_down[e], in, m, c.expert_ffn_dim, out);
+    Ffn(w.exp_gate[i], w.exp_up[i], w.exp_down[i], in, m, c.expert_ffn_dim, out);
     accumulate(m, rows.data(), routing_.weights[e].data());
   }
-  if (c.shared_expert_ffn_dim > 0) {  // every token, gated by sigmoid(shexp_router . h)
+  // Every token, gated by sigmoid(shexp_router . h), where this rank holds it.
+  if (c.shared_expert_ffn_dim > 0 && w.shexp_router.data != nullptr) {
     float* gate = router_.as<float>();
     be.MatMul(w.shexp_router, xb, n, gate);  // (n, 1)
     std::vector<float> weight(n);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "engine/testdata/script_models.h"
 #include "engine/tp_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,7 +27,9 @@ void OnEveryRank(int size, Fn fn) {
 
 struct Case {
   std::string name;
-  std::string model;  // under the shared folder; "odd": the synthetic OddShape
+  // Under the shared folder; "odd": the synthetic OddShape; "qwen3moe": the model of
+  // engine/testdata/script_models.h.
+  std::string model;
   int size;
 };
 
@@ -47,13 +50,20 @@ class TensorParallel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TensorParallel, MatchesTheUnsplitStage) {
   const Case& c = GetParam();
-  std::string path = c.model == "odd" ? OddModelPath() : testing::SharedPath(c.model);
+  std::string path = c.model == "odd"        ? OddModelPath()
+                     : c.model == "qwen3moe" ? testing::MiniQwen3Moe()
+                                             : testing::SharedPath(c.model);
   CASCADE_REQUIRE_SHARED(path);
   auto src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status();
   std::vector<int32_t> ids = testing::ReadIds(testing::SharedPath(
       c.model.find("tiny-llama") != std::string::npos ? "models/tiny-llama/prompt.ids"
                                                       : "models/stories260K/prompt.ids"));
+  if (c.model == "qwen3moe") {  // its vocabulary is 128: the reference's own prompt
+    ids = testing::ReadIds(std::string(CASCADE_SOURCE_DIR) +
+                           "/engine/testdata/qwen3moe/mini-qwen3moe.ids");
+    ids.resize(10);
+  }
   if (ids.empty()) ids = {1, 403, 407, 261, 378};
   std::vector<double> worst(c.size);
   OnEveryRank(c.size, [&](Collective& col) {
@@ -84,7 +94,14 @@ INSTANTIATE_TEST_SUITE_P(
                       // Fused q/k/v and gate/up sliced again per rank; sliding windows.
                       Case{"phi3_tp3", "models/arch/mini-phi3-f32.gguf", 3},
                       // Post norms after the all-reduce, soft-caps, GELU, scaled embedding.
-                      Case{"gemma2_tp2", "models/arch/mini-gemma2-f32.gguf", 2}),
+                      Case{"gemma2_tp2", "models/arch/mini-gemma2-f32.gguf", 2},
+                      // Expert parallelism: whole experts per rank, every rank routing
+                      // every token, the all-reduce summing the parts. 8 experts on 3
+                      // ranks (3, 3, 2), 2 used (Mixtral) and 4 used with the shared expert
+                      // on rank 0 (Qwen2-MoE); Qwen3-MoE on 2 and on 4 ranks.
+                      Case{"mixtral_tp3", "models/arch/mini-mixtral-f32.gguf", 3},
+                      Case{"qwen2moe_tp3", "models/arch/mini-qwen2moe-f32.gguf", 3},
+                      Case{"qwen3moe_tp2", "qwen3moe", 2}, Case{"qwen3moe_tp4", "qwen3moe", 4}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 TEST(TensorParallelShard, EachRankHoldsItsShareOfTheWeights) {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
 
 namespace cascade {
 
@@ -12,6 +13,28 @@ bool TpShard::kv_contiguous() const {
   }
   return true;
 }
+
+namespace {
+
+// A dense FFN's rows [ffn_begin, ffn_end) of s's rank, cut at multiples of align.ffn.
+absl::Status SplitDenseFfn(const ModelConfig& c, const TpAlignment& align, TpShard* s) {
+  const int64_t fa = std::max<int64_t>(1, align.ffn);
+  if (c.ffn_dim % fa != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallelism: the FFN size ",
+                                                   c.ffn_dim, " is not a multiple of ", fa));
+  }
+  const int64_t units = c.ffn_dim / fa;
+  s->ffn_begin = fa * (units * s->rank / s->size);
+  s->ffn_end = fa * (units * (s->rank + 1) / s->size);
+  if (s->ffn_end <= s->ffn_begin) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallelism of ", s->size,
+                                                   " leaves rank ", s->rank, " no FFN rows (",
+                                                   units, " blocks of ", fa, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<TpShard> MakeTpShard(const ModelConfig& c, int rank, int size,
                                     const TpAlignment& align) {
@@ -24,11 +47,11 @@ absl::StatusOr<TpShard> MakeTpShard(const ModelConfig& c, int rank, int size,
                                                    " heads and ", c.n_kv_heads,
                                                    " KV heads do not form GQA groups"));
   }
-  if (c.is_moe() && size > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor parallelism of ", size, " for a mixture-of-experts model (", c.n_experts,
-        " experts) is not implemented: its experts are not split over ranks (no expert "
-        "parallelism); run it unsplit or split it into pipeline stages"));
+  if (c.is_moe() && c.n_experts < size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor parallelism of ", size, " for a mixture of ", c.n_experts,
+        " experts: expert parallelism gives each rank whole experts, so it needs at least one "
+        "expert per rank (use fewer ranks, or split the model into pipeline stages)"));
   }
   if (c.n_heads % size != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tensor parallelism of ", size,
@@ -55,18 +78,12 @@ absl::StatusOr<TpShard> MakeTpShard(const ModelConfig& c, int rank, int size,
   } else {
     for (int64_t h = s.head_begin; h < s.head_end; ++h) s.kv_heads.push_back(h / g);
   }
-  const int64_t fa = std::max<int64_t>(1, align.ffn);
-  if (c.ffn_dim % fa != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor parallelism: the FFN size ",
-                                                   c.ffn_dim, " is not a multiple of ", fa));
-  }
-  const int64_t units = c.ffn_dim / fa;
-  s.ffn_begin = fa * (units * rank / size);
-  s.ffn_end = fa * (units * (rank + 1) / size);
-  if (s.ffn_end <= s.ffn_begin) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor parallelism of ", size,
-                                                   " leaves rank ", rank, " no FFN rows (",
-                                                   units, " blocks of ", fa, ")"));
+  if (c.is_moe()) {
+    s.expert_begin = c.n_experts * rank / size;
+    s.expert_end = c.n_experts * (rank + 1) / size;
+    s.shared_expert = rank == 0;
+  } else {
+    CASCADE_RETURN_IF_ERROR(SplitDenseFfn(c, align, &s));
   }
   s.vocab_begin = c.vocab_size * rank / size;
   s.vocab_end = c.vocab_size * (rank + 1) / size;

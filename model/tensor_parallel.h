@@ -10,12 +10,17 @@
 //              one KV head per query head, so its attention is plain multi-head.
 //   FFN:       gate and up by output rows, down by input columns, over [ffn_begin,
 //              ffn_end), cut at multiples of ffn_align (the block size of ffn_down's type).
+//   experts:   (a mixture of experts: expert parallelism) each rank holds whole experts
+//              [expert_begin, expert_end), an even share; the router is whole on every
+//              rank, so every rank routes every token alike and computes the part of its
+//              output its experts give; the all-reduce after the FFN sums the parts. The
+//              shared expert (Qwen2-MoE) is whole on rank 0 only.
 //   vocabulary: token embedding and output head by rows, [vocab_begin, vocab_end).
 //   norms:     whole on every rank.
 //
 // Contract: pure functions of their arguments; thread-safe. MakeTpShard refuses (naming
-// the reason) a mixture-of-experts model split over more than one rank (Unimplemented:
-// no expert parallelism yet), a size that does not divide the head count, a query split
+// the reason) a mixture of experts with fewer experts than ranks, a size that does not
+// divide the head count, a query split
 // that cuts a block of the output projection's type, and a split that leaves a rank
 // without FFN rows or vocabulary. Slices of rows are views of the source's bytes; slices
 // of columns and gathered rows are copies into storage the caller keeps alive.
@@ -37,12 +42,15 @@ struct TpShard {
   int size = 1;
   int64_t head_begin = 0, head_end = 0;  // query heads
   std::vector<int64_t> kv_heads;         // KV heads kept here, in local order
-  int64_t ffn_begin = 0, ffn_end = 0;
+  int64_t ffn_begin = 0, ffn_end = 0;      // a dense FFN's rows
+  int64_t expert_begin = 0, expert_end = 0;  // a mixture of experts': its whole experts
+  bool shared_expert = true;                 // holds the shared expert (rank 0)
   int64_t vocab_begin = 0, vocab_end = 0;
 
   int64_t n_heads() const { return head_end - head_begin; }
   int64_t n_kv_heads() const { return static_cast<int64_t>(kv_heads.size()); }
   int64_t ffn() const { return ffn_end - ffn_begin; }
+  int64_t experts() const { return expert_end - expert_begin; }
   int64_t vocab() const { return vocab_end - vocab_begin; }
   // The KV heads are a contiguous range of the model's (a view of the K/V weights).
   bool kv_contiguous() const;

@@ -121,7 +121,13 @@ absl::Status ApplyShard(const ModelConfig& c, const TpShard& s, ModelWeights* w)
     }
     CASCADE_ASSIGN_OR_RETURN(TensorView wo, SliceColumns(*l.wo, q0, nq, storage()));
     l.wo = keep(std::move(wo));
-    if (!c.is_moe()) {  // MakeTpShard refuses to split experts: a group of one holds all
+    if (c.is_moe()) {  // whole experts: this rank's share, the shared expert on one rank
+      for (auto* experts : {&l.exp_gate, &l.exp_up, &l.exp_down}) {
+        *experts = std::vector<const TensorView*>(experts->begin() + s.expert_begin,
+                                                  experts->begin() + s.expert_end);
+      }
+      if (!s.shared_expert) l.shexp_router = l.shexp_gate = l.shexp_up = l.shexp_down = nullptr;
+    } else {
       l.w_gate = keep(SliceRows(*l.w_gate, s.ffn_begin, s.ffn()));
       l.w_up = keep(SliceRows(*l.w_up, s.ffn_begin, s.ffn()));
       CASCADE_ASSIGN_OR_RETURN(TensorView down,

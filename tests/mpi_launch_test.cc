@@ -203,6 +203,7 @@ std::string GeneratedModel(const std::string& which) {
   if (!tok.ok()) return "";
   if (which == "phi3_longrope") return testing::MiniPhi3LongRope(256, tok->get());
   if (which == "gemma3") return testing::MiniGemma3(tok->get());
+  if (which == "qwen3moe") return testing::MiniQwen3Moe(tok->get());
   return testing::MiniMistralSwa(tok->get());
 }
 
@@ -275,7 +276,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"gemma3", "gemma3", "", "engine/testdata/gemma3/mini-gemma3.ids",
                                 14, true},
                       ModelCase{"mistral_swa", "mistral_swa", "",
-                                "engine/testdata/mistralswa/mini-mistral-swa.ids", 14, true}),
+                                "engine/testdata/mistralswa/mini-mistral-swa.ids", 14, true},
+                      // Experts split over each node's two ranks (expert parallelism).
+                      ModelCase{"qwen3moe", "qwen3moe", "",
+                                "engine/testdata/qwen3moe/mini-qwen3moe.ids", 14, true}),
     [](const ::testing::TestParamInfo<ModelCase>& i) { return i.param.name; });
 
 // A rank that dies: every other rank gone within 10 s, naming it; the job fails.

@@ -62,8 +62,9 @@ inline void AddScriptTensor(GgufWriter& w, std::deque<std::vector<float>>* keep,
 }
 
 // Writes mini-qwen3moe (once per process) and returns its path.
-inline std::string MiniQwen3Moe() {
-  static const std::string path = [] {
+// Written once per process (and once more with a tokenizer).
+inline std::string MiniQwen3Moe(const GgufFile* tokenizer = nullptr) {
+  auto write = [](const GgufFile* tokenizer) {
     constexpr int64_t kVocab = 128, kDim = 64, kLayers = 2, kHeads = 4, kKvHeads = 2, kHd = 32;
     constexpr int64_t kExperts = 8, kUsed = 3, kExpertFfn = 32;
     GgufWriter w;
@@ -73,6 +74,7 @@ inline std::string MiniQwen3Moe() {
     };
     w.SetString("general.architecture", "qwen3moe");
     w.SetString("general.name", "mini-qwen3moe-random-f32");
+    if (tokenizer != nullptr) CopyTokenizer(*tokenizer, &w);
     const std::pair<const char*, uint32_t> ints[] = {{"block_count", kLayers},
                                                      {"context_length", 256},
                                                      {"embedding_length", kDim},
@@ -107,11 +109,17 @@ inline std::string MiniQwen3Moe() {
     add("output_norm.weight", {kDim}, true);
     add("output.weight", {kDim, kVocab}, false);
     const std::string out =
-        ::testing::TempDir() + "/mini_qwen3moe_" + std::to_string(::getpid()) + ".gguf";
+        ::testing::TempDir() + "/mini_qwen3moe_" + (tokenizer != nullptr ? "tok_" : "") +
+        std::to_string(::getpid()) + ".gguf";
     absl::Status st = w.WriteFile(out);
     EXPECT_TRUE(st.ok()) << st;
     return out;
-  }();
+  };
+  if (tokenizer != nullptr) {
+    static const std::string with_tokenizer = write(tokenizer);
+    return with_tokenizer;
+  }
+  static const std::string path = write(nullptr);
   return path;
 }
 
