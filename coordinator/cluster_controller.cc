@@ -119,7 +119,7 @@ absl::StatusOr<v1::RegisterResponse> ClusterController::Register(
       spdlog::warn("refused a registration as '{}' from {}: {} (logged again in {} s at most)",
                    req.worker_id(), req.listen_address(), why, kRefusalLogInterval.count());
     }
-    return absl::PermissionDeniedError(absl::StrCat("registration refused: ", why));
+    return absl::PermissionDeniedError(why);
   }
   if (req.worker_id().empty() || req.listen_address().empty()) {
     return absl::InvalidArgumentError("worker_id and listen_address are required");
