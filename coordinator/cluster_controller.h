@@ -5,8 +5,10 @@
 //   kWaitingForWorkers --enough workers--> kPlanning --plan--> kLoading --all loaded-->
 //   kServing --a stage's worker lost--> kDegraded --> kReplanning --plan--> kLoading
 //            --> kServing (the same requests, resumed)
-//   kPlanning --no plan fits-->, kLoading --a stage fails to load--> kDegraded (bring-up
-//            waits: the reason names the failure; planned again when the workers change)
+//   kPlanning --no plan fits--> kDegraded, kLoading --a stage fails to load--> kDegraded
+//            (bring-up waits: the reason names the failure; kPlanning again when the
+//            workers change, after the backoff)
+//   kLoading after bring-up --a stage fails to load--> kReplanning without its worker
 //   kReplanning --no plan fits the workers left--> kDegraded (requests end UNAVAILABLE
 //            naming why; planned again when the workers change)
 //   kWaitingForWorkers --fewer than bring_up.workers in worker_wait_s--> kStopped
@@ -19,7 +21,7 @@
 //   and unload the stages of the plan. Thread-safe.
 // - scheduler() hands the scheduler out while serving and while recovering from a lost
 //   worker (requests then wait for the new plan); otherwise UNAVAILABLE with the reason
-//   (loading, no plan fits, draining, the bring-up error).
+//   (loading, draining, or the failed plan or load the controller waits to retry).
 // - A worker counts as lost when its heartbeats stop (WorkerRegistry::liveness_timeout),
 //   it reports WORKER_STATE_FAILED or DRAINING, or a load on it fails after bring-up. The
 //   controller then re-plans over the workers that remain and the spares (workers that
