@@ -211,7 +211,8 @@ class WorkerServer::RegistrationLog {
       const std::string line = absl::StrCat(
           "registering with the coordinator at ", coordinator_, ": ", last_error_,
           "; trying again with backoff (", kFirstRegisterBackoff.count(), " ms doubling to ",
-          kMaxRegisterBackoff.count() / 1000, " s), logged again when the answer changes");
+          (unreachable ? kMaxUnansweredBackoff : kMaxRegisterBackoff).count() / 1000,
+          " s), logged again when the answer changes");
       if (unreachable) {
         spdlog::warn("{}", line);
       } else {
@@ -222,7 +223,9 @@ class WorkerServer::RegistrationLog {
       spdlog::warn("still not registered with {} after {} attempts: {}", coordinator_, failures_,
                    last_error_);
     }
-    backoff_ = std::min(backoff_ * 2, kMaxRegisterBackoff);
+    // A coordinator that does not answer may be restarting: tried more often than one
+    // that refuses, so that it has its workers back within seconds.
+    backoff_ = std::min(backoff_ * 2, unreachable ? kMaxUnansweredBackoff : kMaxRegisterBackoff);
   }
 
   void Registered() {

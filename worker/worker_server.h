@@ -6,8 +6,9 @@
 // - Start() binds the listen address (port 0 picks a free port; a taken port is an error)
 //   and, when a coordinator is given, registers with it and sends heartbeats; a
 //   coordinator that forgot the worker (restart) gets a new registration. A registration
-//   that fails (refused, unanswered) is tried again after a backoff, kFirstRegisterBackoff
-//   doubled by each failure up to kMaxRegisterBackoff. The log says so once per change of
+//   that fails is tried again after a backoff, kFirstRegisterBackoff doubled by each
+//   failure up to kMaxRegisterBackoff when the coordinator refused it, kMaxUnansweredBackoff
+//   when it did not answer (it may be restarting). The log says so once per change of
 //   the answer (refused for another reason, unreachable, registered), with at most one
 //   reminder per kRegisterReminder in between, never once per attempt. With kExit, a
 //   worker that has not registered within register_timeout of its start calls
@@ -83,7 +84,8 @@ struct WorkerOptions {
 class WorkerServer {
  public:
   static constexpr std::chrono::milliseconds kFirstRegisterBackoff{200};
-  static constexpr std::chrono::milliseconds kMaxRegisterBackoff{30000};
+  static constexpr std::chrono::milliseconds kMaxRegisterBackoff{30000};  // refused
+  static constexpr std::chrono::milliseconds kMaxUnansweredBackoff{5000};  // no answer
   static constexpr std::chrono::seconds kRegisterReminder{60};
 
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerOptions& options);
