@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "transport/frame.h"
 #include "util/logging.h"
@@ -110,9 +111,15 @@ void ClusterController::Drain(std::chrono::milliseconds timeout) {
 absl::StatusOr<v1::RegisterResponse> ClusterController::Register(
     const v1::RegisterRequest& req, const std::string& presented_token) {
   if (!join_token_.empty() && !SecretsEqual(presented_token, join_token_)) {
-    spdlog::warn("refused a registration as '{}' from {}: no valid join token", req.worker_id(),
-                 req.listen_address());
-    return absl::PermissionDeniedError("registering needs the cluster's join token");
+    const bool none = presented_token.empty();
+    const std::string why =
+        none ? "no join token was sent (start the worker with --join-token-file)"
+             : "the join token sent does not match the cluster's";
+    if (ShouldLogRefusal(absl::StrCat(req.worker_id(), "\n", req.listen_address(), "\n", none))) {
+      spdlog::warn("refused a registration as '{}' from {}: {} (logged again in {} s at most)",
+                   req.worker_id(), req.listen_address(), why, kRefusalLogInterval.count());
+    }
+    return absl::PermissionDeniedError(why);
   }
   if (req.worker_id().empty() || req.listen_address().empty()) {
     return absl::InvalidArgumentError("worker_id and listen_address are required");
@@ -131,6 +138,20 @@ absl::StatusOr<v1::RegisterResponse> ClusterController::Register(
 
 absl::StatusOr<bool> ClusterController::Heartbeat(const v1::HeartbeatRequest& req) {
   return registry_.Heartbeat(req);
+}
+
+bool ClusterController::ShouldLogRefusal(const std::string& key) {
+  const auto now = Clock::now();
+  absl::MutexLock lock(&refusal_mu_);
+  // Forget what is old enough to be logged again, so that many names cannot grow the map.
+  if (refusals_logged_.size() > 1024) {
+    std::erase_if(refusals_logged_,
+                   [&](const auto& e) { return now - e.second >= kRefusalLogInterval; });
+  }
+  auto [it, first] = refusals_logged_.try_emplace(key, now);
+  if (!first && now - it->second < kRefusalLogInterval) return false;
+  it->second = now;
+  return true;
 }
 
 bool ClusterController::MayQuery(const std::string& presented) const {
@@ -279,7 +300,28 @@ ClusterState ClusterController::WaitForWorkers() {
 bool ClusterController::IsExcluded(const WorkerRecord& w) const {
   absl::MutexLock lock(&mu_);
   auto it = excluded_.find(w.id);
-  return it != excluded_.end() && it->second == w.generation;
+  if (it != excluded_.end() && it->second == w.generation) return true;
+  auto failed = load_failed_.find(w.id);
+  return failed != load_failed_.end() && failed->second == w.generation;
+}
+
+std::vector<WorkerRecord> ClusterController::EligibleWorkers() const {
+  std::vector<WorkerRecord> out;
+  for (WorkerRecord& w : registry_.Alive()) {
+    if (IsExcluded(w) || w.state == v1::WORKER_STATE_FAILED ||
+        w.state == v1::WORKER_STATE_DRAINING) {
+      continue;
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+ClusterController::WorkerSet ClusterController::Identities(
+    const std::vector<WorkerRecord>& workers) {
+  WorkerSet out;
+  for (const WorkerRecord& w : workers) out.insert({w.id, w.generation});
+  return out;
 }
 
 ClusterState ClusterController::PlanPipeline() {
@@ -292,12 +334,19 @@ ClusterState ClusterController::PlanPipeline() {
   }
   SetState(replanning ? ClusterState::kReplanning : ClusterState::kPlanning,
            replanning ? "re-planning without the lost worker(s)" : "planning");
+  {
+    // The load failure bring-up retries after stays the news while its worker is left out.
+    absl::MutexLock lock(&mu_);
+    std::erase_if(load_failed_, [this](const auto& e) {
+      std::optional<WorkerRecord> w = registry_.Find(e.first);
+      return !w || w->generation != e.second;  // registered anew: it may be planned again
+    });
+    if (load_failed_.empty()) bring_up_failure_.clear();
+  }
   std::vector<WorkerSpec> specs;
-  for (const WorkerRecord& w : registry_.Alive()) {
-    if (IsExcluded(w) || w.state == v1::WORKER_STATE_FAILED ||
-        w.state == v1::WORKER_STATE_DRAINING) {
-      continue;
-    }
+  const std::vector<WorkerRecord> eligible = EligibleWorkers();
+  planned_over_ = Identities(eligible);
+  for (const WorkerRecord& w : eligible) {
     WorkerSpec s;
     s.id = w.id;
     s.address = w.address;
@@ -313,17 +362,12 @@ ClusterState ClusterController::PlanPipeline() {
       replanning ? Replan(model_.profile(), old.plan, old.workers, lost, specs, config_.plan)
                  : MakePlan(model_.profile(), specs, config_.plan);
   if (!plan.ok()) {
-    if (!replanning) {
-      Fail(plan.status());
-      return ClusterState::kStopped;
-    }
-    std::set<std::pair<std::string, uint64_t>> considered;
-    for (const WorkerRecord& w : registry_.All()) {
-      for (const WorkerSpec& sp : specs) {
-        if (sp.id == w.id) considered.insert({w.id, w.generation});
-      }
-    }
-    return NoPlanFits(plan.status(), considered);
+    std::string why = absl::StrCat(replanning ? "no plan fits the workers that remain: "
+                                              : "no plan fits the workers: ",
+                                   plan.status().message());
+    // After a failed load, the plan without its worker: say what failed first.
+    if (!bring_up_failure_.empty()) why = absl::StrCat(bring_up_failure_, "; then ", why);
+    return AwaitWorkerChange(why, planned_over_);
   }
   spdlog::info("plan:\n{}", plan->Table(model_.profile(), specs));
   absl::MutexLock lock(&mu_);
@@ -331,39 +375,38 @@ ClusterState ClusterController::PlanPipeline() {
   return ClusterState::kLoading;
 }
 
-// No plan fits what is left: the requests that wait for one end now, saying why, and the
-// cluster waits (degraded) for a worker to join or come back, and then plans again.
-ClusterState ClusterController::NoPlanFits(
-    const absl::Status& why, const std::set<std::pair<std::string, uint64_t>>& considered) {
-  const std::string reason = absl::StrCat("no plan fits the workers that remain: ", why.message());
+// A plan or load failed: the requests that wait for a plan end now, saying why, and the
+// cluster waits (degraded) for the workers to change, then plans again after the backoff.
+ClusterState ClusterController::AwaitWorkerChange(const std::string& why,
+                                                  const WorkerSet& considered) {
+  const auto earliest = Clock::now() + retry_backoff_;
+  const std::string reason =
+      absl::StrCat(why, "; waiting for the workers to change (one joins, re-registers or "
+                   "leaves), then planning again (no sooner than ",
+                   absl::FormatDuration(absl::FromChrono(retry_backoff_)), " from now)");
+  retry_backoff_ = std::min(retry_backoff_ * 2, kMaxRetryBackoff);
   spdlog::error("{}", reason);
+  bool brought_up;
   {
     absl::MutexLock lock(&mu_);
     recovering_ = false;
+    brought_up = brought_up_;
   }
   SetState(ClusterState::kDegraded, reason);
   scheduler_->FailAll(absl::UnavailableError(reason));
-  auto eligible = [this] {
-    std::set<std::pair<std::string, uint64_t>> out;
-    for (const WorkerRecord& w : registry_.Alive()) {
-      if (!IsExcluded(w)) out.insert({w.id, w.generation});
-    }
-    return out;
-  };
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
       auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || draining_; };
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(200))) {
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(100))) {
         return ClusterState::kStopped;
       }
     }
     TendSpares();
-    const auto now = eligible();
-    if (std::includes(considered.begin(), considered.end(), now.begin(), now.end())) continue;
+    if (Clock::now() < earliest || Identities(EligibleWorkers()) == considered) continue;
     absl::MutexLock lock(&mu_);
-    recovering_ = true;
-    return ClusterState::kReplanning;
+    recovering_ = brought_up;  // requests wait for the new plan only once the cluster served
+    return brought_up ? ClusterState::kReplanning : ClusterState::kPlanning;
   }
 }
 
@@ -385,10 +428,7 @@ ClusterState ClusterController::LoadPipeline() {
   for (const StagePlan& sp : target.plan.stages) {
     const std::string& id = target.workers[sp.worker].id;
     std::optional<WorkerRecord> w = registry_.Find(id);
-    if (!w) {
-      Fail(absl::UnavailableError(absl::StrCat("worker ", id, " is gone")));
-      return ClusterState::kStopped;
-    }
+    if (!w) return AwaitWorkerChange(absl::StrCat("worker ", id, " is gone"), planned_over_);
     stage_workers.push_back(*std::move(w));
   }
   std::vector<std::string> failed_workers;
@@ -398,21 +438,38 @@ ClusterState ClusterController::LoadPipeline() {
     spdlog::error("{}; planning without it", pipeline.status().message());
     absl::MutexLock lock(&mu_);
     for (const std::string& id : failed_workers) {
-      if (auto w = registry_.Find(id)) excluded_[id] = w->generation;
+      if (auto w = registry_.Find(id)) load_failed_[id] = w->generation;
       lost_.push_back(id);
     }
     return ClusterState::kReplanning;
   }
-  if (!pipeline.ok()) {
-    Fail(pipeline.status());
-    return ClusterState::kStopped;
-  }
+  if (!pipeline.ok()) return LoadFailed(pipeline.status(), failed_workers);
   if (Stopping()) return ClusterState::kStopped;
   if (absl::Status st = AttachPipeline(*std::move(pipeline)); !st.ok()) {
     Fail(st);
     return ClusterState::kStopped;
   }
   return ClusterState::kServing;
+}
+
+ClusterState ClusterController::LoadFailed(const absl::Status& why,
+                                          const std::vector<std::string>& failed_workers) {
+  UnloadPlan();  // the stages that did load
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : failed_workers) {
+      if (auto w = registry_.Find(id)) load_failed_[id] = w->generation;
+    }
+  }
+  bring_up_failure_ = absl::StrCat(
+      why.message(), failed_workers.empty()
+                         ? ""
+                         : absl::StrCat(" (", absl::StrJoin(failed_workers, ", "),
+                                        " left out until re-registered)"));
+  // Without the failed workers the eligible set differs at once: the next plan, without
+  // them, comes after the backoff; with none failed (the first stage's link) it waits for
+  // a change.
+  return AwaitWorkerChange(bring_up_failure_, planned_over_);
 }
 
 absl::Status ClusterController::AttachPipeline(LoadedPipeline pipeline) {
@@ -543,6 +600,8 @@ ClusterState ClusterController::Serve() {
     recovering_ = false;
     lost_.clear();
   }
+  retry_backoff_ = kFirstRetryBackoff;
+  bring_up_failure_.clear();
   SetState(ClusterState::kServing);
   spdlog::info("serving {} on {} stage(s)", model_.id(), stages);
   for (;;) {

@@ -5,10 +5,15 @@
 //   kWaitingForWorkers --enough workers--> kPlanning --plan--> kLoading --all loaded-->
 //   kServing --a stage's worker lost--> kDegraded --> kReplanning --plan--> kLoading
 //            --> kServing (the same requests, resumed)
+//   kPlanning --no plan fits--> kDegraded, kLoading --a stage fails to load--> kDegraded
+//            (bring-up waits: the reason names the failure; kPlanning again when the
+//            workers change, after the backoff)
+//   kLoading after bring-up --a stage fails to load--> kReplanning without its worker
 //   kReplanning --no plan fits the workers left--> kDegraded (requests end UNAVAILABLE
-//            naming why; planned again when a worker joins)
+//            naming why; planned again when the workers change)
+//   kWaitingForWorkers --fewer than bring_up.workers in worker_wait_s--> kStopped
 //   any state --Drain()--> kDraining --in-flight done or timed out--> kStopped
-//   any state --Shutdown(), or bring-up failed--> kStopped (reason() says why)
+//   any state --Shutdown()--> kStopped (reason() says why)
 //
 // Contract:
 // - Start() runs the loop on a thread of its own; Shutdown() stops it at once (running
@@ -16,7 +21,7 @@
 //   and unload the stages of the plan. Thread-safe.
 // - scheduler() hands the scheduler out while serving and while recovering from a lost
 //   worker (requests then wait for the new plan); otherwise UNAVAILABLE with the reason
-//   (loading, no plan fits, draining, the bring-up error).
+//   (loading, draining, or the failed plan or load the controller waits to retry).
 // - A worker counts as lost when its heartbeats stop (WorkerRegistry::liveness_timeout),
 //   it reports WORKER_STATE_FAILED or DRAINING, or a load on it fails after bring-up. The
 //   controller then re-plans over the workers that remain and the spares (workers that
@@ -25,6 +30,15 @@
 //   the new plan by prefilling its prompt and the tokens already streamed: the streams go
 //   on with exactly the text an undisturbed run gives. A lost worker takes no part in a
 //   plan again until it registers anew (a restart) or, back from a stop, has unloaded.
+// - A failed plan or load never stops the controller (only too few workers within
+//   worker_wait_s does). It waits in kDegraded, its reason saying what failed and that it
+//   waits, until the set of eligible workers (alive, not excluded) differs from the one the
+//   failed attempt was made over: a worker joins, re-registers or leaves. It then plans
+//   again, but no sooner than the retry backoff after the failure: kFirstRetryBackoff,
+//   doubled by every failure in a row up to kMaxRetryBackoff, back to the first once a plan
+//   serves. A worker whose load failed is excluded until it registers anew (a restarted or
+//   corrected worker): the next plan is made without it, and its heartbeats alone (idle
+//   again) do not bring it back.
 // - What a plan becomes is the PipelineLoader's business (coordinator/pipeline_loader.h:
 //   LoadStage requests, link keys, the first stage's link); the controller decides when to
 //   load, attaches the pipeline it gets to the scheduler and routes the pipeline's results
@@ -87,6 +101,13 @@ struct ClusterSnapshot {
 
 class ClusterController {
  public:
+  // How long after a failed plan or load the controller waits at least before it plans
+  // again (once the workers have changed); doubled by each failure in a row, up to the cap.
+  static constexpr std::chrono::milliseconds kFirstRetryBackoff{500};
+  static constexpr std::chrono::milliseconds kMaxRetryBackoff{30000};
+  // A refused registration is logged once per (worker, listen address, reason) in this.
+  static constexpr std::chrono::seconds kRefusalLogInterval{60};
+
   // `model`, `workers` and `results` must outlive the controller. Workers may register
   // before Start. The controller adds its pipeline to `results` while it is attached.
   // `join_token`: what a worker must present to register ("" = anyone may, with a warning).
@@ -102,8 +123,9 @@ class ClusterController {
   // UNAVAILABLE, then stops. Returns when stopped.
   void Drain(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The control plane. Register needs the join token (when one is set); the response
-  // carries the worker's session secret and the coordinator's secret.
+  // The control plane. Register needs the join token (when one is set; compared in
+  // constant time): PermissionDenied says whether none was sent or it does not match. The
+  // response carries the worker's session secret and the coordinator's secret.
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req,
                                                 const std::string& presented_token);
   // Known (false: register again), or PermissionDenied for a heartbeat that does not carry
@@ -136,11 +158,22 @@ class ClusterController {
   ClusterState LoadPipeline();
   ClusterState Serve();
   ClusterState Degraded();
-  // `considered`: the workers (id, registration) the failed plan was made over; a change
-  // among the eligible ones is worth planning again.
-  ClusterState NoPlanFits(const absl::Status& why,
-                          const std::set<std::pair<std::string, uint64_t>>& considered);
+  using WorkerSet = std::set<std::pair<std::string, uint64_t>>;  // (id, generation)
+  // The workers a plan may use now: alive, not excluded, neither failed nor draining.
+  std::vector<WorkerRecord> EligibleWorkers() const ABSL_LOCKS_EXCLUDED(mu_);
+  static WorkerSet Identities(const std::vector<WorkerRecord>& workers);
+  // A plan or load failed (`why`): requests waiting for a plan end saying so, and the
+  // cluster waits (kDegraded) until the eligible workers differ from `considered` (those
+  // the attempt was made over) and the retry backoff has passed; then it plans again.
+  ClusterState AwaitWorkerChange(const std::string& why, const WorkerSet& considered);
+  // A load failed that does not just move a served plan's stages elsewhere (bring-up, or
+  // the first stage's link): the stages that loaded are unloaded, the workers whose load
+  // failed excluded until they register anew, and the cluster waits (AwaitWorkerChange).
+  ClusterState LoadFailed(const absl::Status& why,
+                                 const std::vector<std::string>& failed_workers);
   void Fail(const absl::Status& st);
+  // Whether a refused registration of this kind from this worker should be logged now.
+  bool ShouldLogRefusal(const std::string& key) ABSL_LOCKS_EXCLUDED(refusal_mu_);
   // The plan's lost workers (ids) and a description of the first; empty when all are well.
   std::vector<std::string> FindLostWorkers(std::string* problem) ABSL_LOCKS_EXCLUDED(mu_);
   // The first stage's worker, when sends to it fail and it does not answer a probe (a
@@ -193,6 +226,17 @@ class ClusterController {
   std::vector<std::pair<Clock::time_point, std::string>> link_errors_ ABSL_GUARDED_BY(mu_);
   // Workers outside the plan already told to unload, with their registration.
   std::map<std::string, uint64_t> unloading_ ABSL_GUARDED_BY(mu_);
+  // Workers whose load failed, with the registration it failed in: excluded until they
+  // register again (TendSpares does not bring them back).
+  std::map<std::string, uint64_t> load_failed_ ABSL_GUARDED_BY(mu_);
+  // The controller thread's own: the eligible workers the last plan was made over, the
+  // backoff before the next retry, and the load failure that bring-up retries after.
+  WorkerSet planned_over_;
+  std::chrono::milliseconds retry_backoff_ = kFirstRetryBackoff;
+  std::string bring_up_failure_;
+  // When each kind of refused registration was last logged (by worker and reason).
+  absl::Mutex refusal_mu_;
+  std::map<std::string, Clock::time_point> refusals_logged_ ABSL_GUARDED_BY(refusal_mu_);
 };
 
 }  // namespace cascade

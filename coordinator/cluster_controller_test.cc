@@ -1,6 +1,7 @@
 // The cluster controller's state machine with fake workers and a fake pipeline: no
 // network, no engine. Every transition: bring-up to serving, bring-up failures (too few
-// workers, a plan that does not fit, a failed load), a worker lost while serving (by its
+// workers stops; a plan that does not fit or a failed load waits for the workers to change
+// and then serves), a worker lost while serving (by its
 // heartbeats stopping or by its own report), drain (finishing or timing out) and shutdown.
 #include "coordinator/cluster_controller.h"
 
@@ -251,25 +252,65 @@ TEST_F(ControllerTest, TooFewWorkersInTimeStopsWithTheReason) {
               HasSubstr("only 1 of 2 workers registered"));
 }
 
-TEST_F(ControllerTest, APlanThatDoesNotFitStopsNamingTheShortfall) {
+TEST_F(ControllerTest, APlanThatDoesNotFitWaitsNamingTheShortfallUntilTheWorkersChange) {
   Start();
   AddWorker("w0", 1 << 20);
   AddWorker("w1", 1 << 20);
-  ASSERT_TRUE(controller_->WaitForState({ClusterState::kStopped}, milliseconds(10000)));
-  EXPECT_THAT(std::string(controller_->scheduler().status().message()), HasSubstr("does not fit"));
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kDegraded}, milliseconds(10000)))
+      << ClusterStateName(controller_->state());
+  const std::string why(controller_->scheduler().status().message());
+  EXPECT_THAT(why, HasSubstr("does not fit"));
+  EXPECT_THAT(why, HasSubstr("waiting for the workers to change"));
+  EXPECT_THAT(controller_->Snapshot().reason, HasSubstr("does not fit"));
   EXPECT_TRUE(workers_.loads().empty());
+  // Workers that hold it join: the cluster plans again, without being told, and serves.
+  AddWorker("w2");
+  AddWorker("w3");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)))
+      << controller_->Snapshot().reason;
+  EXPECT_TRUE(controller_->scheduler().ok());
 }
 
-TEST_F(ControllerTest, AFailedLoadStopsNamingTheStageAndWorker) {
+TEST_F(ControllerTest, AFailedLoadWaitsSayingWhyAndServesOnceAGoodWorkerJoins) {
   workers_.FailLoadsOn("w1");
   Start();
   AddWorker("w0");
   AddWorker("w1");
-  ASSERT_TRUE(controller_->WaitForState({ClusterState::kStopped}, milliseconds(10000)));
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kDegraded}, milliseconds(10000)))
+      << ClusterStateName(controller_->state());
   const std::string why(controller_->scheduler().status().message());
-  EXPECT_THAT(why, HasSubstr("the cluster failed to start"));
   EXPECT_THAT(why, HasSubstr("on w1"));
   EXPECT_THAT(why, HasSubstr("out of memory (fake)"));
+  EXPECT_THAT(why, HasSubstr("waiting for the workers to change"));
+  // Past the backoff it tries again without w1 (w0 alone cannot hold two stages) and waits
+  // on, still naming the failed load; it neither stops nor loads on w1 again.
+  std::this_thread::sleep_for(3 * ClusterController::kFirstRetryBackoff);
+  EXPECT_EQ(controller_->state(), ClusterState::kDegraded);
+  EXPECT_THAT(controller_->Snapshot().reason, HasSubstr("out of memory (fake)"));
+  auto loads_on_w1 = [this] {
+    int n = 0;
+    for (const auto& [id, req] : workers_.loads()) n += id == "w1";
+    return n;
+  };
+  EXPECT_EQ(loads_on_w1(), 1);
+  // The stage w0 loaded for the failed plan is given back.
+  EXPECT_THAT(workers_.unloads(), ::testing::Contains("w0"));
+  // A good worker joins: planned, loaded and serving, without w1.
+  AddWorker("w2");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)))
+      << controller_->Snapshot().reason;
+  const ClusterSnapshot snap = controller_->Snapshot();
+  for (const StagePlan& st : snap.plan.stages) {
+    EXPECT_NE(snap.plan_workers[st.worker].id, "w1");
+  }
+  EXPECT_EQ(loads_on_w1(), 1);
+  auto sched = controller_->scheduler();
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto s = (*sched)->Submit(SeededRequest(6, 3));
+  ASSERT_TRUE(s.ok());
+  StreamOutput o = ReadToEnd(**s);
+  EXPECT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.ids.size(), 6u);
 }
 
 TEST_F(ControllerTest, ALostWorkerIsReplacedByASpareAndTheStreamsGoOn) {
@@ -525,9 +566,13 @@ TEST_F(ControllerTest, WithAJoinTokenOnlyWorkersThatPresentItJoin) {
   r.set_worker_id("stranger");
   r.set_listen_address("stranger:1");
   r.mutable_resources()->set_memory_bytes(1 << 30);
-  EXPECT_EQ(controller_->Register(r, "").status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(controller_->Register(r, "wrong").status().code(),
-            absl::StatusCode::kPermissionDenied);
+  // Refused, saying whether a token was missing or wrong.
+  const absl::Status none = controller_->Register(r, "").status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(none.message()), HasSubstr("no join token was sent"));
+  const absl::Status wrong = controller_->Register(r, "wrong").status();
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(wrong.message()), HasSubstr("does not match"));
   EXPECT_TRUE(controller_->registry().All().empty());
   EXPECT_FALSE(controller_->MayQuery(""));
   EXPECT_TRUE(controller_->MayQuery(join_token_));

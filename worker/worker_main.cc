@@ -1,9 +1,12 @@
 // cascade-worker: a worker process. It registers with the coordinator, which tells it
 // which pipeline stage to load; then it runs that stage until stopped. SIGTERM or SIGINT
 // drains it first: the frames it holds are finished, the stage unloaded, then it exits 0.
+// With --on-coordinator-loss exit it also exits, 0 when the coordinator it registered with
+// is lost, 1 when it could not register within --register-timeout-s.
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <iostream>
 #include <thread>
 
@@ -50,6 +53,12 @@ int main(int argc, char** argv) {
   double grace_s = 30;
   app.add_option("--coordinator-grace-s", grace_s,
                  "Seconds without an answer from the coordinator before it counts as lost")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  double register_timeout_s = 120;
+  app.add_option("--register-timeout-s", register_timeout_s,
+                 "With --on-coordinator-loss exit: seconds to keep trying to register (refused "
+                 "or unanswered) before exiting 1")
       ->check(CLI::Range(1.0, 86400.0))
       ->capture_default_str();
   app.add_option("--cost-per-hour", o.cost_per_hour,
@@ -103,6 +112,14 @@ int main(int argc, char** argv) {
   // Wakes the signal wait below, as a SIGTERM would (process-directed: every thread has
   // the termination signals blocked and only the main thread waits for them).
   o.on_coordinator_lost = [] { ::kill(::getpid(), SIGTERM); };
+  o.register_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(register_timeout_s * 1000));
+  // Never registered: a failure, so exit 1 (a supervisor sees that it could not join).
+  static std::atomic<int> exit_code{0};
+  o.on_register_failed = [] {
+    exit_code = 1;
+    ::kill(::getpid(), SIGTERM);
+  };
   auto server = cascade::WorkerServer::Start(o);
   if (!server.ok()) {
     std::cerr << "cascade-worker: " << server.status().message() << "\n";
@@ -112,5 +129,5 @@ int main(int argc, char** argv) {
   spdlog::info("signal {}: draining", sig);  // or the coordinator was lost (see above)
   (*server)->Drain();
   (*server)->Shutdown();
-  return 0;
+  return exit_code.load();
 }

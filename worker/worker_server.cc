@@ -184,84 +184,179 @@ v1::WorkerResources WorkerServer::Resources() const {
   return r;
 }
 
+// What the registration loop says about failed attempts, and the backoff between them:
+// one line per change of the answer (another refusal, unreachable), a reminder at most
+// once per kRegisterReminder in between, and one line when it registers after failing.
+class WorkerServer::RegistrationLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit RegistrationLog(std::string coordinator) : coordinator_(std::move(coordinator)) {}
+
+  std::chrono::milliseconds backoff() const { return backoff_; }
+  const std::string& last_error() const { return last_error_; }
+
+  void Failed(const grpc::Status& st) {
+    const bool unreachable = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    // Unreachable is one state whatever the transport's words; a refusal is its message.
+    const std::string kind =
+        unreachable ? "unreachable" : absl::StrCat(st.error_code(), ":", st.error_message());
+    last_error_ = unreachable ? absl::StrCat("it does not answer (", st.error_message(), ")")
+                              : absl::StrCat("it refused this worker: ", st.error_message());
+    ++failures_;
+    const auto now = Clock::now();
+    if (kind != kind_) {
+      kind_ = kind;
+      logged_ = now;
+      const std::string line = absl::StrCat(
+          "registering with the coordinator at ", coordinator_, ": ", last_error_,
+          "; trying again with backoff (", kFirstRegisterBackoff.count(), " ms doubling to ",
+          (unreachable ? kMaxUnansweredBackoff : kMaxRegisterBackoff).count() / 1000,
+          " s), logged again when the answer changes");
+      if (unreachable) {
+        spdlog::warn("{}", line);
+      } else {
+        spdlog::error("{}", line);
+      }
+    } else if (now - logged_ >= kRegisterReminder) {
+      logged_ = now;
+      spdlog::warn("still not registered with {} after {} attempts: {}", coordinator_, failures_,
+                   last_error_);
+    }
+    // A coordinator that does not answer may be restarting: tried more often than one
+    // that refuses, so that it has its workers back within seconds.
+    backoff_ = std::min(backoff_ * 2, unreachable ? kMaxUnansweredBackoff : kMaxRegisterBackoff);
+  }
+
+  void Registered() {
+    if (failures_ > 0) {
+      spdlog::info("registered with {} after {} failed attempt(s)", coordinator_, failures_);
+    }
+    kind_.clear();
+    last_error_.clear();
+    failures_ = 0;
+    backoff_ = kFirstRegisterBackoff;
+  }
+
+ private:
+  const std::string coordinator_;
+  std::chrono::milliseconds backoff_ = kFirstRegisterBackoff;
+  std::string kind_;  // of the last failure ("" after a success)
+  std::string last_error_;
+  int failures_ = 0;  // in a row
+  Clock::time_point logged_;
+};
+
+grpc::Status WorkerServer::TryRegister(v1::Coordinator::Stub& stub, v1::RegisterResponse* resp) {
+  v1::RegisterRequest req;
+  req.set_protocol_version(kFrameVersion);
+  req.set_worker_id(options_.worker_id);
+  req.set_node(options_.node);
+  req.set_listen_address(advertise_);
+  req.set_data_address(data_advertise_);
+  *req.mutable_resources() = Resources();
+  grpc::ClientContext ctx;
+  if (!options_.join_token.empty()) ctx.AddMetadata(kJoinTokenMetadata, options_.join_token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return stub.Register(&ctx, req, resp);
+}
+
+grpc::Status WorkerServer::SendHeartbeat(v1::Coordinator::Stub& stub, uint64_t session,
+                                         const std::string& session_secret,
+                                         v1::HeartbeatResponse* resp) {
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(options_.worker_id);
+  hb.set_session(session);
+  hb.set_session_secret(session_secret);
+  host_->FillHeartbeat(&hb);
+  for (v1::GpuStats& g : gpus_.Sample()) *hb.add_gpus() = std::move(g);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return stub.Heartbeat(&ctx, hb, resp);
+}
+
 void WorkerServer::RegistrationLoop() {
+  using Clock = std::chrono::steady_clock;
   auto stub = v1::Coordinator::NewStub(MakeChannel(options_.coordinator));
   uint64_t session = 0;
   std::string session_secret;
   double interval = 1.0;
   bool registered = false;
+  RegistrationLog log(options_.coordinator);
+  const bool exit_on_loss = options_.on_coordinator_loss == WorkerOptions::CoordinatorLoss::kExit;
+  // A worker that never registers gives up at this time (with kExit).
+  const auto give_up_at = Clock::now() + options_.register_timeout;
+  bool gave_up = false;
   // Since when the coordinator we registered with has not answered (none while it does).
-  std::optional<std::chrono::steady_clock::time_point> silent_since;
+  std::optional<Clock::time_point> silent_since;
   bool ever_registered = false, orphaned = false;
   auto lost_contact = [&](const std::string& why) {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Clock::now();
     if (!ever_registered || orphaned) return;
     if (!silent_since) silent_since = now;
     if (now - *silent_since < options_.coordinator_grace) return;
     orphaned = true;
-    const bool exit = options_.on_coordinator_loss == WorkerOptions::CoordinatorLoss::kExit;
     spdlog::warn("coordinator {} has not answered for {} ms ({}): unloading the stage{}",
                  options_.coordinator, options_.coordinator_grace.count(), why,
-                 exit ? " and exiting (--on-coordinator-loss exit)"
-                      : "; waiting for a coordinator (--on-coordinator-loss wait)");
+                 exit_on_loss ? " and exiting (--on-coordinator-loss exit)"
+                              : "; waiting for a coordinator (--on-coordinator-loss wait)");
     host_->Unload(0).IgnoreError();
-    if (exit && options_.on_coordinator_lost) options_.on_coordinator_lost();
+    if (exit_on_loss && options_.on_coordinator_lost) options_.on_coordinator_lost();
   };
   for (;;) {
+    std::chrono::milliseconds wait = log.backoff();
+    if (registered) {
+      wait = std::chrono::milliseconds(static_cast<int64_t>(1000 * interval));
+    } else if (exit_on_loss && !ever_registered && !gave_up) {
+      wait = std::min(wait, std::max(std::chrono::milliseconds(0),
+                                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         give_up_at - Clock::now())));
+    }
     {
       absl::MutexLock lock(&mu_);
-      const absl::Duration wait =
-          registered ? absl::Seconds(interval) : absl::Milliseconds(200);
-      if (mu_.AwaitWithTimeout(absl::Condition(&shutdown_), wait)) return;
+      if (mu_.AwaitWithTimeout(absl::Condition(&shutdown_), absl::FromChrono(wait))) return;
     }
-    if (!registered) {
-      v1::RegisterRequest req;
-      req.set_protocol_version(kFrameVersion);
-      req.set_worker_id(options_.worker_id);
-      req.set_node(options_.node);
-      req.set_listen_address(advertise_);
-      req.set_data_address(data_advertise_);
-      *req.mutable_resources() = Resources();
-      v1::RegisterResponse resp;
-      grpc::ClientContext ctx;
-      if (!options_.join_token.empty()) ctx.AddMetadata(kJoinTokenMetadata, options_.join_token);
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-      grpc::Status st = stub->Register(&ctx, req, &resp);
-      if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-        spdlog::error("the coordinator refused this worker: {}", st.error_message());
-      }
-      if (!st.ok()) lost_contact(st.error_message());
-      if (st.ok()) {
-        registered = true;
-        ever_registered = true;
-        silent_since.reset();
-        if (orphaned) {
-          orphaned = false;
-          spdlog::info("a coordinator answers again at {}", options_.coordinator);
-        }
-        session = resp.session();
-        session_secret = resp.session_secret();
-        {
-          absl::MutexLock lock(&mu_);
-          coordinator_secret_ = resp.coordinator_secret();
-          registered_ = true;
-        }
-        interval = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1.0;
-        spdlog::info("registered with coordinator {} as {}", options_.coordinator,
-                     resp.worker_id());
-      }
+    if (!registered && exit_on_loss && !ever_registered && !gave_up &&
+        Clock::now() >= give_up_at) {
+      gave_up = true;
+      spdlog::error(
+          "could not register with the coordinator at {} within {} s ({}): giving up "
+          "(--on-coordinator-loss exit, --register-timeout-s)",
+          options_.coordinator, options_.register_timeout.count() / 1000.0,
+          log.last_error().empty() ? "no answer yet" : log.last_error());
+      if (options_.on_register_failed) options_.on_register_failed();
       continue;
     }
-    v1::HeartbeatRequest hb;
-    hb.set_worker_id(options_.worker_id);
-    hb.set_session(session);
-    hb.set_session_secret(session_secret);
-    host_->FillHeartbeat(&hb);
-    for (v1::GpuStats& g : gpus_.Sample()) *hb.add_gpus() = std::move(g);
+    if (!registered) {
+      v1::RegisterResponse resp;
+      grpc::Status st = TryRegister(*stub, &resp);
+      if (!st.ok()) {
+        log.Failed(st);
+        lost_contact(st.error_message());
+        continue;
+      }
+      log.Registered();
+      registered = true;
+      ever_registered = true;
+      silent_since.reset();
+      if (orphaned) {
+        orphaned = false;
+        spdlog::info("a coordinator answers again at {}", options_.coordinator);
+      }
+      session = resp.session();
+      session_secret = resp.session_secret();
+      {
+        absl::MutexLock lock(&mu_);
+        coordinator_secret_ = resp.coordinator_secret();
+        registered_ = true;
+      }
+      interval = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1.0;
+      spdlog::info("registered with coordinator {} as {}", options_.coordinator,
+                   resp.worker_id());
+      continue;
+    }
     v1::HeartbeatResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    grpc::Status st = stub->Heartbeat(&ctx, hb, &resp);
+    grpc::Status st = SendHeartbeat(*stub, session, session_secret, &resp);
     if (st.ok() && !resp.known()) {
       spdlog::warn("coordinator does not know this worker; registering again");
       registered = false;

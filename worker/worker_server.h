@@ -4,9 +4,15 @@
 //
 // Contract:
 // - Start() binds the listen address (port 0 picks a free port; a taken port is an error)
-//   and, when a coordinator is given, registers with it (retrying until it answers) and
-//   sends heartbeats; a coordinator that forgot the worker (restart) gets a new
-//   registration. Unless data_listen is "off", it also listens for data-plane frames over
+//   and, when a coordinator is given, registers with it and sends heartbeats; a
+//   coordinator that forgot the worker (restart) gets a new registration. A registration
+//   that fails is tried again after a backoff, kFirstRegisterBackoff doubled by each
+//   failure up to kMaxRegisterBackoff when the coordinator refused it, kMaxUnansweredBackoff
+//   when it did not answer (it may be restarting). The log says so once per change of
+//   the answer (refused for another reason, unreachable, registered), with at most one
+//   reminder per kRegisterReminder in between, never once per attempt. With kExit, a
+//   worker that has not registered within register_timeout of its start calls
+//   `on_register_failed` (cascade-worker then exits 1). Unless data_listen is "off", it also listens for data-plane frames over
 //   TCP and registers that address as tcp://<advertised host>:<port>, or with
 //   data_listen "mpi" on the MPI data plane (mpi://RANK, in cascade-mpi); frames from
 //   every transport reach the same stage with the same checks.
@@ -67,12 +73,21 @@ struct WorkerOptions {
   CoordinatorLoss on_coordinator_loss = CoordinatorLoss::kWait;
   std::chrono::milliseconds coordinator_grace{30000};
   std::function<void()> on_coordinator_lost;
+  // With kExit: how long a worker that never registered keeps trying (the coordinator
+  // refuses it or does not answer) before `on_register_failed` is called.
+  std::chrono::milliseconds register_timeout{120000};
+  std::function<void()> on_register_failed;
   // The tensor-parallel group this worker leads (must outlive the server); null: none.
   TpLeader* tp = nullptr;
 };
 
 class WorkerServer {
  public:
+  static constexpr std::chrono::milliseconds kFirstRegisterBackoff{200};
+  static constexpr std::chrono::milliseconds kMaxRegisterBackoff{30000};  // refused
+  static constexpr std::chrono::milliseconds kMaxUnansweredBackoff{5000};  // no answer
+  static constexpr std::chrono::seconds kRegisterReminder{60};
+
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerOptions& options);
   ~WorkerServer();
 
@@ -88,8 +103,13 @@ class WorkerServer {
 
  private:
   class WorkerService;
+  class RegistrationLog;
   WorkerServer() = default;
   void RegistrationLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // One Register call: its response, or the status it failed with.
+  grpc::Status TryRegister(v1::Coordinator::Stub& stub, v1::RegisterResponse* resp);
+  grpc::Status SendHeartbeat(v1::Coordinator::Stub& stub, uint64_t session,
+                             const std::string& session_secret, v1::HeartbeatResponse* resp);
   // The coordinator's secret from the last registration ("" before one).
   std::string coordinator_secret() const ABSL_LOCKS_EXCLUDED(mu_);
   v1::WorkerResources Resources() const;
