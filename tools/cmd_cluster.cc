@@ -156,6 +156,19 @@ int RunStatus(const StatusFlags& f) {
                 w.address().c_str(), w.resources().cores(),
                 HumanBytes(w.resources().memory_bytes()).c_str(), w.seconds_since_heartbeat());
   }
+  // Workers that each report one machine's whole memory: the plan divides it.
+  std::vector<WorkerSpec> specs;
+  for (const auto& w : s.workers()) {
+    WorkerSpec spec;
+    spec.id = w.worker_id();
+    spec.node = w.node();
+    spec.node_id = w.resources().node_id();
+    spec.node_memory = w.resources().node_memory();
+    spec.memory_bytes = w.resources().memory_bytes();
+    spec.tp = std::max(1, w.resources().tensor_parallel());
+    specs.push_back(spec);
+  }
+  std::fputs(SharedNodesNote(specs).c_str(), stdout);
   const auto& q = s.scheduler();
   const double tps = q.uptime_s() > 0 ? q.generated_tokens() / q.uptime_s() : 0;
   std::printf("\nrequests: %ld running, %ld waiting, %lu done, %lu failed, %lu refused\n",
