@@ -170,13 +170,15 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   // Plan.
   t.push_back(Integer("min-stages", &c->plan.min_stages, 1, 4096,
                       "Pipeline over at least this many workers"));
-  t.push_back(Integer("kv-sequences", &c->plan.kv_sequences, 1, kMaxCount,
-                      "Size the KV cache for this many full-context sequences"));
+  t.push_back(Integer("kv-sequences", &c->plan.kv_sequences, 0, kMaxCount,
+                      "Size the KV cache for this many full-context sequences (0 and no "
+                      "kv-tokens: fill what the weights leave of memory-fraction, at most "
+                      "max-running sequences)"));
   t.push_back(Integer<int64_t>("kv-tokens", &c->plan.kv_tokens, 0, int64_t{1} << 40,
                                "Or for exactly this many token positions (0: use kv-sequences)"));
   t.push_back(Integer("kv-block-size", &c->plan.kv_block_size, 1, 4096, "Tokens per KV block"));
   t.push_back(Option(
-      "kv-type", "KV cache elements: f32, or f16 (half the memory; keys and values rounded)",
+      "kv-type", "KV cache elements: f16 (half the memory of f32; keys and values rounded) or f32 (exact)",
       [c](const std::string& s) -> absl::Status {
         const std::optional<TensorType> type = ParseKvCacheType(s);
         if (!type) return Bad("kv-type", s, "f32 or f16");
@@ -186,8 +188,9 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
       [c] { return absl::AsciiStrToLower(TensorTypeName(c->plan.kv_type)); }));
   t.push_back(Integer<int64_t>("max-batch-tokens", &c->plan.batch_tokens, 1, kMaxCount,
                                "Tokens per micro-batch"));
-  t.push_back(Real("memory-reserve", &c->plan.reserve_fraction, 0, 0.9,
-                   "Fraction of each worker's memory the plan leaves free"));
+  t.push_back(Real("memory-fraction", &c->plan.memory_fraction, 0.01, 1,
+                   "Fraction of each worker's memory the plan may use (weights, KV cache, "
+                   "activations)"));
   // Scheduler.
   t.push_back(Integer<int64_t>("prefill-chunk", &c->scheduler.prefill_chunk, 1, kMaxCount,
                                "Prompt tokens per sequence per micro-batch"));

@@ -352,15 +352,19 @@ ClusterState ClusterController::PlanPipeline() {
     s.address = w.address;
     s.data_address = w.data_address;
     s.node = w.node;
+    s.node_id = w.resources.node_id();
+    s.node_memory = w.resources.node_memory();
     s.memory_bytes = w.resources.memory_bytes();
     s.gflops = w.resources.gflops() > 0 ? w.resources.gflops() : 1.0;
     s.tp = std::max(1, w.resources.tensor_parallel());
     specs.push_back(s);
   }
   const PipelineTarget old = CurrentPlan();
+  PlanLimits limits = config_.plan;
+  limits.max_sequences = config_.scheduler.max_running;  // a KV cache it can use
   absl::StatusOr<Plan> plan =
-      replanning ? Replan(model_.profile(), old.plan, old.workers, lost, specs, config_.plan)
-                 : MakePlan(model_.profile(), specs, config_.plan);
+      replanning ? Replan(model_.profile(), old.plan, old.workers, lost, specs, limits)
+                 : MakePlan(model_.profile(), specs, limits);
   if (!plan.ok()) {
     std::string why = absl::StrCat(replanning ? "no plan fits the workers that remain: "
                                               : "no plan fits the workers: ",

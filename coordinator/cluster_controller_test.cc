@@ -123,13 +123,17 @@ class ControllerTest : public ::testing::Test {
   }
 
   // Registers a worker and keeps it heartbeating (in `state`) until StopHeartbeats(id).
-  void AddWorker(const std::string& id, uint64_t memory = 1 << 30) {
+  // node_id: the machine it reports it shares memory_bytes (its whole memory) with.
+  void AddWorker(const std::string& id, uint64_t memory = 1 << 30,
+                 const std::string& node_id = "") {
     v1::RegisterRequest r;
     r.set_protocol_version(kFrameVersion);
     r.set_worker_id(id);
     r.set_listen_address(id + ".local:5000");
     r.set_data_address("tcp://" + id + ".local:5001");
     r.mutable_resources()->set_memory_bytes(memory);
+    r.mutable_resources()->set_node_id(node_id);
+    r.mutable_resources()->set_node_memory(!node_id.empty());
     r.mutable_resources()->set_gflops(1);
     auto resp = controller_->Register(r, join_token_);
     ASSERT_TRUE(resp.ok()) << resp.status();
@@ -241,6 +245,27 @@ TEST_F(ControllerTest, BringUpGoesFromWaitingThroughPlanningAndLoadingToServing)
   const ClusterSnapshot snap = controller_->Snapshot();
   EXPECT_EQ(snap.plan.stages.size(), 2u);
   EXPECT_EQ(snap.scheduler.completed, 1u);
+}
+
+// Two workers started by hand on one machine each report its whole memory: the plan
+// gives each half of it, and a third on another machine keeps its own.
+TEST_F(ControllerTest, WorkersOnOneNodeShareItsMemory) {
+  config_.bring_up.workers = 3;
+  config_.plan.min_stages = 3;
+  Start();
+  AddWorker("w0", 1 << 30, "boot-a");
+  AddWorker("w1", 1 << 30, "boot-a");
+  AddWorker("w2", 1 << 30, "boot-b");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)))
+      << ClusterStateName(controller_->state());
+  const ClusterSnapshot snap = controller_->Snapshot();
+  ASSERT_EQ(snap.plan.stages.size(), 3u);
+  const double fraction = config_.plan.memory_fraction;
+  for (const StagePlan& st : snap.plan.stages) {
+    const std::string& id = snap.plan_workers[st.worker].id;
+    const double whole = static_cast<double>(1 << 30) * fraction;
+    EXPECT_NEAR(static_cast<double>(st.capacity), id == "w2" ? whole : whole / 2, 1.0) << id;
+  }
 }
 
 TEST_F(ControllerTest, TooFewWorkersInTimeStopsWithTheReason) {
@@ -435,7 +460,8 @@ TEST_F(ControllerTest, WithoutASpareTheWorkersThatRemainServe) {
 }
 
 TEST_F(ControllerTest, WhenNoPlanFitsRequestsEndSayingWhyUntilAWorkerJoins) {
-  config_.plan.kv_sequences = 70;  // a cache only two workers hold together
+  config_.plan.kv_sequences = 70;  // a cache only two workers hold together (at F32)
+  config_.plan.kv_type = TensorType::kF32;
   Start();
   AddWorker("w0", 48 << 20);
   AddWorker("w1", 48 << 20);

@@ -6,9 +6,11 @@
 #include <map>
 #include <numeric>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "model/tensor_parallel.h"
@@ -17,10 +19,44 @@
 namespace cascade {
 namespace {
 
-uint64_t MatrixBytes(TensorType t, int64_t cols, int64_t rows) {
+double BitsPerWeight(TensorType t) {
+  const TensorTypeTraits& tr = Traits(t);
+  return 8.0 * tr.block_bytes / tr.block_elems;
+}
+
+// A matrix's bytes: exact for a type stored throughout, scaled by the mix's average bits per
+// weight for a mix.
+uint64_t MatrixBytes(const WeightType& t, int64_t cols, int64_t rows) {
   uint64_t rb = 0;
-  if (!RowBytes(t, static_cast<uint64_t>(cols), &rb)) rb = static_cast<uint64_t>(cols) * 4;
-  return rb * static_cast<uint64_t>(rows);
+  if (!RowBytes(t.type, static_cast<uint64_t>(cols), &rb)) rb = static_cast<uint64_t>(cols) * 4;
+  const uint64_t bytes = rb * static_cast<uint64_t>(rows);
+  const double scale = t.bits_per_weight / BitsPerWeight(t.type);
+  return scale == 1.0 ? bytes : static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * scale));
+}
+
+// llama.cpp's mixed file types: the main type, and the average bits per weight of a Llama
+// model's matrices as llama.cpp's quantize reports them (attn_v, ffn_down of some layers
+// and the output matrix are kept in a larger type).
+struct Mix {
+  const char* name;
+  TensorType type;
+  double bits_per_weight;
+};
+constexpr Mix kMixes[] = {
+    {"Q3_K_S", TensorType::kQ3_K, 3.50}, {"Q3_K_M", TensorType::kQ3_K, 3.91},
+    {"Q3_K_L", TensorType::kQ3_K, 4.27}, {"Q4_K_S", TensorType::kQ4_K, 4.58},
+    {"Q4_K_M", TensorType::kQ4_K, 4.85}, {"Q5_K_S", TensorType::kQ5_K, 5.54},
+    {"Q5_K_M", TensorType::kQ5_K, 5.69},
+};
+
+// Every GGUF type number the kernels compute with.
+std::vector<TensorType> ComputeTypes() {
+  std::vector<TensorType> out;
+  for (uint32_t raw = 0; raw < 64; ++raw) {
+    std::optional<TensorTypeTraits> t = LookupTensorType(raw);
+    if (t && IsComputeSupported(t->type)) out.push_back(t->type);
+  }
+  return out;
 }
 
 // Weights of stage [first, last) of a pipeline of `stages` stages.
@@ -118,8 +154,9 @@ absl::StatusOr<StageMemory> StageMemoryPerRank(const ModelProfile& m, LayerRange
   return worst;
 }
 
-int64_t PlanLimits::KvTokens(int64_t context_length) const {
-  return kv_tokens > 0 ? kv_tokens : int64_t{kv_sequences} * context_length;
+int64_t PlanLimits::KvTokens(int64_t model_context) const {
+  if (kv_tokens > 0) return kv_tokens;
+  return int64_t{kv_sequences > 0 ? kv_sequences : kAutoKvSequences} * Context(model_context);
 }
 
 uint64_t ModelProfile::total_bytes() const {
@@ -161,9 +198,30 @@ ModelProfile ProfileFromSource(const ModelSource& source) {
   return p;
 }
 
+std::optional<WeightType> ParseWeightType(std::string_view name) {
+  const std::string upper = absl::AsciiStrToUpper(std::string(name));
+  for (const Mix& m : kMixes) {
+    if (upper == m.name) return WeightType{upper, m.type, m.bits_per_weight};
+  }
+  const std::optional<TensorType> t = ParseTensorTypeName(name);
+  if (!t || !IsComputeSupported(*t)) return std::nullopt;
+  return WeightType{TensorTypeName(*t), *t, BitsPerWeight(*t)};
+}
+
+std::vector<std::string> WeightTypeNames() {
+  std::vector<std::string> out;
+  for (TensorType t : ComputeTypes()) out.push_back(TensorTypeName(t));
+  for (const Mix& m : kMixes) out.push_back(m.name);
+  return out;
+}
+
 ModelProfile ProfileFromShape(const ModelShape& s, TensorType type) {
+  return ProfileFromShape(s, WeightType{TensorTypeName(type), type, BitsPerWeight(type)});
+}
+
+ModelProfile ProfileFromShape(const ModelShape& s, const WeightType& type) {
   ModelProfile p;
-  p.name = absl::StrCat(s.name, " (", TensorTypeName(type), ")");
+  p.name = absl::StrCat(s.name, " (", type.name, ")");
   ModelConfig& c = p.config;
   c.arch = s.arch;
   c.vocab_size = s.vocab;
@@ -195,33 +253,57 @@ ModelProfile ProfileFromShape(const ModelShape& s, TensorType type) {
   return p;
 }
 
-absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpec>& workers,
-                              const PlanLimits& lim) {
-  const int L = static_cast<int>(m.layer_bytes.size());
-  if (workers.empty()) return absl::FailedPreconditionError("plan: no workers are available");
-  if (L == 0) return absl::InvalidArgumentError("plan: the model has no layers");
-  std::vector<uint64_t> usable(workers.size());
-  for (size_t i = 0; i < workers.size(); ++i) {
-    usable[i] = static_cast<uint64_t>(static_cast<double>(workers[i].memory_bytes) *
-                                      (1.0 - lim.reserve_fraction));
-  }
-  // Workers by preference: most memory, then fastest.
-  std::vector<int> order(workers.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    if (workers[a].memory_bytes != workers[b].memory_bytes) {
-      return workers[a].memory_bytes > workers[b].memory_bytes;
+namespace {
+
+// Each worker's usable memory: its share of its node, times the memory fraction.
+std::vector<uint64_t> UsableMemory(const std::vector<WorkerSpec>& workers, const PlanLimits& lim) {
+  std::vector<uint64_t> usable = SharedMemory(workers);
+  for (uint64_t& u : usable) u = static_cast<uint64_t>(static_cast<double>(u) * lim.memory_fraction);
+  return usable;
+}
+
+// The layers of each of k chosen workers (pipeline order), balanced by speed within what
+// each holds (max_fit); empty when they cannot hold all L layers. Every stage gets one
+// layer, then each further layer goes where it finishes soonest: a stage's time is its
+// layers plus, on the last stage, the output head (in layers of the same byte size: decode
+// runs it for every token), over the worker's speed. Giving unit jobs one at a time to the
+// least-finished machine is optimal for the slowest stage, which sets the pipeline's pace.
+std::vector<int> BalanceLayers(const std::vector<WorkerSpec>& workers,
+                               const std::vector<int>& chosen, const std::vector<int>& max_fit,
+                               int L, double head_layers) {
+  const int k = static_cast<int>(chosen.size());
+  auto stage_time = [&](int i, int layers) {
+    const double extra = i == k - 1 ? head_layers : 0.0;
+    return (layers + extra) / std::max(1e-9, workers[chosen[i]].gflops);
+  };
+  std::vector<int> alloc(k, 1);
+  int total = k;
+  while (total < L) {
+    int best = -1;
+    double best_time = 0;
+    for (int i = 0; i < k; ++i) {
+      if (alloc[i] >= max_fit[i]) continue;
+      const double t = stage_time(i, alloc[i] + 1);
+      if (best < 0 || t < best_time) {
+        best = i;
+        best_time = t;
+      }
     }
-    return workers[a].gflops > workers[b].gflops;
-  });
-  const int64_t kv_tokens = lim.KvTokens(m.config.context_length);
-  if (kv_tokens <= 0 || lim.kv_block_size <= 0 || lim.batch_tokens <= 0) {
-    return absl::InvalidArgumentError("plan: the KV cache, block and batch sizes must be > 0");
+    if (best < 0) return {};
+    ++alloc[best];
+    ++total;
   }
-  if (!IsKvCacheType(lim.kv_type)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("plan: a KV cache of ", TensorTypeName(lim.kv_type), " (f32 or f16)"));
-  }
+  return alloc;
+}
+
+// The fewest stages (from min_stages) over the workers by preference (`order`) that hold
+// the model with a KV cache of exactly lim.kv_tokens positions; nullopt when none do.
+absl::StatusOr<std::optional<Plan>> PlaceStages(const ModelProfile& m,
+                                                const std::vector<WorkerSpec>& workers,
+                                                const std::vector<uint64_t>& usable,
+                                                const std::vector<int>& order,
+                                                const PlanLimits& lim) {
+  const int L = static_cast<int>(m.layer_bytes.size());
   // Each worker's per-rank costs (tensor-parallel workers pay a share of each).
   std::map<int, RankCosts> costs_by_tp;
   std::vector<RankCosts> cost(workers.size());
@@ -239,27 +321,18 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
   }
   uint64_t layer_sum = 0;
   for (uint64_t b : m.layer_bytes) layer_sum += b;
-  const double avg_layer =
-      static_cast<double>(layer_sum) / L +
-      static_cast<double>(KvBytesPerToken(m.config, 1, lim.kv_type)) * kv_tokens;
   // The output head's work in layers (by weight bytes, which set decode's time per token);
   // with tied embeddings the head multiplies by the embedding matrix.
   const uint64_t head_work =
       m.head_bytes + (m.config.tied_embeddings ? m.embedding_bytes : uint64_t{0});
   const double head_layers =
       layer_sum > 0 ? static_cast<double>(head_work) * L / static_cast<double>(layer_sum) : 0;
-
   const int max_k = std::min<int>(static_cast<int>(workers.size()), L);
-  if (lim.min_stages > max_k) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("plan: ", lim.min_stages, " stages were asked for but there are ",
-                     workers.size(), " workers and ", L, " layers"));
-  }
   for (int k = std::max(1, lim.min_stages); k <= max_k; ++k) {
     std::vector<int> chosen(order.begin(), order.begin() + k);
     std::sort(chosen.begin(), chosen.end());  // pipeline order = listed order
     // Fixed cost of each position and how many layers fit.
-    std::vector<int> max_fit(k), alloc(k);
+    std::vector<int> max_fit(k);
     int64_t fit_sum = 0;
     for (int i = 0; i < k; ++i) {
       // Activation workspace of a middle stage or of the last one (which adds logits).
@@ -276,35 +349,10 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
       fit_sum += max_fit[i];
     }
     if (fit_sum < L || *std::min_element(max_fit.begin(), max_fit.end()) < 1) continue;
-    // Every stage gets one layer, then each further layer goes where it finishes soonest:
-    // a stage's time is its layers plus, on the last stage, the output head (in layers of
-    // the same byte size: decode runs it for every token), over the worker's speed. Giving
-    // unit jobs one at a time to the least-finished machine is optimal for the slowest
-    // stage, which sets the pipeline's pace.
-    auto stage_time = [&](int i, int layers) {
-      const double extra = i == k - 1 ? head_layers : 0.0;
-      return (layers + extra) / std::max(1e-9, workers[chosen[i]].gflops);
-    };
-    std::fill(alloc.begin(), alloc.end(), 1);
-    int total = k;
-    while (total < L) {
-      int best = -1;
-      double best_time = 0;
-      for (int i = 0; i < k; ++i) {
-        if (alloc[i] >= max_fit[i]) continue;
-        const double t = stage_time(i, alloc[i] + 1);
-        if (best < 0 || t < best_time) {
-          best = i;
-          best_time = t;
-        }
-      }
-      if (best < 0) break;
-      ++alloc[best];
-      ++total;
-    }
-    if (total != L) continue;
+    const std::vector<int> alloc = BalanceLayers(workers, chosen, max_fit, L, head_layers);
+    if (alloc.empty()) continue;
     Plan plan;
-    plan.kv_blocks = (kv_tokens + lim.kv_block_size - 1) / lim.kv_block_size;
+    plan.kv_blocks = (lim.kv_tokens + lim.kv_block_size - 1) / lim.kv_block_size;
     plan.kv_block_size = lim.kv_block_size;
     plan.kv_type = lim.kv_type;
     plan.batch_tokens = lim.batch_tokens;
@@ -314,10 +362,8 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
       StagePlan s;
       s.worker = chosen[i];
       s.layers = {first, first + alloc[i]};
-      absl::StatusOr<StageMemory> mem =
-          StageMemoryPerRank(m, s.layers, lim, std::max(1, workers[chosen[i]].tp));
-      if (!mem.ok()) return mem.status();
-      s.memory = *mem;
+      CASCADE_ASSIGN_OR_RETURN(
+          s.memory, StageMemoryPerRank(m, s.layers, lim, std::max(1, workers[chosen[i]].tp)));
       s.capacity = usable[chosen[i]];
       fits &= s.memory.total() <= s.capacity;
       first += alloc[i];
@@ -325,26 +371,150 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
     }
     if (fits) return plan;
   }
-  // Nothing fits: say by how much.
-  const LayerRange all{0, L};
-  const StageMemory need = StageCost(m, all, lim);
+  return std::nullopt;
+}
+
+// The automatic KV cache: as many positions as the tightest stage of `plan` has room for,
+// in whole blocks, at most max_sequences full-context sequences (and never fewer than the
+// plan was placed with).
+absl::StatusOr<Plan> FillKvCache(const ModelProfile& m, const std::vector<WorkerSpec>& workers,
+                                 Plan plan, PlanLimits lim, int64_t context) {
+  int64_t tokens = int64_t{std::max(1, lim.max_sequences)} * context;
+  for (const StagePlan& s : plan.stages) {
+    lim.kv_tokens = 1;
+    CASCADE_ASSIGN_OR_RETURN(StageMemory one,
+                             StageMemoryPerRank(m, s.layers, lim, std::max(1, workers[s.worker].tp)));
+    const uint64_t fixed = one.total() - one.kv_cache;
+    if (one.kv_cache == 0 || s.capacity <= fixed) continue;
+    tokens = std::min<int64_t>(tokens, static_cast<int64_t>((s.capacity - fixed) / one.kv_cache));
+  }
+  plan.kv_blocks = std::max(plan.kv_blocks, tokens / lim.kv_block_size);
+  lim.kv_tokens = plan.kv_tokens();
+  for (StagePlan& s : plan.stages) {
+    CASCADE_ASSIGN_OR_RETURN(s.memory,
+                             StageMemoryPerRank(m, s.layers, lim, std::max(1, workers[s.worker].tp)));
+  }
+  return plan;
+}
+
+// The most KV positions (whole blocks) any plan holds, up to lim.kv_tokens; 0 when not even
+// one block fits.
+absl::StatusOr<int64_t> MostKvTokens(const ModelProfile& m, const std::vector<WorkerSpec>& workers,
+                                     const std::vector<uint64_t>& usable,
+                                     const std::vector<int>& order, PlanLimits lim) {
+  int64_t lo = 0, hi = (lim.kv_tokens + lim.kv_block_size - 1) / lim.kv_block_size;
+  while (lo < hi) {  // blocks: lo fit (or are 0), more than hi do not
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    lim.kv_tokens = mid * lim.kv_block_size;
+    CASCADE_ASSIGN_OR_RETURN(std::optional<Plan> p, PlaceStages(m, workers, usable, order, lim));
+    if (p) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo * lim.kv_block_size;
+}
+
+// The largest power of two no greater than x (>= 1).
+int64_t FloorPow2(int64_t x) {
+  int64_t p = 1;
+  while (p * 2 <= x) p *= 2;
+  return p;
+}
+
+// Why no plan holds the model with lim.kv_tokens positions of KV, and what would fit.
+absl::Status NoFit(const ModelProfile& m, const std::vector<WorkerSpec>& workers,
+                   const std::vector<uint64_t>& usable, const std::vector<int>& order,
+                   const PlanLimits& lim, int64_t context) {
+  const int L = static_cast<int>(m.layer_bytes.size());
+  const StageMemory need = StageCost(m, {0, L}, lim);
   uint64_t offered = 0;
   for (uint64_t u : usable) offered += u;
   const uint64_t biggest = *std::max_element(usable.begin(), usable.end());
   std::string why = absl::StrCat(
       "plan: ", m.name, " does not fit: it needs ", HumanBytes(need.weights), " of weights + ",
-      HumanBytes(need.kv_cache), " of KV cache (", kv_tokens, " tokens) + ",
+      HumanBytes(need.kv_cache), " of KV cache (", lim.kv_tokens, " tokens) + ",
       HumanBytes(need.activations), " of activations = ", HumanBytes(need.total()), "; the ",
       workers.size(), " worker(s) offer ", HumanBytes(offered), " in all (largest ",
-      HumanBytes(biggest), ")");
+      HumanBytes(biggest), ", ", lim.memory_fraction, " of each one's memory)");
   if (need.total() > offered) {
     absl::StrAppend(&why, ": short by ", HumanBytes(need.total() - offered));
   } else {
     absl::StrAppend(&why, ": the memory is there in total but no split into stages fits each ",
-                    "worker (a layer costs about ", HumanBytes(static_cast<uint64_t>(avg_layer)),
-                    " with its KV cache)");
+                    "worker");
   }
+  const std::string more = absl::StrCat("more workers, or a larger --memory-fraction (now ",
+                                        lim.memory_fraction, ")");
+  CASCADE_ASSIGN_OR_RETURN(int64_t most, MostKvTokens(m, workers, usable, order, lim));
+  if (most == 0) {
+    absl::StrAppend(&why, ". The weights alone do not fit: try ", more,
+                    ", or a smaller weight type");
+    return absl::ResourceExhaustedError(why);
+  }
+  const int64_t seqs = std::max<int64_t>(1, lim.kv_tokens / context);
+  absl::StrAppend(&why, ". KV for ", seqs, " sequence(s) of ", context, " positions is ",
+                  HumanBytes(need.kv_cache), " at ", TensorTypeName(lim.kv_type),
+                  "; these workers hold ", most, " positions: try ");
+  if (most >= context) absl::StrAppend(&why, "--kv-sequences ", most / context, ", ");
+  absl::StrAppend(&why, "--kv-tokens ", most);
+  const int64_t ctx = FloorPow2(most / seqs);
+  if (ctx < context) absl::StrAppend(&why, ", --ctx ", ctx, " (cascade plan)");
+  if (lim.kv_type == TensorType::kF32) absl::StrAppend(&why, ", --kv-type f16 (half the KV)");
+  absl::StrAppend(&why, ", or ", more);
   return absl::ResourceExhaustedError(why);
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpec>& workers,
+                              const PlanLimits& lim) {
+  const int L = static_cast<int>(m.layer_bytes.size());
+  if (workers.empty()) return absl::FailedPreconditionError("plan: no workers are available");
+  if (L == 0) return absl::InvalidArgumentError("plan: the model has no layers");
+  const int64_t context = lim.Context(m.config.context_length);
+  if (context <= 0 || lim.kv_block_size <= 0 || lim.batch_tokens <= 0) {
+    return absl::InvalidArgumentError("plan: the context, KV block and batch sizes must be > 0");
+  }
+  if (!(lim.memory_fraction > 0 && lim.memory_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: the memory fraction ", lim.memory_fraction, " is not in (0, 1]"));
+  }
+  if (!IsKvCacheType(lim.kv_type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: a KV cache of ", TensorTypeName(lim.kv_type), " (f32 or f16)"));
+  }
+  const int max_k = std::min<int>(static_cast<int>(workers.size()), L);
+  if (lim.min_stages > max_k) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("plan: ", lim.min_stages, " stages were asked for but there are ",
+                     workers.size(), " workers and ", L, " layers"));
+  }
+  const std::vector<uint64_t> usable = UsableMemory(workers, lim);
+  // Workers by preference: most memory, then fastest.
+  std::vector<int> order(workers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (usable[a] != usable[b]) return usable[a] > usable[b];
+    return workers[a].gflops > workers[b].gflops;
+  });
+  PlanLimits exact = lim;
+  exact.kv_tokens = lim.KvTokens(m.config.context_length);
+  if (!lim.auto_kv()) {
+    CASCADE_ASSIGN_OR_RETURN(std::optional<Plan> plan,
+                             PlaceStages(m, workers, usable, order, exact));
+    if (plan) return *std::move(plan);
+    return NoFit(m, workers, usable, order, exact, context);
+  }
+  // The automatic cache: the fewest stages that hold kAutoKvSequences sequences (no more
+  // than the scheduler runs), else the fewest that hold one; then filled.
+  for (int seqs : {std::min(kAutoKvSequences, std::max(1, lim.max_sequences)), 1}) {
+    exact.kv_tokens = int64_t{seqs} * context;
+    CASCADE_ASSIGN_OR_RETURN(std::optional<Plan> plan,
+                             PlaceStages(m, workers, usable, order, exact));
+    if (plan) return FillKvCache(m, workers, *std::move(plan), exact, context);
+  }
+  return NoFit(m, workers, usable, order, exact, context);
 }
 
 absl::StatusOr<Plan> Replan(const ModelProfile& model, const Plan& old_plan,
@@ -363,6 +533,7 @@ absl::StatusOr<Plan> Replan(const ModelProfile& model, const Plan& old_plan,
   // Substitution: surviving stages stay where they are, each lost one goes to the spare
   // with the most memory that holds it.
   Plan plan = old_plan;
+  const std::vector<uint64_t> capacity = UsableMemory(workers, limits);
   std::vector<bool> used(workers.size(), false);
   bool substituted = true;
   for (StagePlan& st : plan.stages) {
@@ -383,13 +554,11 @@ absl::StatusOr<Plan> Replan(const ModelProfile& model, const Plan& old_plan,
       if (!is_lost(was)) continue;
       int best = -1;
       for (size_t w = 0; w < workers.size(); ++w) {
-        const uint64_t cap = static_cast<uint64_t>(static_cast<double>(workers[w].memory_bytes) *
-                                                   (1.0 - limits.reserve_fraction));
-        if (used[w] || is_lost(workers[w].id) || cap < st.memory.total() ||
+        if (used[w] || is_lost(workers[w].id) || capacity[w] < st.memory.total() ||
             workers[w].tp != old_workers[old_plan.stages[i].worker].tp) {
           continue;
         }
-        if (best < 0 || workers[w].memory_bytes > workers[best].memory_bytes) best = static_cast<int>(w);
+        if (best < 0 || capacity[w] > capacity[best]) best = static_cast<int>(w);
       }
       if (best < 0) {
         substituted = false;
@@ -397,8 +566,7 @@ absl::StatusOr<Plan> Replan(const ModelProfile& model, const Plan& old_plan,
       }
       used[best] = true;
       st.worker = best;
-      st.capacity = static_cast<uint64_t>(static_cast<double>(workers[best].memory_bytes) *
-                                          (1.0 - limits.reserve_fraction));
+      st.capacity = capacity[best];
     }
   }
   if (substituted) return plan;
@@ -416,7 +584,62 @@ absl::StatusOr<Plan> Replan(const ModelProfile& model, const Plan& old_plan,
   return fresh;
 }
 
-std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& workers) const {
+std::vector<uint64_t> SharedMemory(const std::vector<WorkerSpec>& workers) {
+  std::vector<uint64_t> out(workers.size());
+  // Per node: the memory it has (what its sharers measured, the most of them), what was
+  // given to workers there with a memory of their own, and the sharers.
+  struct Node {
+    uint64_t memory = 0, given = 0;
+    std::vector<size_t> sharers;
+  };
+  std::map<std::string, Node> nodes;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const WorkerSpec& w = workers[i];
+    out[i] = w.memory_bytes;
+    if (w.node_id.empty()) continue;
+    Node& n = nodes[w.node_id];
+    if (w.node_memory) {
+      n.memory = std::max(n.memory, w.memory_bytes);
+      n.sharers.push_back(i);
+    } else {
+      n.given += w.memory_bytes * static_cast<uint64_t>(std::max(1, w.tp));
+    }
+  }
+  for (const auto& [id, n] : nodes) {
+    if (n.sharers.empty() || (n.sharers.size() == 1 && n.given == 0)) continue;
+    const uint64_t left = n.memory > n.given ? n.memory - n.given : 0;
+    uint64_t ranks = 0;
+    for (size_t i : n.sharers) ranks += static_cast<uint64_t>(std::max(1, workers[i].tp));
+    for (size_t i : n.sharers) out[i] = left / ranks;
+  }
+  return out;
+}
+
+std::string SharedNodesNote(const std::vector<WorkerSpec>& workers) {
+  const std::vector<uint64_t> share = SharedMemory(workers);
+  std::map<std::string, std::vector<size_t>> sharers;  // by node id
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (share[i] != workers[i].memory_bytes) sharers[workers[i].node_id].push_back(i);
+  }
+  std::string out;
+  for (const auto& [id, idx] : sharers) {
+    std::vector<std::string> names;
+    uint64_t node_memory = 0;
+    for (size_t i : idx) {
+      names.push_back(workers[i].id);
+      node_memory = std::max(node_memory, workers[i].memory_bytes);
+    }
+    const std::string& host = workers[idx[0]].node;
+    absl::StrAppend(&out, "workers ", absl::StrJoin(names, ", "), " share node ",
+                    host.empty() ? id : host, "'s ", HumanBytes(node_memory), ": ",
+                    HumanBytes(share[idx[0]]), " each (less what workers there were given)\n");
+  }
+  return out;
+}
+
+std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& workers,
+                        int64_t context) const {
+  const std::vector<uint64_t> memory = SharedMemory(workers);
   // Columns sized to their widest cell. With tensor-parallel workers, a "ranks" column,
   // and the sizes are each rank's.
   bool split = false;
@@ -436,7 +659,7 @@ std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& wo
     for (const std::string& cell :
          {HumanBytes(s.memory.weights), HumanBytes(s.memory.kv_cache),
           HumanBytes(s.memory.activations), HumanBytes(s.memory.total()),
-          HumanBytes(w.memory_bytes)}) {
+          HumanBytes(memory[s.worker])}) {
       row.push_back(cell);
     }
     rows.push_back(std::move(row));
@@ -458,6 +681,10 @@ std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& wo
   absl::StrAppend(&out, m.name, ": ", m.config.n_layers, " layers, ", HumanBytes(m.total_bytes()),
                   " of weights; ", stages.size(), stages.size() == 1 ? " stage" : " stages", ", ",
                   kv_blocks, " KV blocks per stage\n");
+  const int64_t ctx = context > 0 ? context : m.config.context_length;
+  absl::StrAppend(&out, "KV cache: ", kv_tokens(), " positions per stage (",
+                  TensorTypeName(kv_type), ") = ", kv_tokens() / ctx, " sequences of ", ctx,
+                  " tokens\n", SharedNodesNote(workers));
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "coordinator/planner.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -14,9 +15,13 @@ ModelProfile TinyLlamaF16() {
   return ProfileFromShape(*FindModelShape("tinyllama-1.1b"), TensorType::kF16);
 }
 
+// The fixed limits the sizes in these tests were chosen for: an F32 KV cache of four
+// full-context sequences, 95% of each worker's memory.
 PlanLimits Limits() {
   PlanLimits l;
-  l.kv_tokens = 4 * 2048;  // four full-context sequences
+  l.kv_tokens = 4 * 2048;
+  l.kv_type = TensorType::kF32;
+  l.memory_fraction = 0.95;
   l.batch_tokens = 512;
   return l;
 }
@@ -216,6 +221,159 @@ TEST(Planner, TensorParallelWorkersNeedAbout1OverTPerRank) {
   // A group size that does not divide the 32 heads is refused, naming the worker.
   group[0].tp = 3;
   EXPECT_THAT(MakePlan(m, group, lim).status().message(), HasSubstr("worker a"));
+}
+
+// ---------------------------------------------------------------- the automatic KV cache
+
+ModelProfile Llama3Q4KM() {
+  return ProfileFromShape(*FindModelShape("llama-3-8b"), *ParseWeightType("Q4_K_M"));
+}
+
+// The room a stage has left for one more block of KV positions.
+bool RoomForAnotherBlock(const ModelProfile& m, const Plan& plan, const StagePlan& s) {
+  PlanLimits lim;
+  lim.kv_type = plan.kv_type;
+  lim.kv_tokens = plan.kv_tokens() + plan.kv_block_size;
+  return StageMemoryPerRank(m, s.layers, lim, 1)->total() <= s.capacity;
+}
+
+TEST(Planner, ByDefaultTheKvCacheFillsWhatTheWeightsLeave) {
+  const ModelProfile m = Llama3Q4KM();
+  const auto workers = Workers("a=8GiB,b=6GiB,c=4GiB");
+  auto plan = MakePlan(m, workers, PlanLimits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kv_type, TensorType::kF16);
+  // At least the preferred sequences, every stage within kDefaultMemoryFraction of its
+  // worker, and the tightest one without room for another block.
+  EXPECT_GE(plan->kv_tokens(), int64_t{kAutoKvSequences} * 8192);
+  bool tight = false;
+  for (const StagePlan& s : plan->stages) {
+    EXPECT_LE(s.memory.total(), s.capacity);
+    EXPECT_EQ(s.capacity, static_cast<uint64_t>(static_cast<double>(workers[s.worker].memory_bytes) *
+                                                kDefaultMemoryFraction));
+    EXPECT_EQ(s.memory.kv_cache,
+              KvBytesPerToken(m.config, s.layers.size(), TensorType::kF16) *
+                  static_cast<uint64_t>(plan->kv_tokens()));
+    tight |= !RoomForAnotherBlock(m, *plan, s);
+  }
+  EXPECT_TRUE(tight);
+  EXPECT_THAT(plan->Table(m, workers),
+              HasSubstr(absl::StrCat("KV cache: ", plan->kv_tokens(), " positions per stage (F16) = ",
+                                     plan->kv_tokens() / 8192, " sequences of 8192 tokens")));
+}
+
+TEST(Planner, TheAutomaticKvCacheHoldsNoMoreThanTheSchedulerRuns) {
+  // A tiny model on a large worker: max_sequences full-context sequences, not 90% of it.
+  const ModelProfile tiny = ProfileFromShape(*FindModelShape("tiny"), TensorType::kF16);
+  PlanLimits lim;
+  auto plan = MakePlan(tiny, Workers("a=64GiB"), lim);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kv_tokens(), int64_t{lim.max_sequences} * tiny.config.context_length);
+  lim.max_sequences = 3;
+  plan = MakePlan(tiny, Workers("a=64GiB"), lim);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kv_tokens(), 3 * tiny.config.context_length);
+  // Explicit sizes are kept as given (in whole blocks).
+  lim.kv_sequences = 5;
+  plan = MakePlan(tiny, Workers("a=64GiB"), lim);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kv_tokens(), 5 * tiny.config.context_length);
+  lim.kv_tokens = 100;
+  plan = MakePlan(tiny, Workers("a=64GiB"), lim);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kv_blocks, (100 + lim.kv_block_size - 1) / lim.kv_block_size);
+}
+
+TEST(Planner, ARefusalNamesSettingsThatFit) {
+  // 8 sequences of F32 KV (16 GiB) do not fit 8 + 6 + 4 GiB; the refusal's --kv-sequences
+  // does, one more does not.
+  const ModelProfile m = ProfileFromShape(*FindModelShape("llama-3-8b"), TensorType::kQ4_K);
+  const auto workers = Workers("a=8GiB,b=6GiB,c=4GiB");
+  PlanLimits lim;
+  lim.kv_sequences = 8;
+  lim.kv_type = TensorType::kF32;
+  auto no = MakePlan(m, workers, lim);
+  ASSERT_FALSE(no.ok());
+  const std::string why(no.status().message());
+  EXPECT_THAT(why, HasSubstr("--kv-type f16"));
+  EXPECT_THAT(why, HasSubstr("--memory-fraction"));
+  EXPECT_THAT(why, HasSubstr("--ctx "));
+  const size_t at = why.find("--kv-sequences ");
+  ASSERT_NE(at, std::string::npos) << why;
+  const int fits = std::atoi(why.c_str() + at + 15);
+  ASSERT_GE(fits, 1) << why;
+  lim.kv_sequences = fits;
+  EXPECT_TRUE(MakePlan(m, workers, lim).ok()) << why;
+  lim.kv_sequences = fits + 1;
+  EXPECT_FALSE(MakePlan(m, workers, lim).ok()) << why;
+  // At F16 the default fits.
+  EXPECT_TRUE(MakePlan(m, workers, PlanLimits()).ok());
+}
+
+// ---------------------------------------------------------------- workers sharing a node
+
+TEST(Planner, WorkersOnOneNodeShareItsMemory) {
+  auto w = Workers("a=8GiB,b=8GiB,c=8GiB");
+  for (WorkerSpec& s : w) s.node_memory = true;
+  w[0].node_id = w[1].node_id = "boot-1";
+  w[2].node_id = "boot-2";
+  EXPECT_THAT(SharedMemory(w), ::testing::ElementsAre(4 * kGiB, 4 * kGiB, 8 * kGiB));
+  // A worker there with a memory of its own takes it out of the node's.
+  WorkerSpec given = Workers("d=2GiB")[0];
+  given.node_id = "boot-1";
+  w.push_back(given);
+  EXPECT_THAT(SharedMemory(w), ::testing::ElementsAre(3 * kGiB, 3 * kGiB, 8 * kGiB, 2 * kGiB));
+  // No node id, or memory given: nothing is shared.
+  auto apart = Workers("a=8GiB,b=8GiB");
+  apart[0].node_id = apart[1].node_id = "boot-1";  // memory given to each
+  EXPECT_THAT(SharedMemory(apart), ::testing::ElementsAre(8 * kGiB, 8 * kGiB));
+
+  // TinyLlama (2.05 GiB) fits one 3 GiB worker; two on one 3 GiB node get half each, so
+  // the plan needs both, and says why.
+  auto pair = Workers("a=3GiB,b=3GiB");
+  for (WorkerSpec& s : pair) {
+    s.node_memory = true;
+    s.node_id = "boot-1";
+    s.node = "host1";
+  }
+  auto apart_plan = MakePlan(TinyLlamaF16(), Workers("a=3GiB,b=3GiB"), Limits());
+  auto shared_plan = MakePlan(TinyLlamaF16(), pair, Limits());
+  ASSERT_TRUE(apart_plan.ok() && shared_plan.ok()) << apart_plan.status() << shared_plan.status();
+  EXPECT_EQ(apart_plan->stages.size(), 1u);
+  ASSERT_EQ(shared_plan->stages.size(), 2u);
+  for (const StagePlan& s : shared_plan->stages) {
+    EXPECT_EQ(s.capacity, static_cast<uint64_t>(1.5 * kGiB * 0.95));
+  }
+  EXPECT_THAT(shared_plan->Table(TinyLlamaF16(), pair),
+              HasSubstr("workers a, b share node host1's 3.00 GiB: 1.50 GiB each"));
+}
+
+// ---------------------------------------------------------------- weight types
+
+TEST(Planner, ReadsLlamaCppFileTypes) {
+  const auto q4km = ParseWeightType("q4_k_m");
+  ASSERT_TRUE(q4km.has_value());
+  EXPECT_EQ(q4km->type, TensorType::kQ4_K);
+  EXPECT_EQ(q4km->name, "Q4_K_M");
+  // A mix of Q4_K with some Q6_K: between the two in size.
+  const auto q4k = ParseWeightType("Q4_K"), q6k = ParseWeightType("Q6_K");
+  ASSERT_TRUE(q4k && q6k);
+  EXPECT_GT(q4km->bits_per_weight, q4k->bits_per_weight);
+  EXPECT_LT(q4km->bits_per_weight, q6k->bits_per_weight);
+  const ModelShape shape = *FindModelShape("llama-3-8b");
+  const uint64_t mixed = ProfileFromShape(shape, *q4km).total_bytes();
+  EXPECT_GT(mixed, ProfileFromShape(shape, TensorType::kQ4_K).total_bytes());
+  EXPECT_LT(mixed, ProfileFromShape(shape, TensorType::kQ6_K).total_bytes());
+  // A tensor type is exact: the same profile as by TensorType.
+  EXPECT_EQ(ProfileFromShape(shape, *ParseWeightType("Q8_0")).total_bytes(),
+            ProfileFromShape(shape, TensorType::kQ8_0).total_bytes());
+  for (const char* name : {"Q4_K_S", "Q5_K_M", "Q5_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q2_K",
+                           "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16", "F32"}) {
+    EXPECT_TRUE(ParseWeightType(name).has_value()) << name;
+    EXPECT_THAT(WeightTypeNames(), ::testing::Contains(name));
+  }
+  EXPECT_FALSE(ParseWeightType("Q4_K_X").has_value());
+  EXPECT_FALSE(ParseWeightType("Q8_K").has_value());  // no kernel computes with it
 }
 
 }  // namespace

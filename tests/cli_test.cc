@@ -412,6 +412,41 @@ TEST(Cli, PlanSplitsTinyLlamaOverThreeWorkers) {
   EXPECT_NEAR(short_by, need - offer, 0.01 * need) << no.out;
 }
 
+// The first plan a new user asks for: Llama 3 8B as most GGUF files have it (Q4_K_M) on
+// three small workers fits with the defaults (an F16 KV cache filling what the weights
+// leave), and says how many full-context sequences its cache holds.
+TEST(Cli, PlanOfALlamaCppFileTypeFitsSmallWorkersByDefault) {
+  RunResult r = RunCmd(Bin() +
+                       " plan --shape llama-3-8b --type Q4_K_M --workers a=8GiB,b=6GiB,c=4GiB 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("llama-3-8b (Q4_K_M)"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex(R"(KV cache: (\d+) positions per stage \(F16\) = (\d+) sequences of 8192 tokens)")))
+      << r.out;
+  const long positions = std::stol(m[1]), sequences = std::stol(m[2]);
+  EXPECT_EQ(sequences, positions / 8192) << r.out;
+  EXPECT_GE(sequences, 1) << r.out;
+  // The explicit settings of before (8 sequences of F32) do not fit, and the refusal names
+  // settings that do.
+  RunResult f32 = RunCmd(Bin() +
+                         " plan --shape llama-3-8b --type Q4_K_M --kv-type f32 --kv-sequences 8 "
+                         "--workers a=8GiB,b=6GiB,c=4GiB 2>&1");
+  EXPECT_NE(f32.exit_code, 0);
+  EXPECT_THAT(f32.out, HasSubstr("--kv-type f16"));
+  EXPECT_THAT(f32.out, HasSubstr("--kv-sequences "));
+  // An unknown type or shape is named, with the known ones.
+  RunResult type = RunCmd(Bin() + " plan --shape llama-3-8b --type Q4_K_Q --workers a=8GiB 2>&1");
+  EXPECT_NE(type.exit_code, 0);
+  EXPECT_THAT(type.out, HasSubstr("--type: 'Q4_K_Q' is not a known weight type"));
+  EXPECT_THAT(type.out, HasSubstr("Q4_K_M"));
+  RunResult shape = RunCmd(Bin() + " plan --shape llama-9b --type Q4_K_M --workers a=8GiB 2>&1");
+  EXPECT_NE(shape.exit_code, 0);
+  EXPECT_THAT(shape.out, HasSubstr("--shape: 'llama-9b' is not a known shape"));
+  EXPECT_THAT(shape.out, HasSubstr("llama-3-8b"));
+}
+
 // With --tp each worker is a group of T ranks: the table gives each rank's share, about 1/T
 // of the stage's weights (computed here as in the test above).
 TEST(Cli, PlanWithTensorParallelismShowsEachRanksShare) {
@@ -489,8 +524,9 @@ TEST(Cli, ServeStatusAndRemoteGenerateMatchTheInProcessRun) {
   const int port = testing::FreePort();
   const std::string addr = "127.0.0.1:" + std::to_string(port);
   const std::string control = "127.0.0.1:" + std::to_string(testing::FreePort());
+  // An F32 KV cache (not serve's F16 default): compared with the in-process run's, exactly.
   Child serve({Bin(), "serve", "--model", Bundled(), "--workers", "2", "--listen", addr,
-               "--control-listen", control},
+               "--control-listen", control, "--kv-type", "f32"},
               TmpPath("serve.log"));
   // Ready when `cascade status` reports serving (polled; fails fast if serve exits).
   RunResult status;

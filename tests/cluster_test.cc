@@ -91,8 +91,9 @@ class ClusterTest : public ::testing::TestWithParam<Network> {
     ClusterOptions o;
     o.model = TestModel();
     o.netns = GetParam().netns;
-    o.coordinator_flags = {"--kv-sequences",     "20", "--max-running", "32", "--data-plane",
-                           GetParam().data_plane};
+    // An F32 KV cache: the greedy ids are compared with the single process's (F32) exactly.
+    o.coordinator_flags = {"--kv-sequences", "20", "--kv-type", "f32", "--max-running", "32",
+                           "--data-plane", GetParam().data_plane};
     cluster_ = std::make_unique<Cluster>(o);
     if (!cluster_->ok()) GTEST_SKIP() << cluster_->skip_reason();
     cluster_->StartWorkers();

@@ -218,7 +218,8 @@ TEST_P(TwoNodesOfTp2, ServeTheSingleProcessGreedyText) {
   std::vector<int32_t> prompt = testing::ReadIds(c.generated ? reference : testing::SharedPath(c.prompt));
   if (c.generated) prompt.resize(10);
   ASSERT_FALSE(prompt.empty());
-  MpiJob job(4, model, {"--ranks-per-node", "2", "--tp", "2"});
+  // An F32 KV cache, as the single process keeps: the logprobs are compared to 1e-4.
+  MpiJob job(4, model, {"--ranks-per-node", "2", "--tp", "2", "--kv-type", "f32"});
   ASSERT_TRUE(job.WaitServing()) << job.Log();
   EXPECT_THAT(job.Log(), HasSubstr("2 nodes x 2 ranks; 2 stages of 2 ranks (tensor parallel)"));
   EXPECT_THAT(job.Log(), HasSubstr("workers send results to mpi://0"));

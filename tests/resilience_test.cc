@@ -209,8 +209,8 @@ TEST_F(Resilience, WithoutASpareTheRemainingWorkersCarryOn) {
 
 TEST_F(Resilience, WhenNothingFitsRequestsEndUnavailableAndANewWorkerBringsItBack) {
   ClusterOptions o = Options();
-  o.worker_memory = "16MiB";  // three hold this cache; two do not
-  o.coordinator_flags = {"--kv-sequences", "40", "--max-running", "16"};
+  o.worker_memory = "16MiB";  // three hold this (F32) cache; two do not
+  o.coordinator_flags = {"--kv-sequences", "40", "--kv-type", "f32", "--max-running", "16"};
   Make(o);
   ASSERT_EQ(cluster_->Status().stages_size(), 3);
   auto stub = cluster_->Inference();

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "cascade/v1/control_plane.grpc.pb.h"
@@ -13,6 +14,7 @@
 #include "coordinator/planner.h"
 #include "tools/commands.h"
 #include "util/logging.h"
+#include "util/status_macros.h"
 #include "util/signals.h"
 #include "util/units.h"
 #include "transport/grpc_util.h"
@@ -154,6 +156,19 @@ int RunStatus(const StatusFlags& f) {
                 w.address().c_str(), w.resources().cores(),
                 HumanBytes(w.resources().memory_bytes()).c_str(), w.seconds_since_heartbeat());
   }
+  // Workers that each report one machine's whole memory: the plan divides it.
+  std::vector<WorkerSpec> specs;
+  for (const auto& w : s.workers()) {
+    WorkerSpec spec;
+    spec.id = w.worker_id();
+    spec.node = w.node();
+    spec.node_id = w.resources().node_id();
+    spec.node_memory = w.resources().node_memory();
+    spec.memory_bytes = w.resources().memory_bytes();
+    spec.tp = std::max(1, w.resources().tensor_parallel());
+    specs.push_back(spec);
+  }
+  std::fputs(SharedNodesNote(specs).c_str(), stdout);
   const auto& q = s.scheduler();
   const double tps = q.uptime_s() > 0 ? q.generated_tokens() / q.uptime_s() : 0;
   std::printf("\nrequests: %ld running, %ld waiting, %lu done, %lu failed, %lu refused\n",
@@ -174,33 +189,46 @@ int RunStatus(const StatusFlags& f) {
 struct PlanFlags {
   std::string model, shape, type = "F16", workers;
   int kv_sequences = PlanLimits().kv_sequences;
+  int64_t kv_tokens = PlanLimits().kv_tokens;
   int64_t ctx = 0;
   int64_t batch = PlanLimits().batch_tokens;
+  double memory_fraction = PlanLimits().memory_fraction;
   int min_stages = 1;
   int tp = 1;
-  std::string kv_type = "f32";
+  std::string kv_type = absl::AsciiStrToLower(TensorTypeName(PlanLimits().kv_type));
 };
 
-int RunPlan(const PlanFlags& f) {
-  ModelProfile profile;
-  std::unique_ptr<ModelSource> src;
+// The profile --model or --shape/--type name; an error names what is unknown and lists
+// what is known.
+absl::StatusOr<ModelProfile> PlanProfile(const PlanFlags& f) {
   if (!f.model.empty()) {
-    auto s = ModelSource::Open(f.model);
-    if (!s.ok()) {
-      std::cerr << "cascade plan: " << s.status().message() << "\n";
-      return 1;
-    }
-    src = std::move(*s);
-    profile = ProfileFromSource(*src);
-  } else {
-    auto shape = FindModelShape(f.shape);
-    auto type = ParseTensorTypeName(f.type);
-    if (!shape || !type) {
-      std::cerr << "cascade plan: give --model, or --shape ("
-                << absl::StrJoin(ModelShapeNames(), ", ") << ") with a --type\n";
-      return 2;
-    }
-    profile = ProfileFromShape(*shape, *type);
+    CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> src, ModelSource::Open(f.model));
+    return ProfileFromSource(*src);
+  }
+  if (f.shape.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "give --model, or --shape (", absl::StrJoin(ModelShapeNames(), ", "), ") with a --type"));
+  }
+  const std::optional<ModelShape> shape = FindModelShape(f.shape);
+  if (!shape) {
+    return absl::InvalidArgumentError(absl::StrCat("--shape: '", f.shape,
+                                                   "' is not a known shape; the shapes are ",
+                                                   absl::StrJoin(ModelShapeNames(), ", ")));
+  }
+  const std::optional<WeightType> type = ParseWeightType(f.type);
+  if (!type) {
+    return absl::InvalidArgumentError(absl::StrCat("--type: '", f.type,
+                                                   "' is not a known weight type; the types are ",
+                                                   absl::StrJoin(WeightTypeNames(), ", ")));
+  }
+  return ProfileFromShape(*shape, *type);
+}
+
+int RunPlan(const PlanFlags& f) {
+  absl::StatusOr<ModelProfile> profile = PlanProfile(f);
+  if (!profile.ok()) {
+    std::cerr << "cascade plan: " << profile.status().message() << "\n";
+    return f.model.empty() ? 2 : 1;
   }
   auto workers = ParseWorkerSpecs(f.workers);
   if (!workers.ok()) {
@@ -209,10 +237,11 @@ int RunPlan(const PlanFlags& f) {
   }
   for (WorkerSpec& w : *workers) w.tp = f.tp;  // each worker is a group of tp ranks
   PlanLimits lim;
-  const int64_t ctx = f.ctx > 0 ? f.ctx : profile.config.context_length;
+  lim.context = f.ctx;
   lim.kv_sequences = f.kv_sequences;
-  lim.kv_tokens = ctx * f.kv_sequences;
+  lim.kv_tokens = f.kv_tokens;
   lim.batch_tokens = f.batch;
+  lim.memory_fraction = f.memory_fraction;
   lim.min_stages = f.min_stages;
   const std::optional<TensorType> kv_type = ParseKvCacheType(f.kv_type);
   if (!kv_type) {
@@ -220,15 +249,15 @@ int RunPlan(const PlanFlags& f) {
     return 2;
   }
   lim.kv_type = *kv_type;
-  auto plan = MakePlan(profile, *workers, lim);
+  auto plan = MakePlan(*profile, *workers, lim);
   if (!plan.ok()) {
     std::cerr << plan.status().message() << "\n";
     return 1;
   }
-  std::printf("KV cache (%s) for %d sequences of %ld tokens; micro-batches of %ld tokens\n",
-              TensorTypeName(lim.kv_type), f.kv_sequences, static_cast<long>(ctx),
-              static_cast<long>(f.batch));
-  std::fputs(plan->Table(profile, *workers).c_str(), stdout);
+  std::printf("micro-batches of %ld tokens; %g of each worker's memory\n",
+              static_cast<long>(f.batch), lim.memory_fraction);
+  std::fputs(plan->Table(*profile, *workers, lim.Context(profile->config.context_length)).c_str(),
+             stdout);
   return 0;
 }
 
@@ -297,14 +326,25 @@ void AddPlan(CLI::App& app, Action* action) {
       app.add_subcommand("plan", "Print the pipeline plan for a model on given workers");
   cmd->add_option("--model,-m", f->model, "GGUF file or Hugging Face folder");
   cmd->add_option("--shape", f->shape, "Or a named shape, e.g. tinyllama-1.1b");
-  cmd->add_option("--type", f->type, "Weight type with --shape (F16, Q8_0, Q4_K, ...)");
+  cmd->add_option("--type", f->type,
+                  "Weight type with --shape: a tensor type (F16, Q8_0, Q4_K, ...) or a "
+                  "llama.cpp file type (Q4_K_M, Q5_K_S, ...)");
   cmd->add_option("--workers,-w", f->workers,
                   "Workers: name=memory[@gflops],... e.g. a=8GiB@2,b=4GiB")
       ->required();
-  cmd->add_option("--kv-sequences", f->kv_sequences, "Full-context sequences the KV cache holds")
+  cmd->add_option("--kv-sequences", f->kv_sequences,
+                  "Full-context sequences the KV cache holds (default: what the memory left "
+                  "holds)")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--ctx", f->ctx, "Context per sequence (default: the model's)");
-  cmd->add_option("--kv-type", f->kv_type, "KV cache elements: f32 or f16");
+  cmd->add_option("--kv-tokens", f->kv_tokens, "Or exactly this many KV positions per stage")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--ctx", f->ctx, "Context per sequence (default: the model's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--kv-type", f->kv_type, "KV cache elements: f16 or f32")->capture_default_str();
+  cmd->add_option("--memory-fraction", f->memory_fraction,
+                  "Fraction of each worker's memory the plan may use")
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
   cmd->add_option("--batch", f->batch, "Tokens per micro-batch");
   cmd->add_option("--min-stages", f->min_stages, "Use at least this many workers");
   cmd->add_option("--tp", f->tp,

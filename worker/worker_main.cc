@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads,-t", o.threads, "Compute threads")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  app.add_option("--memory", memory, "Memory this worker may use, e.g. 8GiB (default: available)");
+  app.add_option("--memory", memory, "Memory this worker may use, e.g. 8GiB (default: what is available on this machine, divided among the workers there that were given none)");
   app.add_option("--gflops", o.gflops, "Relative speed for planning (default: --threads)");
   std::string on_loss = "wait";
   app.add_option("--on-coordinator-loss", on_loss,

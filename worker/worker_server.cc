@@ -166,6 +166,9 @@ v1::WorkerResources WorkerServer::Resources() const {
   v1::WorkerResources r;
   r.set_cores(options_.threads);
   r.set_memory_bytes(options_.memory_bytes > 0 ? options_.memory_bytes : AvailableMemoryBytes());
+  // Without a memory of its own it reports the machine's, which other workers there share.
+  r.set_node_id(MachineId());
+  r.set_node_memory(options_.memory_bytes == 0);
   r.set_gflops(options_.gflops > 0 ? options_.gflops : options_.threads);
   r.set_cost_per_hour(options_.cost_per_hour);
   r.set_tensor_parallel(options_.tp != nullptr ? options_.tp->size() : 1);

@@ -57,7 +57,7 @@ struct WorkerOptions {
   std::string worker_id;    // default: the advertised address
   std::string node;         // default: the host name
   int threads = 1;
-  uint64_t memory_bytes = 0;  // 0: MemAvailable of this machine
+  uint64_t memory_bytes = 0;  // 0: MemAvailable of this machine, shared with its other workers
   double gflops = 0;          // relative speed for planning; 0: threads
   DeviceSpec device{DeviceKind::kAuto, 0};
   // Presented to register ("" when the coordinator needs none).

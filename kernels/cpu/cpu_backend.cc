@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/kernel_table.h"
@@ -38,19 +39,48 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
 
 CpuBackend::~CpuBackend() = default;
 
+namespace {
+
+// `bytes` rounded up to whole 2 MiB pages, 2 MiB aligned and advised into transparent huge
+// pages, from a fresh anonymous mapping (zero, and resident only once written).
+absl::StatusOr<DeviceBuffer> MapZeroedHugePages(size_t bytes) {
+  const size_t huge = cpu::kHugePageBytes;
+  if (bytes > std::numeric_limits<size_t>::max() - 2 * huge) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  const size_t rounded = (bytes + huge - 1) / huge * huge;
+  const size_t span = rounded + huge;  // room to align the start
+  void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + huge - 1) / huge * huge;
+  if (aligned > start) ::munmap(raw, aligned - start);
+  if (const size_t tail = span - (aligned - start) - rounded; tail > 0) {
+    ::munmap(reinterpret_cast<void*>(aligned + rounded), tail);
+  }
+  void* p = reinterpret_cast<void*>(aligned);
+  ::madvise(p, rounded, MADV_HUGEPAGE);
+  return DeviceBuffer(p, bytes, MemoryKind::kHost, [rounded](void* q) { ::munmap(q, rounded); });
+}
+
+}  // namespace
+
 std::string CpuBackend::name() const {
   return absl::StrCat("cpu(", CpuIsaName(isa_), ", ", pool_.num_threads(), " threads)");
 }
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
-  // 64-byte aligned and zeroed (the zeroing touches every page: the whole buffer is
-  // resident from here on). Buffers of a huge page or more (the KV cache's pools) come in
-  // 2 MiB transparent huge pages, as the weights do: attention reads a sequence's KV blocks
-  // from all over a pool, and in 4 KiB pages nearly every block of a long batch was a TLB
-  // miss.
-  const bool huge = bytes >= cpu::kHugePageBytes;
+  // 64-byte aligned and zeroed. Buffers of a huge page or more (the KV cache's pools) come
+  // in 2 MiB transparent huge pages, as the weights do: attention reads a sequence's KV
+  // blocks from all over a pool, and in 4 KiB pages nearly every block of a long batch was
+  // a TLB miss. They are mapped fresh from the kernel, whose pages are zero and become
+  // resident only when first written: a KV cache sized for many sequences costs the memory
+  // of the blocks its sequences have used (blocks are handed out lowest first).
+  if (bytes >= cpu::kHugePageBytes) return MapZeroedHugePages(bytes);
   const size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
-  void* p = huge ? cpu::AllocateHugePages(bytes) : std::aligned_alloc(64, rounded);
+  void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }

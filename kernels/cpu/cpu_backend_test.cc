@@ -1,8 +1,12 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -151,6 +155,27 @@ TEST(CpuBackend, LargeBuffersAreHugePageAlignedAndAllAreZeroed) {
     const auto* p = static_cast<const uint8_t*>(b->data());
     EXPECT_TRUE(std::all_of(p, p + bytes, [](uint8_t c) { return c == 0; })) << bytes;
   }
+}
+
+// Resident bytes of this process (/proc/self/statm's second field, in pages).
+uint64_t ResidentBytes() {
+  std::ifstream in("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// A large buffer (a KV cache's pool sized for many sequences) costs memory only as it is
+// written: allocating it does not make it resident.
+TEST(CpuBackend, ALargeBufferIsResidentOnlyOnceWritten) {
+  CpuBackend be(CpuBackendOptions{});
+  constexpr size_t kBytes = size_t{256} << 20;
+  const uint64_t before = ResidentBytes();
+  absl::StatusOr<DeviceBuffer> b = be.Allocate(kBytes);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_LT(ResidentBytes(), before + (kBytes / 8));
+  std::memset(b->data(), 1, kBytes / 2);  // written: now it is
+  EXPECT_GE(ResidentBytes(), before + kBytes / 2 - (size_t{8} << 20));
 }
 
 }  // namespace

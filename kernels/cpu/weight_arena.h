@@ -29,8 +29,8 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 // `bytes` rounded up to whole 2 MiB pages, aligned to and advised into transparent huge
 // pages (a hint: without THP the kernel gives 4 KiB pages), uninitialised; free it with
 // std::free. nullptr when the system refuses memory or the rounding would overflow. The
-// one rule for memory that is streamed or read all over: the weight arena's chunks and
-// CpuBackend's large buffers (the KV cache's pools).
+// weight arena's chunks; CpuBackend's large buffers (the KV cache's pools) are mapped
+// the same way but fresh, so that their zero pages are resident only once written.
 void* AllocateHugePages(size_t bytes);
 
 class WeightArena {

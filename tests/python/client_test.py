@@ -124,6 +124,7 @@ def check(cond, what):
 try:
     start([f"{bin_dir}/cascade-coordinator", "--model", model, "--listen", addr,
            "--control-listen", control, "--workers", "2", "--min-stages", "2",
+           "--kv-type", "f32",  # exact, as `cascade generate`'s cache, which it is compared with
            "--log-level", "info"])
     channel = grpc.insecure_channel(addr)
     hstub = HealthStub(channel)
