@@ -82,13 +82,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Enqueue(SequenceReques
   Pending p;
   p.stream = std::make_shared<RequestStream>();
   p.submitted = Clock::now();
-  const int32_t prompt = static_cast<int32_t>(req.prompt.size());
   p.req = std::move(req);
   std::shared_ptr<RequestStream> stream = p.stream;
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::UnavailableError("the server is shutting down");
   if (!not_admitting_.ok()) return not_admitting_;
-  if (attached_) CASCADE_RETURN_IF_ERROR(FitsTheCache(prompt));
+  if (attached_) CASCADE_RETURN_IF_ERROR(MaxTokensFor(p.req).status());
   if (static_cast<int>(waiting_.size()) >= config_.max_waiting) {
     ++stats_.rejected;
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -125,26 +124,30 @@ bool Scheduler::HasWork() const {
          (attached_ && !waiting_.empty() && running_count_ < config_.max_running);
 }
 
-absl::Status Scheduler::FitsTheCache(int32_t prompt) const {
+absl::StatusOr<int32_t> Scheduler::MaxTokensFor(const SequenceRequest& req) const {
   const int64_t cache_tokens = kv_blocks_ * kv_block_size_;
-  if (prompt < cache_tokens) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt,
-                                                 " tokens exceeds the KV cache of ",
-                                                 cache_tokens, " tokens"));
+  const int32_t prompt = static_cast<int32_t>(req.prompt.size());
+  if (prompt >= cache_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt,
+                                                   " tokens exceeds the KV cache of ",
+                                                   cache_tokens, " tokens"));
+  }
+  return cache_tokens < context_length_
+             ? ResolveMaxTokens(req.max_tokens, prompt, cache_tokens, kKvCacheRoom)
+             : ResolveMaxTokens(req.max_tokens, prompt, context_length_, kContextRoom);
 }
 
 void Scheduler::Admit() {
-  const int64_t room = std::min<int64_t>(context_length_, kv_blocks_ * kv_block_size_);
   while (!waiting_.empty() && running_count_ < config_.max_running) {
     Pending& p = waiting_.front();
     const int32_t prompt = static_cast<int32_t>(p.req.prompt.size());
-    const absl::Status fits = FitsTheCache(prompt);
+    const absl::StatusOr<int32_t> fits = MaxTokensFor(p.req);
     if (p.stream->cancelled() || !fits.ok()) {
       StreamEvent e;
       e.last = true;
       e.finish = FinishReason::kCancelled;
       if (!p.stream->cancelled()) {
-        e.status = fits;
+        e.status = fits.status();
         ++stats_.failed;
       }
       metrics_.RecordEnded(
@@ -153,8 +156,7 @@ void Scheduler::Admit() {
       waiting_.pop_front();
       continue;
     }
-    // A sequence longer than the whole cache is capped to what the cache holds.
-    const int32_t max_tokens = ResolveMaxTokens(p.req.max_tokens, prompt, room);
+    const int32_t max_tokens = *fits;
     const int64_t blocks = BlocksFor(prompt, max_tokens);
     if (blocks_reserved_ + blocks > kv_blocks_) break;
     Running s;

@@ -156,8 +156,11 @@ class Scheduler {
   int64_t BlocksFor(int32_t prompt_len, int32_t max_tokens) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // InvalidArgument unless a prompt of `prompt` tokens fits the attached pipeline's cache.
-  absl::Status FitsTheCache(int32_t prompt) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tokens `req` may generate on the attached pipeline (ResolveMaxTokens over the
+  // context, or the KV cache where it holds less); InvalidArgument when its prompt (plus
+  // the max_tokens it asked for) does not fit the cache.
+  absl::StatusOr<int32_t> MaxTokensFor(const SequenceRequest& req) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAttach(PipelineSpec p);
   void ApplyDetach(const absl::Status& why);
   void ApplyFailAll(const absl::Status& why);
