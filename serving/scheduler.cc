@@ -228,6 +228,7 @@ void Scheduler::Loop() {
       if (attached_) Admit();
       stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
     }
+    LogThroughput(Clock::now());
     if (!pipeline_) continue;
     if (link_down_since_ && Clock::now() < retry_at_) continue;
     bool sent = false;
@@ -414,6 +415,39 @@ void Scheduler::HandleResult(const StepResult& r) {
   stats_.generated_tokens += times.generated;
 }
 
+namespace {
+
+// One line per finished request, at info (what vLLM users look for in the server's log).
+void LogFinished(SeqId id, const StreamUsage& u, FinishReason reason, const absl::Status& status) {
+  const double decode_s = u.total_time_s - u.time_to_first_token_s;
+  const double decode_tps =
+      u.completion_tokens > 1 && decode_s > 0 ? (u.completion_tokens - 1) / decode_s : 0.0;
+  spdlog::info(
+      "request {} finished: {} prompt + {} output tokens, TTFT {:.3f} s, {:.1f} tokens/s, "
+      "{:.3f} s in all, finish {}{}{}",
+      id, u.prompt_tokens, u.completion_tokens, u.time_to_first_token_s, decode_tps,
+      u.total_time_s, status.ok() ? FinishReasonName(reason) : "error",
+      status.ok() ? "" : ": ", status.ok() ? "" : status.message());
+}
+
+}  // namespace
+
+void Scheduler::LogThroughput(Clock::time_point now) {
+  if (now - throughput_log_.at < kThroughputLogInterval) return;
+  const SchedulerStats st = Stats();
+  const double seconds = std::chrono::duration<double>(now - throughput_log_.at).count();
+  const uint64_t prompt = st.prompt_tokens - throughput_log_.prompt_tokens;
+  const uint64_t generated = st.generated_tokens - throughput_log_.generated_tokens;
+  if (prompt > 0 || generated > 0 || st.running > 0 || st.waiting > 0) {
+    spdlog::info(
+        "throughput: prompt {:.1f} tokens/s, generation {:.1f} tokens/s; {} running, {} "
+        "waiting; KV cache {:.1f}% used",
+        prompt / seconds, generated / seconds, st.running, st.waiting,
+        100 * KvUsageRatio(st.kv_blocks_reserved, st.kv_blocks_total));
+  }
+  throughput_log_ = {now, st.prompt_tokens, st.generated_tokens};
+}
+
 void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& status) {
   if (s.stream == nullptr) return;
   StreamEvent e;
@@ -432,6 +466,7 @@ void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& stat
   e.usage.queue_time_s = seconds(s.admitted - s.submitted);
   e.usage.time_to_first_token_s = s.got_first ? seconds(s.first_token - s.submitted) : 0.0;
   if (s.processed > 0 || s.in_flight) release_.push_back(s.id);
+  LogFinished(s.id, e.usage, reason, status);
   {
     // Accounted before the client hears of it: whoever reads the last event sees the
     // scheduler's books already closed for it.

@@ -258,6 +258,7 @@ void WorkerServer::RegistrationLoop() {
     hb.set_session_secret(session_secret);
     host_->FillHeartbeat(&hb);
     for (v1::GpuStats& g : gpus_.Sample()) *hb.add_gpus() = std::move(g);
+    *hb.mutable_process() = process_.Sample();
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
