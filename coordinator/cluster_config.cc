@@ -23,9 +23,9 @@ absl::Status Bad(const std::string& name, const std::string& value, const std::s
 // A flag name (without dashes) and its YAML key.
 ClusterOption Option(const std::string& name, std::string help,
                      std::function<absl::Status(const std::string&)> set,
-                     std::function<std::string()> show) {
+                     std::function<std::string()> show, std::string type = "TEXT") {
   return {"--" + name, absl::StrReplaceAll(name, {{"-", "_"}}), std::move(help), std::move(set),
-          std::move(show)};
+          std::move(show), std::move(type)};
 }
 
 template <typename T>
@@ -40,7 +40,7 @@ ClusterOption Integer(const std::string& name, T* v, T lo, T hi, std::string hel
         *v = static_cast<T>(x);
         return absl::OkStatus();
       },
-      [=] { return absl::StrCat(*v); });
+      [=] { return absl::StrCat(*v); }, "INT");
 }
 
 ClusterOption Real(const std::string& name, double* v, double lo, double hi, std::string help) {
@@ -54,7 +54,7 @@ ClusterOption Real(const std::string& name, double* v, double lo, double hi, std
         *v = x;
         return absl::OkStatus();
       },
-      [=] { return absl::StrCat(*v); });
+      [=] { return absl::StrCat(*v); }, "FLOAT");
 }
 
 ClusterOption Text(const std::string& name, std::string* v, std::string help) {
@@ -80,7 +80,7 @@ ClusterOption Boolean(const std::string& name, bool* v, std::string help) {
         }
         return absl::OkStatus();
       },
-      [=] { return std::string(*v ? "true" : "false"); });
+      [=] { return std::string(*v ? "true" : "false"); }, "BOOL");
 }
 
 }  // namespace
@@ -126,7 +126,7 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
         c->server.http.idle_timeout = std::chrono::seconds(v);
         return absl::OkStatus();
       },
-      [c] { return absl::StrCat(c->server.http.idle_timeout.count()); }));
+      [c] { return absl::StrCat(c->server.http.idle_timeout.count()); }, "INT"));
   t.push_back(Text("cors-origin", &c->server.cors_origin,
                    "Access-Control-Allow-Origin of the HTTP API (\"\": no CORS headers)"));
   t.push_back(Text("advertise", &c->server.advertise,
@@ -233,6 +233,7 @@ void AddClusterFlags(CLI::App& app, ClusterConfig* c) {
           if (absl::Status st = set(v); !st.ok()) throw CLI::ValidationError(flag, std::string(st.message()));
         },
         o.help);
+    opt->type_name(o.type);
     const std::string shown = o.show();
     if (!shown.empty()) opt->default_str(shown);
   }

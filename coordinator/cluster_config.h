@@ -98,6 +98,7 @@ struct ClusterOption {
   std::string help;
   std::function<absl::Status(const std::string&)> set;  // parses and stores a value
   std::function<std::string()> show;                    // the current value, as text
+  std::string type = "TEXT";  // what --help calls the value: INT, FLOAT, BOOL, TEXT
 };
 
 // The table, bound to *c.

@@ -217,6 +217,7 @@ ClusterSnapshot ClusterController::Snapshot() const {
   const auto now = Clock::now();
   for (const WorkerRecord& w : s.workers) s.alive.push_back(registry_.IsAlive(w, now));
   s.scheduler = scheduler_->Stats();
+  s.requests = scheduler_->metrics().Requests();
   return s;
 }
 

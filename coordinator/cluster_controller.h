@@ -96,6 +96,9 @@ struct ClusterSnapshot {
   std::vector<WorkerRecord> workers;     // every registered worker
   std::vector<bool> alive;               // per entry of `workers`
   SchedulerStats scheduler;
+  // Requests that ended, by RequestOutcome: the scheduler's ServingMetrics counters, the
+  // ones /metrics reports (so status and /metrics read the same numbers).
+  std::array<uint64_t, kRequestOutcomes> requests{};
   double uptime_s = 0;
 };
 

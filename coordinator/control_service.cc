@@ -50,7 +50,9 @@ void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
     wi->set_seconds_since_heartbeat(std::chrono::duration<double>(now - w.last_seen).count());
     wi->set_alive(s.alive[i]);
     for (const v1::GpuStats& g : w.gpus) *wi->add_gpus() = g;
+    if (w.process.ByteSizeLong() > 0) *wi->mutable_process() = w.process;
   }
+  const bool plan_live = s.state == ClusterState::kServing || s.state == ClusterState::kDraining;
   for (size_t i = 0; i < s.plan.stages.size(); ++i) {
     const StagePlan& st = s.plan.stages[i];
     const WorkerSpec& spec = s.plan_workers[st.worker];
@@ -67,6 +69,13 @@ void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
       ss->set_state(s.workers[j].state);
       *ss->mutable_stats() = s.workers[j].stats;
       ss->set_alive(s.alive[j]);
+      const bool heartbeat_lags = s.workers[j].state != v1::WORKER_STATE_SERVING &&
+                                  s.workers[j].state != v1::WORKER_STATE_DRAINING &&
+                                  s.workers[j].state != v1::WORKER_STATE_FAILED;
+      if (plan_live && s.alive[j] && heartbeat_lags) ss->set_state(v1::WORKER_STATE_SERVING);
+      if (plan_live && ss->stats().kv_blocks_total() == 0) {
+        ss->mutable_stats()->set_kv_blocks_total(s.plan.kv_blocks);
+      }
     }
   }
   const SchedulerStats& st = s.scheduler;
@@ -76,9 +85,11 @@ void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
   o->set_in_flight_batches(st.in_flight_batches);
   o->set_kv_blocks_reserved(st.kv_blocks_reserved);
   o->set_kv_blocks_total(st.kv_blocks_total);
-  o->set_completed(st.completed);
-  o->set_failed(st.failed);
-  o->set_rejected(st.rejected);
+  auto count = [&](RequestOutcome o) { return s.requests[static_cast<int>(o)]; };
+  o->set_completed(count(RequestOutcome::kCompleted));
+  o->set_failed(count(RequestOutcome::kFailed));
+  o->set_cancelled(count(RequestOutcome::kCancelled));
+  o->set_rejected(count(RequestOutcome::kRejected));
   o->set_generated_tokens(st.generated_tokens);
   o->set_prompt_tokens(st.prompt_tokens);
   o->set_uptime_s(s.uptime_s);

@@ -30,7 +30,11 @@ class ControlService final : public v1::Coordinator::Service {
   const std::string model_id_;
 };
 
-// The status report of a snapshot (also used by the HTTP API and metrics).
+// The status report of a snapshot (also used by the HTTP API and metrics). While the
+// cluster serves (or drains) its plan, every stage of it was loaded and answered, so a stage
+// whose worker's last heartbeat predates that (still "loading", no KV blocks yet) is
+// reported serving with the plan's KV blocks rather than as the heartbeat's stale view.
+// Request counts are the snapshot's `requests` (ServingMetrics), as /metrics shows them.
 void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
                        v1::ClusterStatusResponse* out);
 

@@ -7,6 +7,7 @@
 #include "CLI/CLI.hpp"
 #include "coordinator/cluster_config.h"
 #include "coordinator/coordinator_server.h"
+#include "transport/grpc_util.h"
 #include "util/logging.h"
 #include "util/runtime.h"
 #include "util/signals.h"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     std::cerr << "cascade-coordinator: " << st.message() << "\n";
     return 2;
   }
+  cascade::RouteGrpcLogsToSpdlog();
   auto server = cascade::CoordinatorServer::Start(config);
   if (!server.ok()) {
     std::cerr << "cascade-coordinator: " << server.status().message() << "\n";

@@ -98,17 +98,19 @@ class CoordinatorServer::Impl {
     // health service brings none, so link ours (proto/grpc/health/v1) by using it.
     (void)grpc::health::v1::HealthCheckRequest::descriptor();
     CASCADE_ASSIGN_OR_RETURN(StartedServer pub,
-                             StartServer("coordinator", config_.server.listen,
-                                         ServerCredentials(ServerRole::kPublic), {inference_.get()}));
+                             StartServer("public gRPC", config_.server.listen,
+                                         ServerCredentials(ServerRole::kPublic), {inference_.get()},
+                                         "--listen"));
     server_ = std::move(pub.server);
     address_ = AdvertisedHostPort(config_.server.listen, pub.port);
     SetHealth(false);
     // The control plane, on a port of its own: only cluster members (join token or a
     // client certificate from the CA) get past it.
     CASCADE_ASSIGN_OR_RETURN(StartedServer control,
-                             StartServer("coordinator", config_.server.control_listen,
+                             StartServer("control", config_.server.control_listen,
                                          ServerCredentials(ServerRole::kCluster),
-                                         {control_.get(), result_sink_.get()}));
+                                         {control_.get(), result_sink_.get()},
+                                         "--control-listen"));
     control_server_ = std::move(control.server);
     control_address_ = AdvertisedHostPort(config_.server.control_listen, control.port);
     const std::string advertise =
@@ -137,8 +139,6 @@ class CoordinatorServer::Impl {
       CASCADE_ASSIGN_OR_RETURN(data_, DataPlaneServer::Start(dp, std::move(h)));
       results_address = mpi ? data_->registered_address() : data_->tcp_address();
     }
-    spdlog::info("coordinator: API on {}, control plane on {} (workers send results to {}){}",
-                 address_, advertise, results_address, TlsEnabled() ? "; mTLS" : "");
     if (!config_.server.http.listen.empty()) {
       HttpApiOptions http;
       http.api_key = api_key;
@@ -152,10 +152,21 @@ class CoordinatorServer::Impl {
       if (!started.ok()) return started.status();
       http_ = std::move(*started);
     }
+    spdlog::info("coordinator: {} (workers send results to {}){}", Addresses(), results_address,
+                 TlsEnabled() ? "; mTLS" : "");
     controller_->Start(results_address);
     return absl::OkStatus();
   }
 
+  std::string Addresses() const {
+    std::string out = absl::StrCat("public gRPC ", address_);
+    if (http_) {
+      absl::StrAppend(&out, ", HTTP http://",
+                      AdvertisedHostPort(config_.server.http.listen, http_->port()));
+    }
+    absl::StrAppend(&out, ", control ", control_address_);
+    return out;
+  }
   const std::string& address() const { return address_; }
   const std::string& control_address() const { return control_address_; }
   const std::string& join_token() const { return join_token_; }
@@ -231,6 +242,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 const std::string& CoordinatorServer::address() const { return impl_->address(); }
 const std::string& CoordinatorServer::control_address() const { return impl_->control_address(); }
 int CoordinatorServer::http_port() const { return impl_->http_port(); }
+std::string CoordinatorServer::Addresses() const { return impl_->Addresses(); }
 const std::string& CoordinatorServer::join_token() const { return impl_->join_token(); }
 absl::Status CoordinatorServer::WaitUntilServing(std::chrono::milliseconds t) {
   return impl_->WaitUntilServing(t);

@@ -32,6 +32,9 @@ class CoordinatorServer {
   // The control plane's address, where workers register (host:port).
   const std::string& control_address() const;
   int http_port() const;  // 0 without the HTTP API
+  // Every address it serves, for start-up lines: "public gRPC 127.0.0.1:50051, HTTP
+  // http://127.0.0.1:8080, control 127.0.0.1:50053" (HTTP only when it serves it).
+  std::string Addresses() const;
   // The token workers present to register ("" when any may): what workers started in the
   // same process present.
   const std::string& join_token() const;

@@ -10,6 +10,7 @@
 #include "serving/chat_template.h"
 #include "serving/generate_spec.h"
 #include "serving/openai_request.h"
+#include "serving/sequence.h"
 #include "nlohmann/json.hpp"
 #include "util/logging.h"
 #include "util/secret.h"
@@ -492,6 +493,16 @@ class HttpApi::Handler {
     if (!expanded.ok()) return ParamError(prompt_param, expanded.status().message());
     std::vector<CompletionReply::Choice> choices;
     for (ChoiceRequest& one : *expanded) {
+      // The scheduler applies the same rule; checked here first so the error names the
+      // argument (OpenAI's "param") rather than the prompt.
+      const int32_t prompt_len = static_cast<int32_t>(one.request.prompt.size());
+      const int64_t context = model.config().context_length;
+      const absl::StatusOr<int32_t> fits =
+          ResolveMaxTokens(one.request.max_tokens, prompt_len, context);
+      if (!fits.ok() && prompt_len < context) {
+        for (auto& c : choices) c.stream->Cancel();
+        return WithParam(fits.status(), "max_tokens");
+      }
       auto submitted = (*sched)->Submit(std::move(one.request));
       if (!submitted.ok()) {
         for (auto& c : choices) c.stream->Cancel();

@@ -49,11 +49,15 @@ std::string LabelText(const Labels& labels) {
 // Writes one metric family at a time: HELP and TYPE once, then its samples.
 class Writer {
  public:
+  // `common`: labels every sample carries first (model_name).
+  explicit Writer(Labels common) : common_(std::move(common)) {}
   void Family(const std::string& name, const char* type, const std::string& help) {
     absl::StrAppend(&out_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
   }
   void Sample(const std::string& name, const Labels& labels, double v) {
-    absl::StrAppend(&out_, name, LabelText(labels), " ", Num(v), "\n");
+    Labels all = common_;
+    all.insert(all.end(), labels.begin(), labels.end());
+    absl::StrAppend(&out_, name, LabelText(all), " ", Num(v), "\n");
   }
   void Histo(const std::string& name, const Labels& labels, const Histogram& h) {
     uint64_t cumulative = 0;
@@ -72,6 +76,7 @@ class Writer {
   std::string Take() { return std::move(out_); }
 
  private:
+  const Labels common_;
   std::string out_;
 };
 
@@ -89,16 +94,24 @@ Histogram FromProto(const v1::Histogram& p) {
 
 }  // namespace
 
+double KvUsageRatio(const v1::SchedulerStatus& q) {
+  return KvUsageRatio(q.kv_blocks_reserved(), q.kv_blocks_total());
+}
+
 std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
                              const v1::ClusterStatusResponse& c) {
-  Writer w;
+  Writer w({{"model_name", c.model()}});
   const v1::SchedulerStatus& q = c.scheduler();
 
+  // The counts `cascade status` shows, from the same status message.
   w.Family("cascade_requests_total", "counter", "Requests that ended, by outcome.");
-  for (int o = 0; o < kRequestOutcomes; ++o) {
-    w.Sample("cascade_requests_total",
-             {{"outcome", RequestOutcomeName(static_cast<RequestOutcome>(o))}},
-             static_cast<double>(m.requests[o]));
+  for (const auto& [outcome, count] :
+       {std::pair{RequestOutcome::kCompleted, q.completed()},
+        std::pair{RequestOutcome::kFailed, q.failed()},
+        std::pair{RequestOutcome::kCancelled, q.cancelled()},
+        std::pair{RequestOutcome::kRejected, q.rejected()}}) {
+    w.Sample("cascade_requests_total", {{"outcome", RequestOutcomeName(outcome)}},
+             static_cast<double>(count));
   }
   w.Family("cascade_requests_running", "gauge", "Sequences admitted and generating.");
   w.Sample("cascade_requests_running", {}, static_cast<double>(q.running()));
@@ -129,6 +142,9 @@ std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
   w.Sample("cascade_kv_blocks_reserved", {}, static_cast<double>(q.kv_blocks_reserved()));
   w.Family("cascade_kv_blocks_capacity", "gauge", "KV blocks of the pipeline (per stage).");
   w.Sample("cascade_kv_blocks_capacity", {}, static_cast<double>(q.kv_blocks_total()));
+  w.Family("cascade_kv_cache_usage_ratio", "gauge",
+           "Fraction of the pipeline's KV blocks reserved (0..1; 0 without a pipeline).");
+  w.Sample("cascade_kv_cache_usage_ratio", {}, KvUsageRatio(q));
 
   // Stages, and the hops between them.
   auto stage_labels = [](const v1::StageStatus& s) {
@@ -188,6 +204,28 @@ std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
   w.Family("cascade_worker_up", "gauge", "1 while a worker's heartbeats arrive.");
   for (const v1::WorkerInfo& wi : c.workers()) {
     w.Sample("cascade_worker_up", {{"worker", wi.worker_id()}}, wi.alive() ? 1 : 0);
+  }
+  struct ProcessMetric {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const v1::ProcessStats&);
+  };
+  const ProcessMetric process_metrics[] = {
+      {"cascade_worker_cpu_seconds_total", "counter",
+       "User + system CPU time of a worker's process.",
+       [](const v1::ProcessStats& p) { return p.cpu_seconds(); }},
+      {"cascade_worker_cpu_utilization_ratio", "gauge",
+       "A worker process's CPU time over its last heartbeat period, over the machine's cores.",
+       [](const v1::ProcessStats& p) { return p.cpu_utilization(); }},
+      {"cascade_worker_resident_memory_bytes", "gauge", "A worker process's resident memory.",
+       [](const v1::ProcessStats& p) { return static_cast<double>(p.resident_memory_bytes()); }},
+  };
+  for (const ProcessMetric& pm : process_metrics) {
+    w.Family(pm.name, pm.type, pm.help);
+    for (const v1::WorkerInfo& wi : c.workers()) {
+      if (wi.has_process()) w.Sample(pm.name, {{"worker", wi.worker_id()}}, pm.value(wi.process()));
+    }
   }
   struct GpuMetric {
     const char* name;

@@ -43,6 +43,7 @@ absl::StatusOr<bool> WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& req) 
   w.state = req.state();
   w.stats = req.stats();
   w.gpus.assign(req.gpus().begin(), req.gpus().end());
+  w.process = req.process();
   w.error = req.error();
   w.last_seen = Clock::now();
   return true;

@@ -31,6 +31,7 @@ struct WorkerRecord {
   v1::WorkerState state = v1::WORKER_STATE_IDLE;
   v1::StageStats stats;
   std::vector<v1::GpuStats> gpus;  // from the last heartbeat
+  v1::ProcessStats process;        // the worker process's CPU and memory, likewise
   std::string error;
   std::chrono::steady_clock::time_point last_seen;
   uint64_t registered_order = 0;

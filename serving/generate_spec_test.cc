@@ -192,13 +192,5 @@ TEST_F(GenerateSpecTest, ExpandRefusesBadPromptsAndCounts) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("n ("));
 }
 
-// The one max_tokens rule: what was asked, at most what fits after the prompt.
-TEST(ResolveMaxTokens, AskedOrWhatFits) {
-  EXPECT_EQ(ResolveMaxTokens(0, 10, 512), 502);
-  EXPECT_EQ(ResolveMaxTokens(16, 10, 512), 16);
-  EXPECT_EQ(ResolveMaxTokens(600, 10, 512), 502);
-  EXPECT_EQ(ResolveMaxTokens(5, 100, 101), 1);
-}
-
 }  // namespace
 }  // namespace cascade

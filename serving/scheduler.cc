@@ -82,13 +82,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Enqueue(SequenceReques
   Pending p;
   p.stream = std::make_shared<RequestStream>();
   p.submitted = Clock::now();
-  const int32_t prompt = static_cast<int32_t>(req.prompt.size());
   p.req = std::move(req);
   std::shared_ptr<RequestStream> stream = p.stream;
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::UnavailableError("the server is shutting down");
   if (!not_admitting_.ok()) return not_admitting_;
-  if (attached_) CASCADE_RETURN_IF_ERROR(FitsTheCache(prompt));
+  if (attached_) CASCADE_RETURN_IF_ERROR(MaxTokensFor(p.req).status());
   if (static_cast<int>(waiting_.size()) >= config_.max_waiting) {
     ++stats_.rejected;
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -125,26 +124,30 @@ bool Scheduler::HasWork() const {
          (attached_ && !waiting_.empty() && running_count_ < config_.max_running);
 }
 
-absl::Status Scheduler::FitsTheCache(int32_t prompt) const {
+absl::StatusOr<int32_t> Scheduler::MaxTokensFor(const SequenceRequest& req) const {
   const int64_t cache_tokens = kv_blocks_ * kv_block_size_;
-  if (prompt < cache_tokens) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt,
-                                                 " tokens exceeds the KV cache of ",
-                                                 cache_tokens, " tokens"));
+  const int32_t prompt = static_cast<int32_t>(req.prompt.size());
+  if (prompt >= cache_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt,
+                                                   " tokens exceeds the KV cache of ",
+                                                   cache_tokens, " tokens"));
+  }
+  return cache_tokens < context_length_
+             ? ResolveMaxTokens(req.max_tokens, prompt, cache_tokens, kKvCacheRoom)
+             : ResolveMaxTokens(req.max_tokens, prompt, context_length_, kContextRoom);
 }
 
 void Scheduler::Admit() {
-  const int64_t room = std::min<int64_t>(context_length_, kv_blocks_ * kv_block_size_);
   while (!waiting_.empty() && running_count_ < config_.max_running) {
     Pending& p = waiting_.front();
     const int32_t prompt = static_cast<int32_t>(p.req.prompt.size());
-    const absl::Status fits = FitsTheCache(prompt);
+    const absl::StatusOr<int32_t> fits = MaxTokensFor(p.req);
     if (p.stream->cancelled() || !fits.ok()) {
       StreamEvent e;
       e.last = true;
       e.finish = FinishReason::kCancelled;
       if (!p.stream->cancelled()) {
-        e.status = fits;
+        e.status = fits.status();
         ++stats_.failed;
       }
       metrics_.RecordEnded(
@@ -153,8 +156,7 @@ void Scheduler::Admit() {
       waiting_.pop_front();
       continue;
     }
-    // A sequence longer than the whole cache is capped to what the cache holds.
-    const int32_t max_tokens = ResolveMaxTokens(p.req.max_tokens, prompt, room);
+    const int32_t max_tokens = *fits;
     const int64_t blocks = BlocksFor(prompt, max_tokens);
     if (blocks_reserved_ + blocks > kv_blocks_) break;
     Running s;
@@ -226,6 +228,7 @@ void Scheduler::Loop() {
       if (attached_) Admit();
       stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
     }
+    LogThroughput(Clock::now());
     if (!pipeline_) continue;
     if (link_down_since_ && Clock::now() < retry_at_) continue;
     bool sent = false;
@@ -412,6 +415,39 @@ void Scheduler::HandleResult(const StepResult& r) {
   stats_.generated_tokens += times.generated;
 }
 
+namespace {
+
+// One line per finished request, at info (what vLLM users look for in the server's log).
+void LogFinished(SeqId id, const StreamUsage& u, FinishReason reason, const absl::Status& status) {
+  const double decode_s = u.total_time_s - u.time_to_first_token_s;
+  const double decode_tps =
+      u.completion_tokens > 1 && decode_s > 0 ? (u.completion_tokens - 1) / decode_s : 0.0;
+  spdlog::info(
+      "request {} finished: {} prompt + {} output tokens, TTFT {:.3f} s, {:.1f} tokens/s, "
+      "{:.3f} s in all, finish {}{}{}",
+      id, u.prompt_tokens, u.completion_tokens, u.time_to_first_token_s, decode_tps,
+      u.total_time_s, status.ok() ? FinishReasonName(reason) : "error",
+      status.ok() ? "" : ": ", status.ok() ? "" : status.message());
+}
+
+}  // namespace
+
+void Scheduler::LogThroughput(Clock::time_point now) {
+  if (now - throughput_log_.at < kThroughputLogInterval) return;
+  const SchedulerStats st = Stats();
+  const double seconds = std::chrono::duration<double>(now - throughput_log_.at).count();
+  const uint64_t prompt = st.prompt_tokens - throughput_log_.prompt_tokens;
+  const uint64_t generated = st.generated_tokens - throughput_log_.generated_tokens;
+  if (prompt > 0 || generated > 0 || st.running > 0 || st.waiting > 0) {
+    spdlog::info(
+        "throughput: prompt {:.1f} tokens/s, generation {:.1f} tokens/s; {} running, {} "
+        "waiting; KV cache {:.1f}% used",
+        prompt / seconds, generated / seconds, st.running, st.waiting,
+        100 * KvUsageRatio(st.kv_blocks_reserved, st.kv_blocks_total));
+  }
+  throughput_log_ = {now, st.prompt_tokens, st.generated_tokens};
+}
+
 void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& status) {
   if (s.stream == nullptr) return;
   StreamEvent e;
@@ -430,6 +466,7 @@ void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& stat
   e.usage.queue_time_s = seconds(s.admitted - s.submitted);
   e.usage.time_to_first_token_s = s.got_first ? seconds(s.first_token - s.submitted) : 0.0;
   if (s.processed > 0 || s.in_flight) release_.push_back(s.id);
+  LogFinished(s.id, e.usage, reason, status);
   {
     // Accounted before the client hears of it: whoever reads the last event sees the
     // scheduler's books already closed for it.

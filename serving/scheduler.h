@@ -30,6 +30,9 @@
 // - All sequence state is owned by the scheduler thread (Start/Stop); the other entry
 //   points only post to its inbox. A finished or cancelled sequence's KV blocks are
 //   released on every stage by the next frame (or a release-only frame) it sends.
+// - Logs at info one line per finished request (id, prompt and output tokens, time to
+//   first token, decode tokens/s, finish reason) and, every kThroughputLogInterval while
+//   there is activity, prompt and generation throughput, running, waiting and KV use.
 #ifndef CASCADE_SERVING_SCHEDULER_H_
 #define CASCADE_SERVING_SCHEDULER_H_
 
@@ -65,6 +68,9 @@ struct PipelineSpec {
   int64_t max_batch_tokens = kDefaultMaxBatchTokens;
   std::shared_ptr<ActivationSender> first_stage;
 };
+
+// How often the scheduler logs its throughput line (while there is activity).
+constexpr std::chrono::seconds kThroughputLogInterval{10};
 
 struct SchedulerTimeouts {
   std::chrono::milliseconds batch{120000};       // a batch without a result by then is lost
@@ -156,8 +162,11 @@ class Scheduler {
   int64_t BlocksFor(int32_t prompt_len, int32_t max_tokens) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // InvalidArgument unless a prompt of `prompt` tokens fits the attached pipeline's cache.
-  absl::Status FitsTheCache(int32_t prompt) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tokens `req` may generate on the attached pipeline (ResolveMaxTokens over the
+  // context, or the KV cache where it holds less); InvalidArgument when its prompt (plus
+  // the max_tokens it asked for) does not fit the cache.
+  absl::StatusOr<int32_t> MaxTokensFor(const SequenceRequest& req) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAttach(PipelineSpec p);
   void ApplyDetach(const absl::Status& why);
   void ApplyFailAll(const absl::Status& why);
@@ -165,6 +174,9 @@ class Scheduler {
   void ExpireFlights(Clock::time_point now);
   void FailFlight(uint64_t batch_id, const absl::Status& status);
   void Finish(Running& s, FinishReason reason, const absl::Status& status);
+  // Every kThroughputLogInterval while there is activity, an info line: prompt and
+  // generation tokens/s over the interval, running, waiting, KV cache use.
+  void LogThroughput(Clock::time_point now) ABSL_LOCKS_EXCLUDED(mu_);
   bool SendBatch();
   void OnSendFailed(uint64_t batch_id, const absl::Status& st);
   void SendReleases();
@@ -206,6 +218,12 @@ class Scheduler {
   // Since when sends to the first stage fail (none while it works), and when to try again.
   std::optional<Clock::time_point> link_down_since_;
   Clock::time_point retry_at_{};
+  // The counters at the last throughput line.
+  struct ThroughputMark {
+    Clock::time_point at;
+    uint64_t prompt_tokens = 0, generated_tokens = 0;
+  };
+  ThroughputMark throughput_log_{Clock::now()};
   std::thread thread_;
 };
 

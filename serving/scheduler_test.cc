@@ -202,6 +202,27 @@ TEST_F(SchedulerTest, RefusesBadRequestsAndAFullQueueAtOnce) {
   for (auto& s : ok) EXPECT_TRUE(Drain(*s).status.ok());
 }
 
+// max_tokens beyond what fits is refused at once, never cut: over the context, and over a
+// KV cache smaller than the context; a request without max_tokens gets what is left.
+TEST_F(SchedulerTest, MaxTokensBeyondTheRoomIsRefusedAndNoneGetsWhatIsLeft) {
+  Make(SchedulerConfig{}, {}, /*kv_blocks=*/4);  // 64 tokens of cache, context 512
+  auto over_context = scheduler_->Submit(Request(600, 1));
+  EXPECT_EQ(over_context.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(over_context.status().message()),
+              HasSubstr("max_tokens 600 plus the prompt's 5 tokens exceeds the model's context "
+                        "of 512 tokens"));
+  Output exact = Run(Request(59, 2));  // also: the pipeline is attached from here on
+  EXPECT_EQ(exact.ids.size(), 59u);
+  auto over_cache = scheduler_->Submit(Request(100, 1));
+  EXPECT_EQ(over_cache.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(over_cache.status().message()),
+              HasSubstr("max_tokens 100 plus the prompt's 5 tokens exceeds the KV cache of 64 "
+                        "tokens"));
+  Output rest = Run(Request(0, 3));
+  EXPECT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_EQ(rest.ids.size(), 59u);
+}
+
 TEST_F(SchedulerTest, StopAdmittingRefusesNewOnesAndFinishesTheRest) {
   pipeline_->Pause();
   auto running = scheduler_->Submit(Request(5, 1));

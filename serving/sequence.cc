@@ -40,6 +40,11 @@ absl::Status ValidateSequenceRequest(const SequenceRequest& req, int64_t vocab_s
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens ", req.max_tokens, " is outside [0, ", kMaxTokensLimit, "]"));
   }
+  if (absl::StatusOr<int32_t> fits = ResolveMaxTokens(
+          req.max_tokens, static_cast<int32_t>(req.prompt.size()), context_length);
+      !fits.ok()) {
+    return fits.status();
+  }
   if (absl::Status st = req.sampling.Validate(); !st.ok()) return st;
   for (const auto& [tok, bias] : req.sampling.logit_bias) {
     if (tok >= vocab_size) {
@@ -64,9 +69,20 @@ absl::Status ValidateSequenceRequest(const SequenceRequest& req, int64_t vocab_s
   return absl::OkStatus();
 }
 
-int32_t ResolveMaxTokens(int32_t requested, int32_t prompt_len, int64_t room) {
+absl::StatusOr<int32_t> ResolveMaxTokens(int32_t requested, int32_t prompt_len, int64_t room,
+                                         const char* what) {
   const int64_t fits = room - prompt_len;
-  return static_cast<int32_t>(requested > 0 ? std::min<int64_t>(requested, fits) : fits);
+  if (requested > 0 && requested > fits) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens ", requested, " plus the prompt's ",
+                                                   prompt_len, " tokens exceeds ", what, " of ",
+                                                   room, " tokens"));
+  }
+  if (fits <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt's ", prompt_len,
+                                                   " tokens leave no room in ", what, " of ",
+                                                   room, " tokens"));
+  }
+  return static_cast<int32_t>(requested > 0 ? requested : fits);
 }
 
 Sequence::Sequence(const Tokenizer& tokenizer, SequenceRequest request, int32_t max_tokens,

@@ -7,11 +7,18 @@
 //   - a stop string ends it; the text before the stop string is shown, the rest is not;
 //   - max_tokens generated ends it (kLength), and so does a full context (kContextFull).
 //
+// max_tokens follows one rule for every front end (OpenAI HTTP, gRPC, `cascade generate`),
+// the one vLLM and OpenAI apply: a request that asks for max_tokens gets exactly that
+// many at most, or is refused (InvalidArgument naming the context, the prompt's tokens and
+// max_tokens) when they do not fit after its prompt; never cut silently. A request that
+// asks for none (0) may generate what the context leaves after its prompt.
+//
 // Contract:
 // - ValidateSequenceRequest checks a request against a model's vocabulary and context
-//   (prompt present and short enough, ids in the vocabulary, max_tokens in range, sampling
-//   values, stop strings) and names the problem (InvalidArgument). A Sequence assumes a
-//   valid request and a max_tokens already resolved (> 0) by its owner.
+//   (prompt present and short enough, ids in the vocabulary, max_tokens in range and within
+//   the context after the prompt, sampling values, stop strings) and names the problem
+//   (InvalidArgument). A Sequence assumes a valid request and a max_tokens already
+//   resolved (> 0, ResolveMaxTokens) by its owner.
 // - Text comes out as TextStream gives it: never a partial UTF-8 character, never text
 //   that may still turn out to be part of a stop string.
 // - Not thread-safe: one owner thread.
@@ -24,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "generation/sampler.h"
 #include "generation/text_stream.h"
 #include "model/tokenizer.h"
@@ -52,10 +60,15 @@ absl::Status ValidateSequenceRequest(const SequenceRequest& req, int64_t vocab_s
                                      int64_t context_length);
 
 // The one max_tokens rule: how many tokens a sequence of `prompt_len` tokens may generate
-// when `room` tokens fit (the context, or less where the KV cache holds less): what it
-// asked for (0: no limit of its own), at most what fits after its prompt. Needs
-// prompt_len < room.
-int32_t ResolveMaxTokens(int32_t requested, int32_t prompt_len, int64_t room);
+// when `room` tokens fit (the model's context, or the KV cache where it holds less; `what`
+// names it in errors): what it asked for (`requested` > 0), or, asking for none (0), what
+// the room leaves after its prompt. InvalidArgument when the prompt plus `requested`
+// exceed the room ("max_tokens 5000 plus the prompt's 12 tokens exceeds the model's
+// context of 2048 tokens") or the prompt leaves no room.
+constexpr const char* kContextRoom = "the model's context";
+constexpr const char* kKvCacheRoom = "the KV cache";
+absl::StatusOr<int32_t> ResolveMaxTokens(int32_t requested, int32_t prompt_len, int64_t room,
+                                         const char* what = kContextRoom);
 
 class Sequence {
  public:

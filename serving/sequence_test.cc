@@ -100,6 +100,24 @@ TEST_F(SequenceTest, AFullContextEndsWithContextFull) {
   EXPECT_EQ(step.reason, FinishReason::kContextFull);
 }
 
+// The one max_tokens rule (every front end's): what was asked, or what the context leaves
+// when nothing was; more than fits after the prompt is refused, naming all three numbers.
+TEST(ResolveMaxTokens, AskedWhatFitsOrRefused) {
+  EXPECT_EQ(*ResolveMaxTokens(0, 10, 512), 502);
+  EXPECT_EQ(*ResolveMaxTokens(16, 10, 512), 16);
+  EXPECT_EQ(*ResolveMaxTokens(502, 10, 512), 502);
+  EXPECT_EQ(*ResolveMaxTokens(1, 100, 101), 1);
+  absl::StatusOr<int32_t> over = ResolveMaxTokens(5000, 12, 2048);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(over.status().message(),
+            "max_tokens 5000 plus the prompt's 12 tokens exceeds the model's context of 2048 "
+            "tokens");
+  EXPECT_FALSE(ResolveMaxTokens(503, 10, 512).ok());
+  EXPECT_THAT(std::string(ResolveMaxTokens(40, 10, 32, kKvCacheRoom).status().message()),
+              HasSubstr("exceeds the KV cache of 32 tokens"));
+  EXPECT_EQ(ResolveMaxTokens(0, 512, 512).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(SequenceTest, ValidationNamesEachProblem) {
   auto check = [&](SequenceRequest r, const std::string& what) {
     absl::Status st = ValidateSequenceRequest(r, 512, 512);
@@ -116,6 +134,7 @@ TEST_F(SequenceTest, ValidationNamesEachProblem) {
   check(long_prompt, "does not fit the context of 512");
   check(Request(-1), "max_tokens");
   check(Request(kMaxTokensLimit + 1), "max_tokens");
+  check(Request(512), "exceeds the model's context of 512 tokens");
   SequenceRequest hot = Request(5);
   hot.sampling.temperature = -1;
   check(hot, "temperature");

@@ -18,6 +18,12 @@ const char* RequestOutcomeName(RequestOutcome o) {
   return "?";
 }
 
+double KvUsageRatio(int64_t reserved_blocks, int64_t total_blocks) {
+  if (total_blocks <= 0) return 0;
+  return std::clamp(static_cast<double>(reserved_blocks) / static_cast<double>(total_blocks),
+                    0.0, 1.0);
+}
+
 ServingMetrics::ServingMetrics() : start_(Clock::now()) {
   s_.time_to_first_token = Histogram(LatencyBounds());
   s_.inter_token = Histogram(LatencyBounds());
@@ -56,6 +62,11 @@ void ServingMetrics::RecordEnded(RequestOutcome outcome, double e2e_s) {
 void ServingMetrics::RecordResultHop(double seconds) {
   absl::MutexLock lock(&mu_);
   s_.result_hop.Observe(seconds);
+}
+
+std::array<uint64_t, kRequestOutcomes> ServingMetrics::Requests() const {
+  absl::MutexLock lock(&mu_);
+  return s_.requests;
 }
 
 ServingMetrics::Snapshot ServingMetrics::Take() const {

@@ -23,6 +23,10 @@ enum class RequestOutcome { kCompleted, kFailed, kCancelled, kRejected };
 inline constexpr int kRequestOutcomes = 4;
 const char* RequestOutcomeName(RequestOutcome o);  // "completed", ...
 
+// The KV cache's use: reserved blocks over the pipeline's blocks, 0..1 (0 without a
+// pipeline). The one definition /metrics, `cascade status` and the throughput log use.
+double KvUsageRatio(int64_t reserved_blocks, int64_t total_blocks);
+
 class ServingMetrics {
  public:
   using Clock = std::chrono::steady_clock;
@@ -50,6 +54,8 @@ class ServingMetrics {
   void RecordResultHop(double seconds) ABSL_LOCKS_EXCLUDED(mu_);
 
   Snapshot Take() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Just the requests by outcome (Take's `requests`, without copying the histograms).
+  std::array<uint64_t, kRequestOutcomes> Requests() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   static constexpr int kWindowSeconds = 60;

@@ -30,6 +30,7 @@ namespace cascade {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct RunResult {
   int exit_code = -1;
@@ -165,6 +166,17 @@ TEST(Cli, BadInputGivesClearErrors) {
   r = RunCmd(Bin() + " logits --model " + bundled + " --ids '1 x' --out /tmp/x.npy 2>&1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("'x' in --ids is not an integer"));
+}
+
+// `cascade generate` applies the APIs' max_tokens rule: more than the context leaves after
+// the prompt is refused, naming the three numbers, not cut short.
+TEST(Cli, MaxTokensBeyondTheContextIsRefused) {
+  const std::string bundled = std::string(CASCADE_SOURCE_DIR) + "/models/stories260K.gguf";
+  RunResult r = RunCmd(Bin() + " generate --model " + bundled +
+                       " --prompt 'Once upon a time' --max-tokens 600 2>&1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("max_tokens 600 plus the prompt's 5 tokens exceeds the model's "
+                               "context of 512 tokens"));
 }
 
 // ---------------------------------------------------------------- make-model, quantize
@@ -468,6 +480,26 @@ TEST(Cli, PlanWithTensorParallelismShowsEachRanksShare) {
   EXPECT_THAT(bad.out, HasSubstr("does not divide the model's 32 attention heads"));
 }
 
+// --help shows numbers as numbers: every number-valued flag says INT or FLOAT, never TEXT,
+// and no default or range is printed in exponent form.
+TEST(Cli, HelpShowsNumbersAsNumbers) {
+  const std::regex text_number(R"(TEXT=[-0-9.]+(\s|$))");
+  for (const char* cmd : {"serve", "generate", "status", "plan"}) {
+    RunResult r = RunCmd(Bin() + " " + cmd + " --help");
+    ASSERT_EQ(r.exit_code, 0) << cmd;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      EXPECT_FALSE(std::regex_search(line, text_number)) << cmd << ": " << line;
+      EXPECT_THAT(line, Not(HasSubstr("e+0"))) << cmd << ": " << line;
+    }
+  }
+  RunResult serve = RunCmd(Bin() + " serve --help");
+  EXPECT_THAT(serve.out, HasSubstr("--max-running INT=64"));
+  EXPECT_THAT(serve.out, HasSubstr("--http-idle-timeout-s INT=30"));
+  EXPECT_THAT(serve.out, HasSubstr("--memory-reserve FLOAT=0.05"));
+  EXPECT_THAT(serve.out, HasSubstr("--quantized-activations BOOL=true"));
+}
+
 // ---------------------------------------------------------------- serve, status, remote generate
 
 // A child process with its output in a log file; killed if the test ends early.
@@ -525,8 +557,9 @@ TEST(Cli, ServeStatusAndRemoteGenerateMatchTheInProcessRun) {
   const std::string addr = "127.0.0.1:" + std::to_string(port);
   const std::string control = "127.0.0.1:" + std::to_string(testing::FreePort());
   // An F32 KV cache (not serve's F16 default): compared with the in-process run's, exactly.
+  const std::string http = "127.0.0.1:" + std::to_string(testing::FreePort());
   Child serve({Bin(), "serve", "--model", Bundled(), "--workers", "2", "--listen", addr,
-               "--control-listen", control, "--kv-type", "f32"},
+               "--control-listen", control, "--http-listen", http, "--kv-type", "f32"},
               TmpPath("serve.log"));
   // Ready when `cascade status` reports serving (polled; fails fast if serve exits).
   RunResult status;
@@ -535,7 +568,7 @@ TEST(Cli, ServeStatusAndRemoteGenerateMatchTheInProcessRun) {
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto rc = serve.Poll()) FAIL() << "serve exited with " << *rc << ":\n" << serve.Log();
     if (testing::WaitForPort("127.0.0.1", port, std::chrono::milliseconds(200))) {
-      status = RunCmd(Bin() + " status --server " + control + " 2>/dev/null");
+      status = RunCmd(Bin() + " status --control " + control + " 2>/dev/null");
       if (status.exit_code == 0 && status.out.find("serving  yes") != std::string::npos) {
         serving = true;
         break;
@@ -559,11 +592,36 @@ TEST(Cli, ServeStatusAndRemoteGenerateMatchTheInProcessRun) {
   }
   EXPECT_EQ(stages, 2) << status.out;
   EXPECT_EQ(next_layer, 5) << status.out;
+  // The start-up line names every address it serves.
+  EXPECT_THAT(serve.Log(), HasSubstr("public gRPC " + addr + ", HTTP http://" + http +
+                                     ", control " + control));
   // The public API's address by mistake: an error that says which address to give.
-  RunResult wrong = RunCmd(Bin() + " status --server " + addr + " 2>&1");
+  RunResult wrong = RunCmd(Bin() + " status --control " + addr + " 2>&1");
   EXPECT_EQ(wrong.exit_code, 1);
   EXPECT_THAT(wrong.out, HasSubstr("UNIMPLEMENTED"));
   EXPECT_THAT(wrong.out, HasSubstr("control address"));
+  // The old spelling still works, and says what it is now.
+  RunResult old_flag = RunCmd(Bin() + " status --server " + control + " 2>&1");
+  EXPECT_EQ(old_flag.exit_code, 0) << old_flag.out;
+  EXPECT_THAT(old_flag.out, HasSubstr("--server is now --control"));
+  EXPECT_THAT(old_flag.out, HasSubstr("serving  yes"));
+  // generate --server takes the public address; the control address says so.
+  RunResult wrong_generate =
+      RunCmd(Bin() + " generate --server " + control + " --prompt 'Once' --max-tokens 2 2>&1");
+  EXPECT_EQ(wrong_generate.exit_code, 1);
+  EXPECT_THAT(wrong_generate.out, HasSubstr("not the public API"));
+  EXPECT_THAT(wrong_generate.out, HasSubstr("status --control"));
+
+  // A second serve on the same control port: one clear line, not gRPC's error dump.
+  RunResult clash = RunCmd(Bin() + " serve --model " + Bundled() + " --listen 127.0.0.1:" +
+                           std::to_string(testing::FreePort()) + " --control-listen " + control +
+                           " 2>&1");
+  EXPECT_EQ(clash.exit_code, 1);
+  EXPECT_THAT(clash.out, HasSubstr("control port " + control + " is already in use"));
+  EXPECT_THAT(clash.out, HasSubstr("pass --control-listen"));
+  EXPECT_THAT(clash.out, Not(HasSubstr("No address added")));
+  EXPECT_THAT(clash.out, Not(HasSubstr("chttp2_server")));
+  EXPECT_THAT(clash.out, Not(HasSubstr("UNKNOWN:")));
 
   const std::string args = " --temperature 0 --max-tokens 20 --prompt 'Once upon a time'";
   RunResult remote = RunCmd(Bin() + " generate --server " + addr + args);
@@ -573,6 +631,9 @@ TEST(Cli, ServeStatusAndRemoteGenerateMatchTheInProcessRun) {
   EXPECT_THAT(local.out, ::testing::StartsWith("Once upon a time"));
   EXPECT_GT(Trim(local.out).size(), std::string("Once upon a time").size() + 20);
   EXPECT_EQ(Trim(remote.out), Trim(local.out));
+  // The server logs each finished request at info (serve's default level).
+  EXPECT_THAT(serve.Log(), HasSubstr("prompt + 20 output tokens"));
+  EXPECT_THAT(serve.Log(), HasSubstr("finish length"));
 
   serve.Signal(SIGTERM);
   const auto rc = serve.Wait(std::chrono::seconds(60));

@@ -11,6 +11,7 @@
 #include "local/local_engine.h"
 #include "model/model_source.h"
 #include "model/tokenizer.h"
+#include "util/logging.h"
 
 int main(int argc, char** argv) {
   using namespace cascade;
@@ -18,6 +19,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: local_engine_probe MODEL N_TOKENS\n");
     return 2;
   }
+  // Logs on stderr, warnings only: stdout carries the token ids alone.
+  if (!InitLogging("warn").ok()) return 2;
   auto source = ModelSource::Open(argv[1]);
   if (!source.ok()) {
     std::fprintf(stderr, "%s\n", std::string(source.status().message()).c_str());

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "tools/commands.h"
+#include "transport/grpc_util.h"
 #include "util/logging.h"
 #include "util/runtime.h"
 
@@ -15,8 +16,10 @@ int main(int argc, char** argv) {
   // --help shows each option's default (subcommands inherit this).
   app.option_defaults()->always_capture_default();
   app.get_formatter()->column_width(40);
-  std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  std::string log_level;
+  app.add_option("--log-level", log_level,
+                 "trace, debug, info, warn, error, off (default: info for serve, whose request "
+                 "and throughput lines are at info; warn otherwise)");
   cascade::cli::Action action;
   cascade::cli::AddGenerate(app, &action);
   cascade::cli::AddTokenize(app, &action);
@@ -33,9 +36,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (log_level.empty()) log_level = app.got_subcommand("serve") ? "info" : "warn";
   if (absl::Status st = cascade::InitLogging(log_level); !st.ok()) {
     std::cerr << "cascade: " << st.message() << "\n";
     return 2;
   }
+  cascade::RouteGrpcLogsToSpdlog();
   return action ? action() : 0;
 }

@@ -12,6 +12,7 @@
 #include "coordinator/cluster_config.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/planner.h"
+#include "coordinator/status_text.h"
 #include "tools/commands.h"
 #include "util/logging.h"
 #include "util/status_macros.h"
@@ -68,8 +69,8 @@ int RunServe(ServeFlags f) {
     std::cerr << "cascade serve: " << st.message() << "\n";
     return 1;
   }
-  std::cerr << "cascade serve: serving " << f.config.model << " on "
-            << (*coordinator)->address() << " with " << n << " worker(s); Ctrl-C stops\n";
+  std::cerr << "cascade serve: serving " << f.config.model << " with " << n
+            << " worker(s) on " << (*coordinator)->Addresses() << "; Ctrl-C stops\n";
   WaitForTerminationSignal();
   std::cerr << "cascade serve: draining (up to " << f.config.bring_up.drain_timeout_s << " s)\n";
   (*coordinator)->Drain(
@@ -80,25 +81,9 @@ int RunServe(ServeFlags f) {
 
 // ---------------------------------------------------------------- status
 
-const char* StateName(v1::WorkerState s) {
-  switch (s) {
-    case v1::WORKER_STATE_IDLE:
-      return "idle";
-    case v1::WORKER_STATE_LOADING:
-      return "loading";
-    case v1::WORKER_STATE_SERVING:
-      return "serving";
-    case v1::WORKER_STATE_DRAINING:
-      return "draining";
-    case v1::WORKER_STATE_FAILED:
-      return "failed";
-    default:
-      return "?";
-  }
-}
-
 struct StatusFlags {
-  std::string server = "127.0.0.1:50053";
+  std::string control = kDefaultControlAddress;
+  std::string server;  // the old spelling of --control
   std::string join_token_file;
   TlsFiles tls;
 };
@@ -108,7 +93,11 @@ int RunStatus(const StatusFlags& f) {
     std::cerr << "cascade status: " << st.message() << "\n";
     return 2;
   }
-  const std::string& server = f.server;
+  if (!f.server.empty()) {
+    std::cerr << "cascade status: --server is now --control (the coordinator's control "
+                 "address); reading " << f.server << " as --control\n";
+  }
+  const std::string& server = f.server.empty() ? f.control : f.server;
   auto stub = v1::Coordinator::NewStub(MakeChannel(server));
   grpc::ClientContext ctx;
   if (!f.join_token_file.empty()) {
@@ -127,60 +116,14 @@ int RunStatus(const StatusFlags& f) {
               << (st.error_message().empty() ? "the call failed" : st.error_message()) << " ("
               << absl::StatusCodeToString(FromGrpc(st).code()) << ")";
     if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-      std::cerr << "; this answers no ClusterStatus: give the coordinator's control address "
-                   "(--control-listen, port 50053 by default), not its public API";
+      std::cerr << "; this is the public API (what `cascade generate --server` takes): give "
+                   "--control the coordinator's control address (--control-listen, "
+               << kDefaultControlAddress << " by default)";
     }
     std::cerr << "\n";
     return 1;
   }
-  std::printf("model    %s\nserving  %s\nstate    %s\n", s.model().c_str(),
-              s.serving() ? "yes" : "no", s.state().c_str());
-  if (!s.error().empty()) std::printf("error    %s\n", s.error().c_str());
-  std::printf("\n%-5s %-22s %-9s %-9s %10s %12s %14s %9s %9s  %s\n", "stage", "worker", "layers",
-              "state", "frames", "tokens", "kv blocks", "busy s", "cpu s", "frames arrive at");
-  for (const auto& st2 : s.stages()) {
-    const std::string layers = absl::StrCat("[", st2.first_layer(), ",", st2.last_layer(), ")");
-    const std::string kv =
-        absl::StrCat(st2.stats().kv_blocks_used(), "/", st2.stats().kv_blocks_total());
-    std::printf("%-5d %-22s %-9s %-9s %10lu %12lu %14s %9.1f %9.1f  %s%s\n", st2.index(),
-                st2.worker_id().c_str(), layers.c_str(), StateName(st2.state()),
-                static_cast<unsigned long>(st2.stats().frames()),
-                static_cast<unsigned long>(st2.stats().tokens()), kv.c_str(), st2.stats().busy_s(),
-                st2.stats().cpu_s(), st2.data_address().c_str(),
-                st2.alive() ? "" : "  (no heartbeat)");
-  }
-  std::printf("\n%-22s %-12s %-22s %6s %11s %10s\n", "worker", "node", "address", "cores", "memory",
-              "heartbeat");
-  for (const auto& w : s.workers()) {
-    std::printf("%-22s %-12s %-22s %6d %11s %9.1fs\n", w.worker_id().c_str(), w.node().c_str(),
-                w.address().c_str(), w.resources().cores(),
-                HumanBytes(w.resources().memory_bytes()).c_str(), w.seconds_since_heartbeat());
-  }
-  // Workers that each report one machine's whole memory: the plan divides it.
-  std::vector<WorkerSpec> specs;
-  for (const auto& w : s.workers()) {
-    WorkerSpec spec;
-    spec.id = w.worker_id();
-    spec.node = w.node();
-    spec.node_id = w.resources().node_id();
-    spec.node_memory = w.resources().node_memory();
-    spec.memory_bytes = w.resources().memory_bytes();
-    spec.tp = std::max(1, w.resources().tensor_parallel());
-    specs.push_back(spec);
-  }
-  std::fputs(SharedNodesNote(specs).c_str(), stdout);
-  const auto& q = s.scheduler();
-  const double tps = q.uptime_s() > 0 ? q.generated_tokens() / q.uptime_s() : 0;
-  std::printf("\nrequests: %ld running, %ld waiting, %lu done, %lu failed, %lu refused\n",
-              static_cast<long>(q.running()), static_cast<long>(q.waiting()),
-              static_cast<unsigned long>(q.completed()), static_cast<unsigned long>(q.failed()),
-              static_cast<unsigned long>(q.rejected()));
-  std::printf("tokens:   %lu generated, %lu prompt; %.1f generated tokens/s since start\n",
-              static_cast<unsigned long>(q.generated_tokens()),
-              static_cast<unsigned long>(q.prompt_tokens()), tps);
-  std::printf("kv cache: %ld of %ld blocks reserved; %ld batches in flight\n",
-              static_cast<long>(q.kv_blocks_reserved()), static_cast<long>(q.kv_blocks_total()),
-              static_cast<long>(q.in_flight_batches()));
+  std::fputs(RenderClusterStatus(s).c_str(), stdout);
   return 0;
 }
 
@@ -289,7 +232,15 @@ int RunRemoteGenerate(const std::string& server, const v1::GenerateRequest& req,
   if (ids) std::cout << absl::StrJoin(all, " ");
   std::cout << "\n";
   if (!st.ok()) {
-    std::cerr << "cascade generate: " << server << ": " << st.error_message() << "\n";
+    std::cerr << "cascade generate: " << server << ": "
+              << (st.error_message().empty() ? "the call failed" : st.error_message());
+    if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      std::cerr << " (UNIMPLEMENTED); this is not the public API: --server takes the "
+                   "coordinator's public address (--listen, "
+                << kDefaultPublicAddress << " by default), not its control address, which is "
+                   "what `cascade status --control` takes";
+    }
+    std::cerr << "\n";
     return 1;
   }
   return 0;
@@ -299,20 +250,23 @@ void AddServe(CLI::App& app, Action* action) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "Run a coordinator and N local workers in this process (one command cluster)");
-  f->config.server.listen = "127.0.0.1:50051";
-  f->config.server.control_listen = "127.0.0.1:50053";
+  f->config.server.listen = kDefaultPublicAddress;
+  f->config.server.control_listen = kDefaultControlAddress;
   AddClusterFlags(*cmd, &f->config);
   cmd->add_option("--threads", f->threads, "Threads per worker (default: cores / workers)");
   cmd->add_option("--cost-per-hour", f->cost_per_hour,
                   "What this machine costs per hour, for the cost metrics (split over the workers)")
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(CLI::Range(0.0, 1e9).description("NONNEGATIVE"));
   cmd->callback([f, action] { *action = [f] { return RunServe(*f); }; });
 }
 
 void AddStatus(CLI::App& app, Action* action) {
   auto f = std::make_shared<StatusFlags>();
   CLI::App* cmd = app.add_subcommand("status", "Show a running cluster's stages, workers and load");
-  cmd->add_option("--server,-s", f->server, "The coordinator's control address");
+  cmd->add_option("--control,-c", f->control,
+                  "The coordinator's control address (its --control-listen)");
+  cmd->add_option("--server,-s", f->server, "Old spelling of --control")
+      ->default_str("");
   cmd->add_option("--join-token-file", f->join_token_file, "File holding the cluster's join token");
   cmd->add_option("--tls-cert", f->tls.cert, "Certificate (PEM) for the cluster's mTLS");
   cmd->add_option("--tls-key", f->tls.key, "Its private key (PEM)");

@@ -159,7 +159,9 @@ void AddGenerate(CLI::App& app, Action* action) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (in this process)");
   cmd->add_option("--model,-m", f->model, "GGUF file or Hugging Face folder");
-  cmd->add_option("--server", f->server, "Generate on a running cluster (coordinator address)");
+  cmd->add_option("--server", f->server,
+                  "Generate on a running cluster: the coordinator's public address (its "
+                  "--listen, e.g. 127.0.0.1:50051)");
   cmd->add_option("--prompt,-p", f->prompt, "Prompt text (BOS is added as the model asks)");
   cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate (0: none)")
       ->check(CLI::Range(0, 1 << 24));

@@ -13,6 +13,12 @@
 
 namespace cascade::cli {
 
+// `cascade serve`'s addresses, and so the clients' defaults: the public API (Inference,
+// health; what `generate --server` takes) and the control plane (workers, and what
+// `status --control` takes). Two services on two ports: each client names its own.
+constexpr char kDefaultPublicAddress[] = "127.0.0.1:50051";
+constexpr char kDefaultControlAddress[] = "127.0.0.1:50053";
+
 // The action a subcommand runs after parsing; its return value is the exit code.
 using Action = std::function<int()>;
 

@@ -1,8 +1,16 @@
 #include "transport/grpc_util.h"
 
-#include "absl/strings/str_cat.h"
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "grpc/support/log.h"
+#include "transport/address.h"
 #include "transport/security.h"
+#include "util/logging.h"
 
 namespace cascade {
 
@@ -34,9 +42,41 @@ void ConfigureServer(grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
 
+absl::Status CheckPortFree(const std::string& who, const std::string& listen,
+                           const std::string& flag) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(listen);
+  if (!hp.ok() || hp->port == 0) return absl::OkStatus();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(hp->port);
+  if (getaddrinfo(hp->host.empty() ? nullptr : hp->host.c_str(), port.c_str(), &hints, &found) !=
+      0) {
+    return absl::OkStatus();
+  }
+  bool in_use = false;
+  for (addrinfo* a = found; a != nullptr && !in_use; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;  // as gRPC binds: a port in TIME_WAIT is free, a listening one is not
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    in_use = bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE;
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (!in_use) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      who, " port ", listen, " is already in use: another process (another `cascade serve`?) "
+      "listens there; stop it, or pass ", flag, " to listen elsewhere"));
+}
+
 absl::StatusOr<StartedServer> StartServer(const std::string& who, const std::string& listen,
                                           std::shared_ptr<grpc::ServerCredentials> credentials,
-                                          std::initializer_list<grpc::Service*> services) {
+                                          std::initializer_list<grpc::Service*> services,
+                                          const std::string& flag) {
+  if (absl::Status st = CheckPortFree(who, listen, flag); !st.ok()) return st;
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
   StartedServer started;
@@ -45,10 +85,25 @@ absl::StatusOr<StartedServer> StartServer(const std::string& who, const std::str
   started.server = builder.BuildAndStart();
   if (!started.server || started.port == 0) {
     return absl::UnavailableError(absl::StrCat(who, ": cannot listen on ", listen,
-                                               " (is another server using the port?)"));
+                                               " (is another server using the port? ", flag,
+                                               " moves it)"));
   }
   return started;
 }
+
+namespace {
+
+void GrpcLogToSpdlog(gpr_log_func_args* args) {
+  if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+    spdlog::info("grpc: {} ({}:{})", args->message, args->file, args->line);
+  } else {
+    spdlog::debug("grpc: {} ({}:{})", args->message, args->file, args->line);
+  }
+}
+
+}  // namespace
+
+void RouteGrpcLogsToSpdlog() { gpr_set_log_function(GrpcLogToSpdlog); }
 
 absl::string_view PresentedMetadata(const grpc::ServerContext& ctx, absl::string_view key) {
   const auto& md = ctx.client_metadata();

@@ -31,15 +31,30 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 void ConfigureServer(grpc::ServerBuilder* builder);
 
 // A server with those limits on `listen`, serving `services` (which must outlive it).
-// Unavailable, naming `who` and the address, when it cannot listen there (e.g. the port is
-// taken: ports are never shared). `port` is the port it listens on (the one chosen for :0).
+// `who` names the port in errors ("control", "worker"), `flag` the option that moves it.
+// A port another process listens on already is found before gRPC tries it:
+// Unavailable, "control port 127.0.0.1:50053 is already in use: ...; pass
+// --control-listen ..." (ports are never shared); any other failure to listen is
+// Unavailable naming the address. `port` is the port it listens on (the one chosen for :0).
 struct StartedServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
 absl::StatusOr<StartedServer> StartServer(const std::string& who, const std::string& listen,
                                           std::shared_ptr<grpc::ServerCredentials> credentials,
-                                          std::initializer_list<grpc::Service*> services);
+                                          std::initializer_list<grpc::Service*> services,
+                                          const std::string& flag = "--listen");
+
+// Unavailable, naming `who`'s port and `flag`, when a socket listens on `listen`
+// (host:port) already; OK for port 0 or an address that does not resolve (gRPC's own
+// errors say more then).
+absl::Status CheckPortFree(const std::string& who, const std::string& listen,
+                           const std::string& flag);
+
+// gRPC's own log lines (gpr_log) go to spdlog: its errors at info, the rest at debug.
+// What a user must know comes back as a status and is said once, clearly, by Cascade
+// (e.g. a port in use), not as gRPC's internal error dump on stderr. Call once, early.
+void RouteGrpcLogsToSpdlog();
 
 // The value of metadata `key` that the caller of ctx presented ("" when it presented none);
 // valid while ctx is.

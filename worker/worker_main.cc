@@ -14,6 +14,7 @@
 #include "util/logging.h"
 #include "util/runtime.h"
 #include "util/signals.h"
+#include "transport/grpc_util.h"
 #include "transport/security.h"
 #include "util/secret.h"
 #include "util/units.h"
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cost-per-hour", o.cost_per_hour,
                  "What this worker (its node share) costs per hour, for the cost metrics")
-      ->check(CLI::Range(0.0, 1e9))
+      ->check(CLI::Range(0.0, 1e9).description("NONNEGATIVE"))
       ->capture_default_str();
   app.add_option("--device", device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--model-dir", o.model_dir,
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
     std::cerr << "cascade-worker: " << st.message() << "\n";
     return 2;
   }
+  cascade::RouteGrpcLogsToSpdlog();
   if (auto st = cascade::SetTransportSecurity(tls); !st.ok()) {
     std::cerr << "cascade-worker: " << st.message() << "\n";
     return 2;

@@ -273,6 +273,7 @@ grpc::Status WorkerServer::SendHeartbeat(v1::Coordinator::Stub& stub, uint64_t s
   hb.set_session_secret(session_secret);
   host_->FillHeartbeat(&hb);
   for (v1::GpuStats& g : gpus_.Sample()) *hb.add_gpus() = std::move(g);
+  *hb.mutable_process() = process_.Sample();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return stub.Heartbeat(&ctx, hb, resp);

@@ -42,6 +42,7 @@
 #include "transport/grpc_link.h"
 #include "transport/inbox.h"
 #include "worker/gpu_monitor.h"
+#include "worker/process_monitor.h"
 #include "worker/stage_host.h"
 
 namespace cascade {
@@ -116,6 +117,7 @@ class WorkerServer {
 
   WorkerOptions options_;
   GpuMonitor gpus_;
+  ProcessMonitor process_;  // this process's CPU and memory, with each heartbeat
   std::string advertise_;
   std::string data_advertise_;
   FrameRouter router_;

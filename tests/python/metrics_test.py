@@ -79,7 +79,11 @@ def scrape():
     for fam in text_string_to_metric_families(text):  # raises on a malformed exposition
         families[fam.name] = fam
         for s in fam.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+            labels = dict(s.labels)
+            # Every sample names the served model, as /v1/models does (vLLM's model_name).
+            if labels.pop("model_name", None) != model_id:
+                fail(f"{s.name}{s.labels}: model_name is not {model_id!r}")
+            samples[(s.name, tuple(sorted(labels.items())))] = s.value
     return families, samples
 
 
@@ -98,6 +102,7 @@ while True:
         fail("the cluster did not start serving")
     time.sleep(0.2)
 
+model_id = json.loads(get("/v1/models")[1])["data"][0]["id"]
 fam0, before = scrape()
 prompt_tokens = completion_tokens = 0
 for i in range(N):
@@ -185,6 +190,18 @@ if value(after, "cascade_hop_activation_bytes_total", hop="0->1") <= 0:
     fail("no activation bytes crossed hop 0->1")
 if sum(v for (n, l), v in after.items() if n == "cascade_worker_up") != 2:
     fail("two workers should be up")
+
+# The KV cache's use, and each worker's process CPU and memory (with its heartbeats).
+ratio = value(after, "cascade_kv_cache_usage_ratio")
+if not 0 <= ratio <= 1 or "cascade_kv_cache_usage_ratio" not in fam1:
+    fail(f"cascade_kv_cache_usage_ratio is {ratio}")
+for fam in ("cascade_worker_cpu_seconds_total", "cascade_worker_resident_memory_bytes"):
+    per_worker = [v for (n, l), v in after.items() if n == fam]
+    if len(per_worker) != 2 or min(per_worker) <= 0:
+        fail(f"{fam}: {per_worker}, not a positive figure for each of the two workers")
+utilisation = [v for (n, l), v in after.items() if n == "cascade_worker_cpu_utilization_ratio"]
+if len(utilisation) != 2 or not all(0 <= u <= 1 for u in utilisation):
+    fail(f"cascade_worker_cpu_utilization_ratio: {utilisation}")
 
 # Cost: the two in-process workers share --cost-per-hour.
 price = sum(v for (n, l), v in after.items() if n == "cascade_cost_per_hour_dollars")

@@ -1,0 +1,113 @@
+#include "coordinator/status_text.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/planner.h"
+#include "coordinator/prometheus.h"
+#include "util/units.h"
+
+namespace cascade {
+namespace {
+
+const char* StateName(v1::WorkerState s) {
+  switch (s) {
+    case v1::WORKER_STATE_IDLE:
+      return "idle";
+    case v1::WORKER_STATE_LOADING:
+      return "loading";
+    case v1::WORKER_STATE_SERVING:
+      return "serving";
+    case v1::WORKER_STATE_DRAINING:
+      return "draining";
+    case v1::WORKER_STATE_FAILED:
+      return "failed";
+    default:
+      return "?";
+  }
+}
+
+void AppendStages(const v1::ClusterStatusResponse& s, std::string* out) {
+  absl::StrAppendFormat(out, "\n%-5s %-22s %-9s %-9s %10s %12s %14s %9s %9s  %s\n", "stage",
+                        "worker", "layers", "state", "frames", "tokens", "kv blocks", "busy s",
+                        "cpu s", "frames arrive at");
+  for (const v1::StageStatus& st : s.stages()) {
+    const std::string layers = absl::StrCat("[", st.first_layer(), ",", st.last_layer(), ")");
+    const std::string kv =
+        absl::StrCat(st.stats().kv_blocks_used(), "/", st.stats().kv_blocks_total());
+    absl::StrAppendFormat(out, "%-5d %-22s %-9s %-9s %10d %12d %14s %9.1f %9.1f  %s%s\n",
+                          st.index(), st.worker_id(), layers, StateName(st.state()),
+                          st.stats().frames(), st.stats().tokens(), kv, st.stats().busy_s(),
+                          st.stats().cpu_s(), st.data_address(),
+                          st.alive() ? "" : "  (no heartbeat)");
+  }
+}
+
+void AppendWorkers(const v1::ClusterStatusResponse& s, std::string* out) {
+  absl::StrAppendFormat(out, "\n%-22s %-10s %-12s %-22s %6s %11s %6s %11s %10s\n", "worker",
+                        "role", "node", "address", "cores", "memory", "cpu", "resident",
+                        "heartbeat");
+  for (const v1::WorkerInfo& w : s.workers()) {
+    const std::string cpu =
+        w.has_process() ? absl::StrFormat("%.0f%%", 100 * w.process().cpu_utilization()) : "-";
+    const std::string rss =
+        w.has_process() ? HumanBytes(w.process().resident_memory_bytes()) : std::string("-");
+    absl::StrAppendFormat(out, "%-22s %-10s %-12s %-22s %6d %11s %6s %11s %9.1fs\n",
+                          w.worker_id(), WorkerRole(s, w), w.node(), w.address(),
+                          w.resources().cores(), HumanBytes(w.resources().memory_bytes()), cpu,
+                          rss, w.seconds_since_heartbeat());
+  }
+  // Workers that each report one machine's whole memory: the plan divides it.
+  std::vector<WorkerSpec> specs;
+  for (const v1::WorkerInfo& w : s.workers()) {
+    WorkerSpec spec;
+    spec.id = w.worker_id();
+    spec.node = w.node();
+    spec.node_id = w.resources().node_id();
+    spec.node_memory = w.resources().node_memory();
+    spec.memory_bytes = w.resources().memory_bytes();
+    spec.tp = std::max(1, w.resources().tensor_parallel());
+    specs.push_back(spec);
+  }
+  absl::StrAppend(out, SharedNodesNote(specs));
+}
+
+}  // namespace
+
+std::string WorkerRole(const v1::ClusterStatusResponse& s, const v1::WorkerInfo& w) {
+  if (!w.alive()) return "lost";
+  std::vector<int> stages;
+  for (const v1::StageStatus& st : s.stages()) {
+    if (st.worker_id() == w.worker_id()) stages.push_back(st.index());
+  }
+  if (stages.empty()) return "spare";
+  return absl::StrCat("stage ", absl::StrJoin(stages, ","));
+}
+
+std::string RenderClusterStatus(const v1::ClusterStatusResponse& s) {
+  std::string out = absl::StrFormat("model    %s\nserving  %s\nstate    %s\n", s.model(),
+                                    s.serving() ? "yes" : "no", s.state());
+  if (!s.error().empty()) absl::StrAppend(&out, "error    ", s.error(), "\n");
+  AppendStages(s, &out);
+  AppendWorkers(s, &out);
+  const v1::SchedulerStatus& q = s.scheduler();
+  const double tps = q.uptime_s() > 0 ? q.generated_tokens() / q.uptime_s() : 0;
+  absl::StrAppendFormat(&out,
+                        "\nrequests: %d running, %d waiting; ended: %d completed, %d failed, "
+                        "%d cancelled, %d rejected\n",
+                        q.running(), q.waiting(), q.completed(), q.failed(), q.cancelled(),
+                        q.rejected());
+  absl::StrAppendFormat(&out,
+                        "tokens:   %d generated, %d prompt; %.1f generated tokens/s since start\n",
+                        q.generated_tokens(), q.prompt_tokens(), tps);
+  absl::StrAppendFormat(&out, "kv cache: %d of %d blocks reserved (%.0f%%); %d batches in flight\n",
+                        q.kv_blocks_reserved(), q.kv_blocks_total(), 100 * KvUsageRatio(q),
+                        q.in_flight_batches());
+  return out;
+}
+
+}  // namespace cascade
