@@ -496,7 +496,7 @@ TEST(Cli, HelpShowsNumbersAsNumbers) {
   RunResult serve = RunCmd(Bin() + " serve --help");
   EXPECT_THAT(serve.out, HasSubstr("--max-running INT=64"));
   EXPECT_THAT(serve.out, HasSubstr("--http-idle-timeout-s INT=30"));
-  EXPECT_THAT(serve.out, HasSubstr("--memory-reserve FLOAT=0.05"));
+  EXPECT_THAT(serve.out, HasSubstr("--memory-fraction FLOAT=0.9"));
   EXPECT_THAT(serve.out, HasSubstr("--quantized-activations BOOL=true"));
 }
 
