@@ -97,8 +97,76 @@ const char* DataPlaneName(DataPlane d) {
   return "?";
 }
 
-std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
+namespace {
+
+// The options of bring-up, the plan, the scheduler and the stages (ClusterOptions' second
+// half).
+void AppendPlanningOptions(ClusterConfig* c, std::vector<ClusterOption>* out) {
   constexpr int kMaxCount = 1 << 20;
+  std::vector<ClusterOption>& t = *out;
+  // Bring-up.
+  t.push_back(Integer("workers", &c->bring_up.workers, 1, 4096,
+                      "Plan once this many workers have registered"));
+  t.push_back(Integer("worker-wait-s", &c->bring_up.worker_wait_s, 1, 86400 * 7,
+                      "Seconds to wait for the workers before giving up"));
+  t.push_back(Real("heartbeat-interval-s", &c->bring_up.heartbeat_interval_s, 0.05, 60,
+                   "Seconds between worker heartbeats"));
+  t.push_back(Real("drain-timeout-s", &c->bring_up.drain_timeout_s, 0, 3600,
+                   "On shutdown, seconds in-flight requests get to finish"));
+  // Plan.
+  t.push_back(Integer("min-stages", &c->plan.min_stages, 1, 4096,
+                      "Pipeline over at least this many workers"));
+  t.push_back(Integer("kv-sequences", &c->plan.kv_sequences, 0, kMaxCount,
+                      "Size the KV cache for this many full-context sequences (0 and no "
+                      "kv-tokens: fill what the weights leave of memory-fraction, at most "
+                      "max-running sequences)"));
+  t.push_back(Integer<int64_t>("kv-tokens", &c->plan.kv_tokens, 0, int64_t{1} << 40,
+                               "Or for exactly this many token positions (0: use kv-sequences)"));
+  t.push_back(Integer("kv-block-size", &c->plan.kv_block_size, 1, 4096, "Tokens per KV block"));
+  t.push_back(Option(
+      "kv-type", "KV cache elements: f16 (half the memory of f32; keys and values rounded) or f32 (exact)",
+      [c](const std::string& s) -> absl::Status {
+        const std::optional<TensorType> type = ParseKvCacheType(s);
+        if (!type) return Bad("kv-type", s, "f32 or f16");
+        c->plan.kv_type = *type;
+        return absl::OkStatus();
+      },
+      [c] { return absl::AsciiStrToLower(TensorTypeName(c->plan.kv_type)); }));
+  t.push_back(Integer<int64_t>("max-batch-tokens", &c->plan.batch_tokens, 1, kMaxCount,
+                               "Tokens per micro-batch"));
+  t.push_back(Real("memory-fraction", &c->plan.memory_fraction, 0.01, 1,
+                   "Fraction of each worker's memory the plan may use (weights, KV cache, "
+                   "activations)"));
+  // Scheduler.
+  t.push_back(Integer<int64_t>("prefill-chunk", &c->scheduler.prefill_chunk, 1, kMaxCount,
+                               "Prompt tokens per sequence per micro-batch"));
+  t.push_back(Integer("max-running", &c->scheduler.max_running, 1, kMaxCount,
+                      "Sequences decoding at once"));
+  t.push_back(Integer("max-waiting", &c->scheduler.max_waiting, 0, kMaxCount,
+                      "Queued requests beyond which new ones get RESOURCE_EXHAUSTED"));
+  // Stages.
+  t.push_back(Integer("threads-per-stage", &c->stage.threads, 0, 4096,
+                      "Compute threads per stage (0: each worker's own)"));
+  t.push_back(Option(
+      "device", "Device for the stages: auto, cpu, cuda or cuda:N (default: each worker's own)",
+      [c](const std::string& s) -> absl::Status {
+        if (s.empty()) {
+          c->stage.device.reset();
+          return absl::OkStatus();
+        }
+        auto d = ParseDevice(s);
+        if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--device: ", d.status().message()));
+        c->stage.device = *d;
+        return absl::OkStatus();
+      },
+      [c] { return c->stage.device ? DeviceName(*c->stage.device) : std::string(); }));
+  t.push_back(Boolean("quantized-activations", &c->stage.quantized_activations,
+                      "8-bit activations for quantized weights on CPUs (false: exact F32)"));
+}
+
+}  // namespace
+
+std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   std::vector<ClusterOption> t;
   t.push_back(Text("model", &c->model, "GGUF file or Hugging Face folder to serve"));
   t.push_back(Text("served-model-name", &c->served_model_name,
@@ -158,64 +226,7 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
       [c] { return std::string(DataPlaneName(c->data_plane.kind)); }));
   t.push_back(Text("data-listen", &c->data_plane.listen,
                    "Where results arrive over TCP (default: the listen host, a free port)"));
-  // Bring-up.
-  t.push_back(Integer("workers", &c->bring_up.workers, 1, 4096,
-                      "Plan once this many workers have registered"));
-  t.push_back(Integer("worker-wait-s", &c->bring_up.worker_wait_s, 1, 86400 * 7,
-                      "Seconds to wait for the workers before giving up"));
-  t.push_back(Real("heartbeat-interval-s", &c->bring_up.heartbeat_interval_s, 0.05, 60,
-                   "Seconds between worker heartbeats"));
-  t.push_back(Real("drain-timeout-s", &c->bring_up.drain_timeout_s, 0, 3600,
-                   "On shutdown, seconds in-flight requests get to finish"));
-  // Plan.
-  t.push_back(Integer("min-stages", &c->plan.min_stages, 1, 4096,
-                      "Pipeline over at least this many workers"));
-  t.push_back(Integer("kv-sequences", &c->plan.kv_sequences, 0, kMaxCount,
-                      "Size the KV cache for this many full-context sequences (0 and no "
-                      "kv-tokens: fill what the weights leave of memory-fraction, at most "
-                      "max-running sequences)"));
-  t.push_back(Integer<int64_t>("kv-tokens", &c->plan.kv_tokens, 0, int64_t{1} << 40,
-                               "Or for exactly this many token positions (0: use kv-sequences)"));
-  t.push_back(Integer("kv-block-size", &c->plan.kv_block_size, 1, 4096, "Tokens per KV block"));
-  t.push_back(Option(
-      "kv-type", "KV cache elements: f16 (half the memory of f32; keys and values rounded) or f32 (exact)",
-      [c](const std::string& s) -> absl::Status {
-        const std::optional<TensorType> type = ParseKvCacheType(s);
-        if (!type) return Bad("kv-type", s, "f32 or f16");
-        c->plan.kv_type = *type;
-        return absl::OkStatus();
-      },
-      [c] { return absl::AsciiStrToLower(TensorTypeName(c->plan.kv_type)); }));
-  t.push_back(Integer<int64_t>("max-batch-tokens", &c->plan.batch_tokens, 1, kMaxCount,
-                               "Tokens per micro-batch"));
-  t.push_back(Real("memory-fraction", &c->plan.memory_fraction, 0.01, 1,
-                   "Fraction of each worker's memory the plan may use (weights, KV cache, "
-                   "activations)"));
-  // Scheduler.
-  t.push_back(Integer<int64_t>("prefill-chunk", &c->scheduler.prefill_chunk, 1, kMaxCount,
-                               "Prompt tokens per sequence per micro-batch"));
-  t.push_back(Integer("max-running", &c->scheduler.max_running, 1, kMaxCount,
-                      "Sequences decoding at once"));
-  t.push_back(Integer("max-waiting", &c->scheduler.max_waiting, 0, kMaxCount,
-                      "Queued requests beyond which new ones get RESOURCE_EXHAUSTED"));
-  // Stages.
-  t.push_back(Integer("threads-per-stage", &c->stage.threads, 0, 4096,
-                      "Compute threads per stage (0: each worker's own)"));
-  t.push_back(Option(
-      "device", "Device for the stages: auto, cpu, cuda or cuda:N (default: each worker's own)",
-      [c](const std::string& s) -> absl::Status {
-        if (s.empty()) {
-          c->stage.device.reset();
-          return absl::OkStatus();
-        }
-        auto d = ParseDevice(s);
-        if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--device: ", d.status().message()));
-        c->stage.device = *d;
-        return absl::OkStatus();
-      },
-      [c] { return c->stage.device ? DeviceName(*c->stage.device) : std::string(); }));
-  t.push_back(Boolean("quantized-activations", &c->stage.quantized_activations,
-                      "8-bit activations for quantized weights on CPUs (false: exact F32)"));
+  AppendPlanningOptions(c, &t);
   return t;
 }
 

@@ -480,6 +480,33 @@ TEST_F(ClusterFaults, AWorkerThatDiesIsPlannedAroundAndItsStreamGoesOn) {
   EXPECT_EQ(status.scheduler().failed(), 0u);
 }
 
+// max_tokens beyond the context: the same refusal from both APIs, naming the context,
+// the prompt's tokens and max_tokens (as vLLM's and OpenAI's), never a silent cut; without
+// max_tokens a request gets what the context leaves after its prompt.
+void ExpectOneMaxTokensRule(httplib::Client& http, v1::Inference::Stub& stub, int64_t context) {
+  const std::string over_context =
+      absl::StrCat("max_tokens ", context, " plus the prompt's 5 tokens exceeds the model's "
+                   "context of ", context, " tokens");
+  auto too_many = http.Post(
+      "/v1/completions",
+      absl::StrCat(R"({"prompt": "Once upon a time", "max_tokens": )", context, "}"),
+      "application/json");
+  ASSERT_TRUE(too_many);
+  EXPECT_EQ(too_many->status, 400);
+  EXPECT_THAT(too_many->body, HasSubstr(over_context));
+  EXPECT_THAT(too_many->body, HasSubstr(R"("param":"max_tokens")"));
+  Generated refused = Generate(stub, Request("Once upon a time", static_cast<int>(context), 0, 1));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(refused.status.error_message(), over_context);
+  // Without max_tokens a request gets what the context leaves after its prompt.
+  v1::GenerateRequest unbounded = Request("Once upon a time", 0, 0, 1);
+  unbounded.set_ignore_eos(true);
+  Generated rest = Generate(stub, unbounded);
+  ASSERT_TRUE(rest.status.ok()) << rest.status.error_message();
+  EXPECT_EQ(static_cast<int64_t>(rest.ids.size()), context - 5);
+  EXPECT_EQ(rest.finish, v1::FINISH_REASON_CONTEXT);
+}
+
 TEST(ClusterHttp, OpenAiCompatibleCompletions) {
   ClusterOptions o;
   o.model = testing::BundledModel();
@@ -570,31 +597,8 @@ TEST(ClusterHttp, OpenAiCompatibleCompletions) {
     EXPECT_EQ(r->status, 400) << bad;
     EXPECT_THAT(r->body, HasSubstr("\"error\"")) << bad;
   }
-  // max_tokens beyond the context: the same refusal from both APIs, naming the context,
-  // the prompt's tokens and max_tokens (as vLLM's and OpenAI's), never a silent cut.
-  const int64_t context =
-      nlohmann::json::parse(models->body)["data"][0]["context_length"].get<int64_t>();
-  const std::string over_context =
-      absl::StrCat("max_tokens ", context, " plus the prompt's 5 tokens exceeds the model's "
-                   "context of ", context, " tokens");
-  auto too_many = http.Post(
-      "/v1/completions",
-      absl::StrCat(R"({"prompt": "Once upon a time", "max_tokens": )", context, "}"),
-      "application/json");
-  ASSERT_TRUE(too_many);
-  EXPECT_EQ(too_many->status, 400);
-  EXPECT_THAT(too_many->body, HasSubstr(over_context));
-  EXPECT_THAT(too_many->body, HasSubstr(R"("param":"max_tokens")"));
-  Generated refused = Generate(*stub, Request("Once upon a time", static_cast<int>(context), 0, 1));
-  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(refused.status.error_message(), over_context);
-  // Without max_tokens a request gets what the context leaves after its prompt.
-  v1::GenerateRequest unbounded = Request("Once upon a time", 0, 0, 1);
-  unbounded.set_ignore_eos(true);
-  Generated rest = Generate(*stub, unbounded);
-  ASSERT_TRUE(rest.status.ok()) << rest.status.error_message();
-  EXPECT_EQ(static_cast<int64_t>(rest.ids.size()), context - 5);
-  EXPECT_EQ(rest.finish, v1::FINISH_REASON_CONTEXT);
+  ExpectOneMaxTokensRule(
+      http, *stub, nlohmann::json::parse(models->body)["data"][0]["context_length"].get<int64_t>());
 
   auto chat = http.Post("/v1/chat/completions",
                         R"({"messages": [{"role": "user", "content": "Hi"}]})", "application/json");
