@@ -21,7 +21,13 @@ Run: PATH=$(getconf PATH) python3 engine/testdata/gemma3/make_reference.py
 import math
 import os
 
+import sys
+
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import script_weights  # noqa: E402  (the formula of the weights, shared)
+from script_weights import tensor  # noqa: E402
 
 # Must match MiniGemma3 in engine/arch_models_test.cc.
 VOCAB, DIM, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, WINDOW = 128, 64, 6, 4, 2, 32, 96, 4
@@ -30,34 +36,8 @@ PROMPT = [1, 17, 90, 33, 5, 127, 64, 2, 99, 40]
 GREEDY = 14
 
 
-def fnv1a(name):
-    h = 0xCBF29CE484222325
-    for b in name.encode():
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-def splitmix(x):
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
-def tensor(name, shape, norm=False):
-    n = int(np.prod(shape))
-    with np.errstate(over="ignore"):
-        z = splitmix(np.uint64(fnv1a(name)) + np.arange(n, dtype=np.uint64))
-    if norm:
-        v = 1.0 + ((z >> np.uint64(56)).astype(np.int64) - 128) / 2048.0
-    else:
-        v = ((z >> np.uint64(54)).astype(np.int64) - 512) / 4096.0
-    return v.reshape(shape).astype(np.float64)
-
-
 def rmsnorm(x, w):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
+    return script_weights.rmsnorm(x, w, EPS)
 
 
 def rope(x, pos, theta, scale):  # NEOX pairs (i, i + HEAD_DIM/2)
