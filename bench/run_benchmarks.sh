@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
-#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|dataplane|all]  (default: all)
+#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|dataplane|moe|types|all]  (default: all)
+#   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh moe       # (f): Qwen3-30B-A3B layers, side by side
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
 #   KV_TYPE=f32 bench/run_benchmarks.sh serving   # our KV cache in F32 (default f16, as the peer)
@@ -41,11 +42,9 @@ ratio() { python3 -c "print(f'{$1 / $2:.3f}')"; }
 # files: decode of 64 tokens and a 128-token prompt, 1 and 2 threads, ROUNDS rounds with
 # the two taking turns (the peer first in every other round: a shared VM's speed drifts).
 # Both decode from an empty context (engine_bench --decode-from-empty, as llama-bench -n).
-side_by_side() {
+side_by_side() {  # side_by_side FILE...
   local rounds=${ROUNDS:-2} out=$(mktemp -d)
-  local files=()
-  for t in F16 Q8_0 Q4_0 Q4_K; do files+=("$(model tinyllama-1.1b "$t")"); done
-  files+=("$(model llama-110m F16)")
+  local files=("$@")
   ours() {  # ours FILE ROUND
     "$BIN/engine_bench" --model "$1" --threads 1,2 --decode-tokens 64 --prompt-tokens 128 \
       --prefill-tokens 0 --repeats 1 --triad-mib 0 --decode-from-empty --json > "$out/ours-$2-$(basename "$1")"
@@ -227,7 +226,9 @@ if [[ $WHAT == kernels || $WHAT == all ]]; then
   if [[ -x $BIN/engine_bench ]]; then
     echo
     echo "== (c) CPU engine: TinyLlama-1.1B (F16, Q8_0, Q4_0, Q4_K) and llama-110m F16, decode and prefill-128 =="
-    side_by_side
+    files=()
+    for t in F16 Q8_0 Q4_0 Q4_K; do files+=("$(model tinyllama-1.1b "$t")"); done
+    side_by_side "${files[@]}" "$(model llama-110m F16)"
   fi
   if [[ -x $BIN/kernel_bench ]]; then
     echo
@@ -377,6 +378,21 @@ if "peer" in rows:
         print(f"decode at depth ({who} KV), ours / llama.cpp: {ratio:.2f}x (inter-token p50)")
 PY
   rm -f "$results"
+fi
+
+# Issue 45: a mixture of experts (four layers of Qwen3-30B-A3B: 128 experts, 8 used, at
+# Q4_K) and the weight types added then (TinyLlama-1.1B), side by side as in (c).
+if [[ $WHAT == moe || $WHAT == all ]] && [[ -x $BIN/engine_bench ]]; then
+  echo
+  echo "== (f) mixture of experts: Qwen3-30B-A3B's layer shape, 4 layers, Q4_K, decode and prefill-128 =="
+  side_by_side "$(model qwen3-30b-a3b-4l Q4_K)"
+fi
+if [[ $WHAT == types || $WHAT == all ]] && [[ -x $BIN/engine_bench ]]; then
+  echo
+  echo "== (g) the types of issue 45: TinyLlama-1.1B in Q4_1, Q5_0, Q5_1, Q3_K, Q2_K =="
+  files=()
+  for t in Q4_1 Q5_0 Q5_1 Q3_K Q2_K; do files+=("$(model tinyllama-1.1b "$t")"); done
+  side_by_side "${files[@]}"
 fi
 
 # Data-plane bytes per decode token per hop (issue 41): a steady step against the same step

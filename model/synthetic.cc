@@ -22,6 +22,8 @@ const ModelShape kShapes[] = {
     {"mistral-7b", "llama", 32000, 4096, 32, 32, 8, 14336, 32768, 1000000.0, false},
     {"llama-3-8b", "llama", 128256, 4096, 32, 32, 8, 14336, 8192, 500000.0, false},
     {"qwen2-0.5b", "qwen2", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0, true},
+    {"qwen3-30b-a3b-4l", "qwen3moe", 32000, 2048, 4, 32, 4, 6144, 40960, 1000000.0, false,
+     /*head_dim=*/128, /*n_experts=*/128, /*experts_used=*/8, /*expert_ffn=*/768},
 };
 
 uint64_t SplitMix(uint64_t& state) {
@@ -71,9 +73,11 @@ absl::Status WriteSyntheticModel(const ModelShape& shape, const SyntheticOptions
     return absl::InvalidArgumentError(absl::StrCat(
         "make-model: type ", TensorTypeName(options.type), " is not one the kernels support"));
   }
-  const int64_t head_dim = shape.dim / shape.heads;
+  const int64_t head_dim = shape.HeadDim();
+  const bool moe = shape.n_experts > 0;
+  const bool qk_norm = shape.arch == "qwen3" || shape.arch == "qwen3moe";
   const int64_t block = Traits(options.type).block_elems;
-  for (int64_t cols : {shape.dim, shape.ffn, shape.heads * head_dim}) {
+  for (int64_t cols : {shape.dim, moe ? shape.expert_ffn : shape.ffn, shape.heads * head_dim}) {
     if (cols % block != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "make-model: shape ", shape.name, " has rows of ", cols, " elements, not a multiple of ",
@@ -97,6 +101,13 @@ absl::Status WriteSyntheticModel(const ModelShape& shape, const SyntheticOptions
   w.SetUint32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
   w.SetFloat32(a + ".rope.freq_base", static_cast<float>(shape.rope_theta));
   w.SetUint32(a + ".vocab_size", static_cast<uint32_t>(shape.vocab));
+  w.SetUint32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
+  w.SetUint32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
+  if (moe) {
+    w.SetUint32(a + ".expert_count", static_cast<uint32_t>(shape.n_experts));
+    w.SetUint32(a + ".expert_used_count", static_cast<uint32_t>(shape.experts_used));
+    w.SetUint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(shape.expert_ffn));
+  }
 
   std::unique_ptr<GgufFile> vocab;
   if (!options.tokenizer_gguf.empty()) {
@@ -113,10 +124,17 @@ absl::Status WriteSyntheticModel(const ModelShape& shape, const SyntheticOptions
   }
 
   const uint64_t seed = options.seed;
-  const TensorType type = options.type;
-  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
+  // rows x cols, or `stack` such matrices one after another (experts: GGUF ne {cols, rows,
+  // stack}).
+  // The router stays F32, as llama.cpp's quantizer leaves it.
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t matrix_rows,
+                    int64_t stack = 1, bool f32 = false) {
+    const int64_t rows = matrix_rows * stack;
+    std::vector<int64_t> ne = {cols, matrix_rows};
+    if (stack > 1) ne.push_back(stack);
+    const TensorType type = f32 ? TensorType::kF32 : options.type;
     w.AddTensor(
-        name, type, {cols, rows}, [name, cols, rows, seed, type](std::vector<uint8_t>* out) {
+        name, type, std::move(ne), [name, cols, rows, seed, type](std::vector<uint8_t>* out) {
           uint64_t row_bytes = 0;
           if (!RowBytes(type, cols, &row_bytes)) {
             return absl::InternalError(absl::StrCat(name, ": bad row length ", cols));
@@ -159,8 +177,20 @@ absl::Status WriteSyntheticModel(const ModelShape& shape, const SyntheticOptions
       bias(p + "attn_k.bias", kv_dim);
       bias(p + "attn_v.bias", kv_dim);
     }
+    if (qk_norm) {
+      norm(p + "attn_q_norm.weight", head_dim);
+      norm(p + "attn_k_norm.weight", head_dim);
+    }
     matrix(p + "attn_output.weight", q_dim, shape.dim);
     norm(p + "ffn_norm.weight", shape.dim);
+    if (moe) {
+      const int64_t E = shape.n_experts, f = shape.expert_ffn;
+      matrix(p + "ffn_gate_inp.weight", shape.dim, E, 1, /*f32=*/true);
+      matrix(p + "ffn_gate_exps.weight", shape.dim, f, E);
+      matrix(p + "ffn_up_exps.weight", shape.dim, f, E);
+      matrix(p + "ffn_down_exps.weight", f, shape.dim, E);
+      continue;
+    }
     matrix(p + "ffn_gate.weight", shape.dim, shape.ffn);
     matrix(p + "ffn_up.weight", shape.dim, shape.ffn);
     matrix(p + "ffn_down.weight", shape.ffn, shape.dim);
