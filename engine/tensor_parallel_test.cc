@@ -46,12 +46,42 @@ std::string OddModelPath() {
   return path;
 }
 
+// A Qwen3-MoE-shaped model from `cascade make-model`'s writer at Q8_0: 8 experts of 64,
+// 2 used, head_dim 32 (not dim / heads), q/k norms, the router F32.
+std::string MoeQ8ModelPath() {
+  static const std::string path = [] {
+    const std::string p = ::testing::TempDir() + "/tp_moe_q8.gguf";
+    ModelShape s;
+    s.name = "moe-q8";
+    s.arch = "qwen3moe";
+    s.vocab = 512;
+    s.dim = 64;
+    s.layers = 2;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.head_dim = 32;
+    s.ffn = 128;
+    s.context = 128;
+    s.n_experts = 8;
+    s.experts_used = 2;
+    s.expert_ffn = 64;
+    SyntheticOptions o;
+    o.type = TensorType::kQ8_0;
+    o.seed = 11;
+    absl::Status st = WriteSyntheticModel(s, o, p);
+    EXPECT_TRUE(st.ok()) << st;
+    return p;
+  }();
+  return path;
+}
+
 class TensorParallel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TensorParallel, MatchesTheUnsplitStage) {
   const Case& c = GetParam();
   std::string path = c.model == "odd"        ? OddModelPath()
                      : c.model == "qwen3moe" ? testing::MiniQwen3Moe()
+                     : c.model == "moe_q8"   ? MoeQ8ModelPath()
                                              : testing::SharedPath(c.model);
   CASCADE_REQUIRE_SHARED(path);
   auto src = ModelSource::Open(path);
@@ -101,7 +131,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // on rank 0 (Qwen2-MoE); Qwen3-MoE on 2 and on 4 ranks.
                       Case{"mixtral_tp3", "models/arch/mini-mixtral-f32.gguf", 3},
                       Case{"qwen2moe_tp3", "models/arch/mini-qwen2moe-f32.gguf", 3},
-                      Case{"qwen3moe_tp2", "qwen3moe", 2}, Case{"qwen3moe_tp4", "qwen3moe", 4}),
+                      Case{"qwen3moe_tp2", "qwen3moe", 2}, Case{"qwen3moe_tp4", "qwen3moe", 4},
+                      // make-model's MoE writer, quantized experts (Q8_0), on 2 ranks.
+                      Case{"moe_q8_tp2", "moe_q8", 2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 TEST(TensorParallelShard, EachRankHoldsItsShareOfTheWeights) {
