@@ -682,9 +682,10 @@ std::string Plan::Table(const ModelProfile& m, const std::vector<WorkerSpec>& wo
                   " of weights; ", stages.size(), stages.size() == 1 ? " stage" : " stages", ", ",
                   kv_blocks, " KV blocks per stage\n");
   const int64_t ctx = context > 0 ? context : m.config.context_length;
+  const int64_t full = kv_tokens() / ctx;
   absl::StrAppend(&out, "KV cache: ", kv_tokens(), " positions per stage (",
-                  TensorTypeName(kv_type), ") = ", kv_tokens() / ctx, " sequences of ", ctx,
-                  " tokens\n", SharedNodesNote(workers));
+                  TensorTypeName(kv_type), ") = ", full, full == 1 ? " sequence" : " sequences",
+                  " of ", ctx, " tokens\n", SharedNodesNote(workers));
   return out;
 }
 
