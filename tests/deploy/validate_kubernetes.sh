@@ -119,7 +119,7 @@ mutant gpu '/nvidia.com\/gpu: 1/d' "GPU workers without a GPU"
 mutants=10
 if [[ -n $bin && -x $bin/cascade-coordinator && -x $bin/cascade-worker ]]; then
   mutant cpu 's/--listen=0.0.0.0:50061/--listne=0.0.0.0:50061/' "a flag cascade-worker does not have"
-  mutant cpu 's/kv_sequences: 8/kv_sequnces: 8/' "a cluster-file key cascade-coordinator does not have"
+  mutant cpu 's/kv_sequences: 0/kv_sequnces: 0/' "a cluster-file key cascade-coordinator does not have"
   mutants=12
 fi
 ((status)) || echo "deploy_kubernetes: self-check: $mutants broken renderings, each rejected"
