@@ -51,7 +51,7 @@ absl::Status Stage::MoeBlock(int l, int64_t n) {
   float* xb = xb_.as<float>();
   float* in = moe_in_.as<float>();
   float* out = moe_out_.as<float>();
-  moe_host_.resize(static_cast<size_t>(n * std::max(dim, n_experts)));
+  moe_host_.resize(static_cast<size_t>(std::max(n, c.n_experts_used) * std::max(dim, n_experts)));
   moe_sum_.assign(static_cast<size_t>(n * dim), 0.0f);
 
   be.MatMul(w.router, xb, n, router_.as<float>());  // (n, n_experts)
@@ -68,14 +68,46 @@ absl::Status Stage::MoeBlock(int l, int64_t n) {
   };
   const TpShard* sh = shard();
   const int64_t first = sh != nullptr ? sh->expert_begin : 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(w.exp_gate.size()); ++i) {
-    const int64_t e = first + i;
-    const std::vector<int64_t>& rows = routing_.rows[e];
-    const int64_t m = static_cast<int64_t>(rows.size());
-    if (m == 0) continue;
-    be.GatherRows(xb, rows.data(), m, dim, in);  // (m, dim)
-    Ffn(w.exp_gate[i], w.exp_up[i], w.exp_down[i], in, m, c.expert_ffn_dim, out);
-    accumulate(m, rows.data(), routing_.weights[e].data());
+  if (n == 1) {  // every routed expert reads the one row: gate and up of all in one pass
+    const int64_t f = c.expert_ffn_dim;
+    float* hb = hb_.as<float>();
+    float* hb2 = hb2_.as<float>();
+    std::vector<int64_t> used;  // local indices, in expert order
+    for (int64_t i = 0; i < static_cast<int64_t>(w.exp_gate.size()); ++i) {
+      if (!routing_.rows[first + i].empty()) used.push_back(i);
+    }
+    const int64_t k = static_cast<int64_t>(used.size());
+    std::vector<const TensorView*> gate_up(2 * k);
+    std::vector<float*> outs(2 * k);
+    for (int64_t j = 0; j < k; ++j) {
+      gate_up[j] = &w.exp_gate[used[j]];
+      gate_up[k + j] = &w.exp_up[used[j]];
+      outs[j] = hb + j * f;
+      outs[k + j] = hb2 + j * f;
+    }
+    if (k > 0) be.MatMulShared(gate_up.data(), static_cast<int>(2 * k), xb, 1, outs.data());
+    if (c.ffn_activation == FfnActivation::kGeluTanh) {
+      be.GeluMul(hb, hb2, k * f, hb);
+    } else {
+      be.SiluMul(hb, hb2, k * f, hb);
+    }
+    for (int64_t j = 0; j < k; ++j) be.MatMul(w.exp_down[used[j]], hb + j * f, 1, out + j * dim);
+    be.CopyToHost(moe_host_.data(), out, k * dim * sizeof(float));
+    for (int64_t j = 0; j < k; ++j) {  // in expert order, as the batched path sums
+      const float wt = routing_.weights[first + used[j]][0];
+      const float* y = moe_host_.data() + j * dim;
+      for (int64_t d = 0; d < dim; ++d) moe_sum_[d] += wt * y[d];
+    }
+  } else {
+    for (int64_t i = 0; i < static_cast<int64_t>(w.exp_gate.size()); ++i) {
+      const int64_t e = first + i;
+      const std::vector<int64_t>& rows = routing_.rows[e];
+      const int64_t m = static_cast<int64_t>(rows.size());
+      if (m == 0) continue;
+      be.GatherRows(xb, rows.data(), m, dim, in);  // (m, dim)
+      Ffn(w.exp_gate[i], w.exp_up[i], w.exp_down[i], in, m, c.expert_ffn_dim, out);
+      accumulate(m, rows.data(), routing_.weights[e].data());
+    }
   }
   // Every token, gated by sigmoid(shexp_router . h), where this rank holds it.
   if (c.shared_expert_ffn_dim > 0 && w.shexp_router.data != nullptr) {

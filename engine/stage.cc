@@ -210,12 +210,14 @@ absl::Status Stage::EnsureCapacity(int64_t n, int64_t n_logits) {
     CASCADE_RETURN_IF_ERROR(grow(&v_, n * d.kv_dim));
     CASCADE_RETURN_IF_ERROR(grow(&att_, n * d.q_dim));
     const int64_t ffn = c.is_moe() ? c.max_ffn_dim() : d.ffn;
-    CASCADE_RETURN_IF_ERROR(grow(&hb_, n * ffn));
-    CASCADE_RETURN_IF_ERROR(grow(&hb2_, n * ffn));
+    // A one-token step of a mixture of experts holds each routed expert's rows at once.
+    const int64_t rows = c.is_moe() ? std::max(n, c.n_experts_used) : n;
+    CASCADE_RETURN_IF_ERROR(grow(&hb_, rows * ffn));
+    CASCADE_RETURN_IF_ERROR(grow(&hb2_, rows * ffn));
     if (c.is_moe()) {
       CASCADE_RETURN_IF_ERROR(grow(&router_, n * c.n_experts));
       CASCADE_RETURN_IF_ERROR(grow(&moe_in_, n * c.dim));
-      CASCADE_RETURN_IF_ERROR(grow(&moe_out_, n * c.dim));
+      CASCADE_RETURN_IF_ERROR(grow(&moe_out_, rows * c.dim));
     }
     capacity_ = n;
   }
