@@ -218,8 +218,49 @@ TEST_P(ArchModels, AFileMissingATensorIsRefusedNamingIt) {
   std::remove(path.c_str());
 }
 
-// Phi-3 LongRoPE against the float64 NumPy reference, with the long factors (a context
-// stretched 4x) and the short ones, on every kernel table; two stages give the same bits.
+// A formula-written model (engine/testdata/script_models.h) against its float64 NumPy
+// reference (engine/testdata/<dir>/<name>.ids and .logits.npy): logits within 1e-4 and the
+// greedy ids on every kernel table, with small KV blocks so that windows span blocks; then
+// split into two stages at each layer boundary, bit for bit the whole model.
+void ExpectScriptModelMatchesItsReference(const ModelSource& src, const std::string& dir,
+                                          const std::string& name) {
+  const auto ids = ReadIds(SourcePath("engine/testdata/" + dir + "/" + name + ".ids"));
+  ASSERT_GT(ids.size(), 10u);
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 10);
+  auto want = ReadNpyF32(SourcePath("engine/testdata/" + dir + "/" + name + ".logits.npy"));
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    CpuBackendOptions bo;
+    bo.threads = 2;
+    bo.max_isa = isa;
+    StageOptions opt;
+    opt.kv_block_size = 4;
+    auto stage = Stage::Create(src, opt, std::make_unique<CpuBackend>(bo));
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    EXPECT_LT(MaxAbsDiff(AllLogits(**stage, ids), want->data), 1e-4) << "ISA cap " << CpuIsaName(isa);
+    EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
+  }
+  auto whole = Stage::Create(src, {});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const auto want_bits = AllLogits(**whole, ids);
+  const int layers = static_cast<int>(src.config().n_layers);
+  for (int k = 1; k < layers; ++k) {
+    StageOptions a, b;
+    a.layers = {0, k};
+    b.layers = {k, layers};
+    auto s0 = Stage::Create(src, a);
+    auto s1 = Stage::Create(src, b);
+    ASSERT_TRUE(s0.ok() && s1.ok());
+    Batch batch;
+    for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], 3, static_cast<int32_t>(i), true});
+    std::vector<float> hidden, logits;
+    ASSERT_TRUE((*s0)->Forward(batch, {}, &hidden).ok());
+    ASSERT_TRUE((*s1)->Forward(batch, hidden, &logits).ok());
+    EXPECT_EQ(logits, want_bits) << "split at layer " << k;
+  }
+}
+
+// Phi-3 LongRoPE with the long factors (a context stretched 4x) and the short ones.
 TEST(Phi3, LongRopeMatchesTheReferenceWithLongAndShortFactors) {
   for (const auto& [name, context] : {std::pair<std::string, int64_t>{"long", 256}, {"short", 64}}) {
     SCOPED_TRACE(name);
@@ -227,65 +268,22 @@ TEST(Phi3, LongRopeMatchesTheReferenceWithLongAndShortFactors) {
     auto src = ModelSource::Open(path);
     ASSERT_TRUE(src.ok()) << src.status();
     EXPECT_EQ((*src)->config().rope_scaling.type, RopeScalingType::kLongRope);
-    const auto ids = ReadIds(SourcePath("engine/testdata/phi3longrope/mini-phi3-" + name + ".ids"));
-    const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 10);
-    auto want = ReadNpyF32(SourcePath("engine/testdata/phi3longrope/mini-phi3-" + name + ".logits.npy"));
-    ASSERT_TRUE(want.ok()) << want.status();
-    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-      CpuBackendOptions bo;
-      bo.threads = 2;
-      bo.max_isa = isa;
-      auto stage = Stage::Create(**src, {}, std::make_unique<CpuBackend>(bo));
-      ASSERT_TRUE(stage.ok()) << stage.status();
-      const auto logits = AllLogits(**stage, ids);
-      EXPECT_LT(MaxAbsDiff(logits, want->data), 1e-4) << "ISA cap " << CpuIsaName(isa);
-      EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
-    }
-    auto whole = Stage::Create(**src, {});
-    StageOptions first, second;
-    first.layers = {0, 1};
-    second.layers = {1, 2};
-    auto s0 = Stage::Create(**src, first);
-    auto s1 = Stage::Create(**src, second);
-    ASSERT_TRUE(whole.ok() && s0.ok() && s1.ok());
-    Batch batch;
-    for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], 3, static_cast<int32_t>(i), true});
-    std::vector<float> hidden, logits;
-    ASSERT_TRUE((*s0)->Forward(batch, {}, &hidden).ok());
-    ASSERT_TRUE((*s1)->Forward(batch, hidden, &logits).ok());
-    EXPECT_EQ(logits, AllLogits(**whole, ids)) << "two stages against one";
+    ExpectScriptModelMatchesItsReference(**src, "phi3longrope", "mini-phi3-" + name);
     std::remove(path.c_str());
   }
 }
 
-// A Mistral-style window on a llama file, against the float64 NumPy reference (24
-// positions over a window of 5), on every kernel table; two stages give the same bits.
+// A Mistral-style window on a llama file (24 positions over a window of 5).
 TEST(MistralSlidingWindow, MatchesTheReference) {
   const std::string path = MiniMistralSwa();
   auto src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status();
   EXPECT_EQ((*src)->config().WindowOf(1), 5);
-  const auto ids = ReadIds(SourcePath("engine/testdata/mistralswa/mini-mistral-swa.ids"));
-  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 10);
-  auto want = ReadNpyF32(SourcePath("engine/testdata/mistralswa/mini-mistral-swa.logits.npy"));
-  ASSERT_TRUE(want.ok()) << want.status();
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    CpuBackendOptions bo;
-    bo.threads = 2;
-    bo.max_isa = isa;
-    StageOptions opt;
-    opt.kv_block_size = 4;  // the window spans blocks
-    auto stage = Stage::Create(**src, opt, std::make_unique<CpuBackend>(bo));
-    ASSERT_TRUE(stage.ok()) << stage.status();
-    EXPECT_LT(MaxAbsDiff(AllLogits(**stage, ids), want->data), 1e-4) << "ISA cap " << CpuIsaName(isa);
-    EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
-  }
+  ExpectScriptModelMatchesItsReference(**src, "mistralswa", "mini-mistral-swa");
   std::remove(path.c_str());
 }
 
-// Gemma 3 against the float64 NumPy reference on every kernel table (windowed layers with
-// their local RoPE base, a global one with the scaled base), and split into two stages at
-// each layer boundary, bit for bit the whole model.
+// Gemma 3: windowed layers with their local RoPE base, a global one with the scaled base.
 TEST(Gemma3, MatchesTheReferenceAndSplitsBitForBit) {
   const std::string path = MiniGemma3();
   auto src = ModelSource::Open(path);
@@ -295,38 +293,7 @@ TEST(Gemma3, MatchesTheReferenceAndSplitsBitForBit) {
   EXPECT_EQ(c.WindowOf(5), 0);
   EXPECT_TRUE(c.UsesLocalRope(0));
   EXPECT_FALSE(c.UsesLocalRope(5));
-  const auto ids = ReadIds(SourcePath("engine/testdata/gemma3/mini-gemma3.ids"));
-  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 10);
-  auto want = ReadNpyF32(SourcePath("engine/testdata/gemma3/mini-gemma3.logits.npy"));
-  ASSERT_TRUE(want.ok()) << want.status();
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    CpuBackendOptions bo;
-    bo.threads = 2;
-    bo.max_isa = isa;
-    StageOptions opt;
-    opt.kv_block_size = 4;
-    auto stage = Stage::Create(**src, opt, std::make_unique<CpuBackend>(bo));
-    ASSERT_TRUE(stage.ok()) << stage.status();
-    EXPECT_LT(MaxAbsDiff(AllLogits(**stage, ids), want->data), 1e-4) << "ISA cap " << CpuIsaName(isa);
-    EXPECT_EQ(GreedyDecode(**stage, prompt, ids.size()), ids) << "ISA cap " << CpuIsaName(isa);
-  }
-  auto whole = Stage::Create(**src, {});
-  ASSERT_TRUE(whole.ok()) << whole.status();
-  const auto want_bits = AllLogits(**whole, ids);
-  for (int k = 1; k < 6; ++k) {
-    StageOptions a, b;
-    a.layers = {0, k};
-    b.layers = {k, 6};
-    auto s0 = Stage::Create(**src, a);
-    auto s1 = Stage::Create(**src, b);
-    ASSERT_TRUE(s0.ok() && s1.ok());
-    Batch batch;
-    for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], 3, static_cast<int32_t>(i), true});
-    std::vector<float> hidden, logits;
-    ASSERT_TRUE((*s0)->Forward(batch, {}, &hidden).ok());
-    ASSERT_TRUE((*s1)->Forward(batch, hidden, &logits).ok());
-    EXPECT_EQ(logits, want_bits) << "split at layer " << k;
-  }
+  ExpectScriptModelMatchesItsReference(**src, "gemma3", "mini-gemma3");
   std::remove(path.c_str());
 }
 

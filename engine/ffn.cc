@@ -7,6 +7,14 @@
 
 namespace cascade {
 
+void Stage::GateTimesUp(float* gate, const float* up, int64_t count) {
+  if (config_.ffn_activation == FfnActivation::kGeluTanh) {
+    backend_->GeluMul(gate, up, count, gate);
+  } else {
+    backend_->SiluMul(gate, up, count, gate);
+  }
+}
+
 void Stage::Ffn(const TensorView& gate, const TensorView& up, const TensorView& down,
                 const float* in, int64_t n, int64_t ffn, float* out) {
   Backend& be = *backend_;
@@ -17,11 +25,7 @@ void Stage::Ffn(const TensorView& gate, const TensorView& up, const TensorView& 
     float* const outs[] = {hb, hb2};
     be.MatMulShared(gate_up, 2, in, n, outs);
   }
-  if (config_.ffn_activation == FfnActivation::kGeluTanh) {
-    be.GeluMul(hb, hb2, n * ffn, hb);
-  } else {
-    be.SiluMul(hb, hb2, n * ffn, hb);
-  }
+  GateTimesUp(hb, hb2, n * ffn);
   be.MatMul(down, hb, n, out);  // (n, dim); a partial sum when split by columns
 }
 
@@ -72,13 +76,16 @@ absl::Status Stage::MoeBlock(int l, int64_t n) {
     const int64_t f = c.expert_ffn_dim;
     float* hb = hb_.as<float>();
     float* hb2 = hb2_.as<float>();
-    std::vector<int64_t> used;  // local indices, in expert order
+    std::vector<int64_t>& used = moe_used_;  // local indices, in expert order
+    used.clear();
     for (int64_t i = 0; i < static_cast<int64_t>(w.exp_gate.size()); ++i) {
       if (!routing_.rows[first + i].empty()) used.push_back(i);
     }
     const int64_t k = static_cast<int64_t>(used.size());
-    std::vector<const TensorView*> gate_up(2 * k);
-    std::vector<float*> outs(2 * k);
+    std::vector<const TensorView*>& gate_up = moe_gate_up_;
+    std::vector<float*>& outs = moe_gate_up_out_;
+    gate_up.resize(2 * k);
+    outs.resize(2 * k);
     for (int64_t j = 0; j < k; ++j) {
       gate_up[j] = &w.exp_gate[used[j]];
       gate_up[k + j] = &w.exp_up[used[j]];
@@ -86,11 +93,7 @@ absl::Status Stage::MoeBlock(int l, int64_t n) {
       outs[k + j] = hb2 + j * f;
     }
     if (k > 0) be.MatMulShared(gate_up.data(), static_cast<int>(2 * k), xb, 1, outs.data());
-    if (c.ffn_activation == FfnActivation::kGeluTanh) {
-      be.GeluMul(hb, hb2, k * f, hb);
-    } else {
-      be.SiluMul(hb, hb2, k * f, hb);
-    }
+    GateTimesUp(hb, hb2, k * f);
     for (int64_t j = 0; j < k; ++j) be.MatMul(w.exp_down[used[j]], hb + j * f, 1, out + j * dim);
     be.CopyToHost(moe_host_.data(), out, k * dim * sizeof(float));
     for (int64_t j = 0; j < k; ++j) {  // in expert order, as the batched path sums

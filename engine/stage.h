@@ -105,6 +105,8 @@ class Stage {
   absl::Status MoeBlock(int local_layer, int64_t n);
   // out (n, dim) = down(act(gate in) * up in), in (n, dim), hidden size `ffn`, through
   // hb_ and hb2_.
+  // gate = act(gate) * up over `count` elements, act the model's (SiLU or GELU-tanh).
+  void GateTimesUp(float* gate, const float* up, int64_t count);
   void Ffn(const TensorView& gate, const TensorView& up, const TensorView& down, const float* in,
            int64_t n, int64_t ffn, float* out);
   // x += post_norm(xb) for n rows (xb all-reduced first when split; no norm when
@@ -174,6 +176,11 @@ class Stage {
   DeviceBuffer moe_out_;         // MoE: (n, dim) one expert's outputs
   std::vector<float> moe_host_;  // MoE, host: router logits, then an expert's outputs
   std::vector<float> moe_sum_;   // MoE, host: (n, dim) the weighted sum of expert outputs
+  // MoE, a one-token step: the routed local experts, their gate and up views, and outputs
+  // (kept so that a decode step allocates nothing).
+  std::vector<int64_t> moe_used_;
+  std::vector<const TensorView*> moe_gate_up_;
+  std::vector<float*> moe_gate_up_out_;
   ExpertRouting routing_;
   DeviceBuffer logits_;          // (m, vocab) or, split by vocabulary, (m, vocab_stride_)
   DeviceBuffer gathered_;        // TP: (size, m, vocab_stride_), every rank's logits
