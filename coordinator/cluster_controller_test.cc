@@ -90,6 +90,17 @@ class FakeWorkers : public WorkerClient {
 
 class ControllerTest : public ::testing::Test {
  protected:
+  // A seeded 6-token request is served to its end.
+  void ExpectARequestRuns() {
+    auto sched = controller_->scheduler();
+    ASSERT_TRUE(sched.ok()) << sched.status();
+    auto s = (*sched)->Submit(SeededRequest(6, 3));
+    ASSERT_TRUE(s.ok());
+    StreamOutput o = ReadToEnd(**s);
+    EXPECT_TRUE(o.status.ok()) << o.status;
+    EXPECT_EQ(o.ids.size(), 6u);
+  }
+
   void SetUp() override {
     auto model = ServedModel::Open(testing::BundledModel());
     ASSERT_TRUE(model.ok()) << model.status();
@@ -235,13 +246,7 @@ TEST_F(ControllerTest, BringUpGoesFromWaitingThroughPlanningAndLoadingToServing)
   EXPECT_EQ(loads[0].second.plan_id(), loads[1].second.plan_id());
   EXPECT_EQ(first_stage_address_, "tcp://" + loads[0].first + ".local:5001");
   // Requests run.
-  auto sched = controller_->scheduler();
-  ASSERT_TRUE(sched.ok()) << sched.status();
-  auto s = (*sched)->Submit(SeededRequest(6, 3));
-  ASSERT_TRUE(s.ok());
-  StreamOutput o = ReadToEnd(**s);
-  EXPECT_TRUE(o.status.ok()) << o.status;
-  EXPECT_EQ(o.ids.size(), 6u);
+  ExpectARequestRuns();
   const ClusterSnapshot snap = controller_->Snapshot();
   EXPECT_EQ(snap.plan.stages.size(), 2u);
   EXPECT_EQ(snap.scheduler.completed, 1u);
@@ -329,13 +334,7 @@ TEST_F(ControllerTest, AFailedLoadWaitsSayingWhyAndServesOnceAGoodWorkerJoins) {
     EXPECT_NE(snap.plan_workers[st.worker].id, "w1");
   }
   EXPECT_EQ(loads_on_w1(), 1);
-  auto sched = controller_->scheduler();
-  ASSERT_TRUE(sched.ok()) << sched.status();
-  auto s = (*sched)->Submit(SeededRequest(6, 3));
-  ASSERT_TRUE(s.ok());
-  StreamOutput o = ReadToEnd(**s);
-  EXPECT_TRUE(o.status.ok()) << o.status;
-  EXPECT_EQ(o.ids.size(), 6u);
+  ExpectARequestRuns();
 }
 
 TEST_F(ControllerTest, ALostWorkerIsReplacedByASpareAndTheStreamsGoOn) {
