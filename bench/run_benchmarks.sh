@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
-#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|dataplane|moe|types|all]  (default: all)
+#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|prefix|dataplane|moe|types|all]  (default: all)
+#   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh prefix    # multi-turn chat, side by side
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh moe       # (f): Qwen3-30B-A3B layers, side by side
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
@@ -325,6 +326,60 @@ if ("peer", 16) in rows:
     print(f"1 stream,   ours / llama.cpp: {best('ours', 1, 'tokens_per_s') / best('peer', 1, 'tokens_per_s'):.2f}x (target >= 1.2)")
     ours99 = min(r['itl_p99_s'] for r in rows[('ours', 16)]); peer99 = min(r['itl_p99_s'] for r in rows[('peer', 16)])
     print(f"16 streams, inter-token p99: ours {ours99 * 1000:.0f} ms, llama.cpp {peer99 * 1000:.0f} ms (target: ours no worse)")
+PY
+  rm -f "$results"
+fi
+
+if [[ $WHAT == prefix || $WHAT == all ]]; then
+  echo
+  echo "== (g) prefix cache: 16 conversations x 4 turns sharing a ~1,000-token system prompt; TinyLlama-1.1B Q4_0, 2 threads =="
+  # bench/chat_bench.py: each turn sends the whole history (system prompt, earlier messages
+  # and answers) plus ~50 new tokens and takes 64 tokens back. Ours with the prefix cache
+  # (the default) and with --prefix-cache off; llama.cpp's server with LLAMA_SERVER: 16
+  # slots, its prompt cache on (its default), a context of 16 x 2048. Every server gets the
+  # same text, after a warm-up request of other text.
+  M=$(model tinyllama-1.1b Q4_0)
+  results=$(mktemp)
+  run_chat() { python3 bench/chat_bench.py --url "http://127.0.0.1:$1" --conversations 16 --turns 4 --seed 7; }
+  start_server() {  # start_server on|off|peer
+    port=$(free_port)
+    if [[ $1 == peer ]]; then
+      "$LLAMA_SERVER" -m "$M" -t 2 -tb 2 -np 16 -c $((16 * 2048)) -cb --port "$port" >/dev/null 2>&1 &
+    else
+      "$BIN/cascade" serve --model "$M" --workers 1 --threads 2 --listen "127.0.0.1:$(free_port)" \
+        --control-listen "127.0.0.1:$(free_port)" --http-listen "127.0.0.1:$port" \
+        --max-running 16 --prefix-cache "$1" >/dev/null 2>&1 &
+    fi
+    pid=$!
+    wait_health "$port"
+  }
+  who_list=(on off)
+  [[ -n ${LLAMA_SERVER:-} ]] && who_list+=(peer) || echo "(llama.cpp's server not given: set LLAMA_SERVER=/path/to/llama-server to measure it side by side)"
+  for who in "${who_list[@]}"; do
+    start_server "$who"
+    python3 bench/chat_bench.py --url "http://127.0.0.1:$port" --conversations 1 --turns 1 --seed 99 >/dev/null
+    echo "$who $(run_chat "$port")" >> "$results"
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+  done
+  python3 - "$results" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    who, js = line.split(" ", 1)
+    rows[who] = json.loads(js)
+names = {"on": "ours, cache on", "off": "ours, cache off", "peer": "llama.cpp"}
+print(f"{'':16} {'wall s':>8} {'gen tok/s':>10} {'TTFT p50 s':>11} {'turn 1 p50':>11} {'turns 2-4 p50':>14} {'cached':>7}")
+for who, r in rows.items():
+    cached = "-" if r["cached_ratio"] is None else f"{100 * r['cached_ratio']:.0f}%"
+    print(f"{names[who]:16} {r['wall_s']:8.1f} {r['tokens_per_s']:10.2f} {r['ttft_p50_s']:11.2f} "
+          f"{r['ttft_first_turn_p50_s']:11.2f} {r['ttft_later_turns_p50_s']:14.2f} {cached:>7}")
+def cmp(base, target_ttft, target_tps):
+    if base not in rows: return
+    on, b = rows["on"], rows[base]
+    print(f"cache on against {names[base]}: TTFT p50 {b['ttft_p50_s'] / on['ttft_p50_s']:.2f}x lower "
+          f"(target >= {target_ttft}), throughput {on['tokens_per_s'] / b['tokens_per_s']:.2f}x (target >= {target_tps})")
+cmp("off", 5, 2)
+cmp("peer", 3, 1.5)
 PY
   rm -f "$results"
 fi

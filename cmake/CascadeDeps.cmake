@@ -11,6 +11,7 @@ find_package(MPI COMPONENTS C)               # OpenMPI transport (optional at bu
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)   # pre-tokenizer regexes
 pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)  # the HTTP API's server
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)    # prefix-cache block names (XXH3-128)
 
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 if(CASCADE_BUILD_TESTS)

@@ -144,6 +144,19 @@ void AppendPlanningOptions(ClusterConfig* c, std::vector<ClusterOption>* out) {
                       "Sequences decoding at once"));
   t.push_back(Integer("max-waiting", &c->scheduler.max_waiting, 0, kMaxCount,
                       "Queued requests beyond which new ones get RESOURCE_EXHAUSTED"));
+  t.push_back(Option(
+      "prefix-cache", "Reuse the KV blocks of prompts seen before: on or off",
+      [c](const std::string& s) -> absl::Status {
+        if (s == "on" || s == "true") {
+          c->scheduler.prefix_cache = true;
+        } else if (s == "off" || s == "false") {
+          c->scheduler.prefix_cache = false;
+        } else {
+          return Bad("prefix-cache", s, "on or off");
+        }
+        return absl::OkStatus();
+      },
+      [c] { return std::string(c->scheduler.prefix_cache ? "on" : "off"); }, "on|off"));
   // Stages.
   t.push_back(Integer("threads-per-stage", &c->stage.threads, 0, 4096,
                       "Compute threads per stage (0: each worker's own)"));

@@ -92,6 +92,10 @@ void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
   o->set_rejected(count(RequestOutcome::kRejected));
   o->set_generated_tokens(st.generated_tokens);
   o->set_prompt_tokens(st.prompt_tokens);
+  o->set_prefix_queried_tokens(st.prefix_queried_tokens);
+  o->set_prefix_hit_tokens(st.prefix_hit_tokens);
+  o->set_prefix_blocks_cached(st.prefix_blocks_cached);
+  o->set_prefix_blocks_in_use(st.prefix_blocks_in_use);
   o->set_uptime_s(s.uptime_s);
 }
 

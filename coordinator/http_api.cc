@@ -262,16 +262,20 @@ class CompletionReply final : public HttpReply {
   }
 
   Json Usage() const {
-    int64_t prompt = 0, completion = 0;
+    int64_t prompt = 0, completion = 0, cached = 0;
     int last_prompt = -1;
     for (const Choice& c : choices_) {
-      if (c.prompt_index != last_prompt) prompt += c.usage.prompt_tokens;  // once per prompt
+      if (c.prompt_index != last_prompt) {  // once per prompt
+        prompt += c.usage.prompt_tokens;
+        cached += c.usage.cached_tokens;
+      }
       last_prompt = c.prompt_index;
       completion += c.usage.completion_tokens;
     }
     return Json{{"prompt_tokens", prompt},
                 {"completion_tokens", completion},
-                {"total_tokens", prompt + completion}};
+                {"total_tokens", prompt + completion},
+                {"prompt_tokens_details", {{"cached_tokens", cached}}}};
   }
 
   Json Base() const {

@@ -22,6 +22,7 @@ void FillTop(const std::vector<TokenLogprob>& top, v1::TopLogprobs* out) {
 void FillUsage(const StreamUsage& u, v1::Usage* out) {
   out->set_prompt_tokens(u.prompt_tokens);
   out->set_completion_tokens(u.completion_tokens);
+  out->set_cached_tokens(u.cached_tokens);
   out->set_seed(u.seed);
   out->set_time_to_first_token_s(u.time_to_first_token_s);
   out->set_total_time_s(u.total_time_s);

@@ -145,6 +145,21 @@ std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
   w.Family("cascade_kv_cache_usage_ratio", "gauge",
            "Fraction of the pipeline's KV blocks reserved (0..1; 0 without a pipeline).");
   w.Sample("cascade_kv_cache_usage_ratio", {}, KvUsageRatio(q));
+  const Labels replica = {{"replica", "0"}};
+  w.Family("cascade_prefix_cache_queried_tokens_total", "counter",
+           "Prompt tokens looked up in the prefix cache.");
+  w.Sample("cascade_prefix_cache_queried_tokens_total", replica,
+           static_cast<double>(q.prefix_queried_tokens()));
+  w.Family("cascade_prefix_cache_hit_tokens_total", "counter",
+           "Prompt tokens found in the prefix cache (their prefill skipped).");
+  w.Sample("cascade_prefix_cache_hit_tokens_total", replica,
+           static_cast<double>(q.prefix_hit_tokens()));
+  w.Family("cascade_prefix_cache_blocks", "gauge",
+           "KV blocks the prefix cache holds (state: in_use by running sequences, or idle).");
+  w.Sample("cascade_prefix_cache_blocks", {{"replica", "0"}, {"state", "in_use"}},
+           static_cast<double>(q.prefix_blocks_in_use()));
+  w.Sample("cascade_prefix_cache_blocks", {{"replica", "0"}, {"state", "idle"}},
+           static_cast<double>(q.prefix_blocks_cached() - q.prefix_blocks_in_use()));
 
   // Stages, and the hops between them.
   auto stage_labels = [](const v1::StageStatus& s) {

@@ -14,6 +14,9 @@
 //   KV cache    cascade_kv_blocks_reserved, cascade_kv_blocks_capacity (the scheduler's
 //               books) and their ratio cascade_kv_cache_usage_ratio (0..1);
 //               cascade_stage_kv_blocks_used / _free {stage, worker} (the stages')
+//   prefix      cascade_prefix_cache_queried_tokens_total,
+//               cascade_prefix_cache_hit_tokens_total {replica},
+//               cascade_prefix_cache_blocks {replica, state: in_use or idle}
 //   stages      cascade_stage_busy_seconds_total, cascade_stage_frames_total,
 //               cascade_stage_tokens_total, cascade_stage_rejected_frames_total {stage,
 //               worker}

@@ -107,6 +107,14 @@ std::string RenderClusterStatus(const v1::ClusterStatusResponse& s) {
   absl::StrAppendFormat(&out, "kv cache: %d of %d blocks reserved (%.0f%%); %d batches in flight\n",
                         q.kv_blocks_reserved(), q.kv_blocks_total(), 100 * KvUsageRatio(q),
                         q.in_flight_batches());
+  const double hit = q.prefix_queried_tokens() > 0
+                         ? 100.0 * q.prefix_hit_tokens() / q.prefix_queried_tokens()
+                         : 0.0;
+  absl::StrAppendFormat(&out,
+                        "prefix cache: %d of %d prompt tokens cached (%.0f%%); %d blocks cached, "
+                        "%d in use\n",
+                        q.prefix_hit_tokens(), q.prefix_queried_tokens(), hit,
+                        q.prefix_blocks_cached(), q.prefix_blocks_in_use());
   return out;
 }
 

@@ -11,7 +11,7 @@ KvCache::KvCache(const KvCacheOptions& options)
       layer_bytes_(options.num_blocks * options.block_size * options.n_kv_heads * options.head_dim *
                    static_cast<int64_t>(KvElementBytes(options.type))) {
   free_.reserve(options.num_blocks);
-  for (int64_t b = options.num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+  Clear();
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& options,
@@ -77,7 +77,8 @@ absl::StatusOr<KvCache::Plan> KvCache::PlanBatch(std::span<const TokenSlot> slot
     run.next = s.pos + 1;
     run.slot_indices.push_back(i);
   }
-  int64_t freed = 0, needed = 0;
+  int64_t needed = 0;
+  const int bs = options_.block_size;
   for (auto& [seq, run] : runs) {
     auto it = seqs_.find(seq);
     const int32_t length = it == seqs_.end() ? 0 : it->second.length;
@@ -87,36 +88,45 @@ absl::StatusOr<KvCache::Plan> KvCache::PlanBatch(std::span<const TokenSlot> slot
                                                      " starts at position ", run.first,
                                                      " but holds only ", length, " tokens"));
     }
+    for (int32_t b = run.first / bs; b < have && b <= (run.next - 1) / bs; ++b) {
+      if (blocks_[it->second.blocks[b]].refs > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "batch: sequence ", seq, " would overwrite its block ", b,
+            ", which other sequences share (a cached prefix)"));
+      }
+    }
     SeqChange c;
     c.seq = seq;
     c.new_length = run.next;
-    c.blocks_needed = (run.next + options_.block_size - 1) / options_.block_size;
-    if (c.blocks_needed > have) {
-      needed += c.blocks_needed - have;
-    } else {
-      freed += have - c.blocks_needed;
-    }
+    c.blocks_needed = (run.next + bs - 1) / bs;
+    if (c.blocks_needed > have) needed += c.blocks_needed - have;
     plan.changes.push_back(c);
   }
-  if (needed > free_blocks() + freed) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: the batch needs ", needed,
-                                                     " more blocks, ", free_blocks(), " of ",
-                                                     options_.num_blocks, " are free"));
-  }
-  // Blocks released by rewinds go back first, so that the allocation below can use them.
+  // Blocks released by rewinds go back first (as Apply returns them), so that the
+  // allocation below can use them; then idle cached blocks, least recently used first.
   std::vector<int32_t> pool(free_.begin(), free_.end());
   for (const SeqChange& c : plan.changes) {
     auto it = seqs_.find(c.seq);
     if (it == seqs_.end()) continue;
     for (size_t b = c.blocks_needed; b < it->second.blocks.size(); ++b) {
-      pool.push_back(it->second.blocks[b]);
+      const BlockState& st = blocks_[it->second.blocks[b]];
+      if (st.refs == 1 && !st.named) {
+        pool.push_back(it->second.blocks[b]);
+      }
     }
   }
+  if (needed > static_cast<int64_t>(pool.size()) + idle_cached_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache full: the batch needs ", needed, " more blocks, ", free_blocks(), " of ",
+        options_.num_blocks, " are free and ", idle_cached_, " cached ones unused"));
+  }
   plan.new_blocks = needed;
-  for (int64_t i = 0; i < needed; ++i) {
+  plan.from_free = std::min<int64_t>(needed, static_cast<int64_t>(pool.size()));
+  for (int64_t i = 0; i < plan.from_free; ++i) {
     plan.alloc.push_back(pool.back());
     pool.pop_back();
   }
+  for (int32_t b : IdleLru(needed - plan.from_free)) plan.alloc.push_back(b);
   // Slot rows: existing blocks first, then the newly allocated ones in change order.
   size_t next_alloc = 0;
   for (const SeqChange& c : plan.changes) {
@@ -132,25 +142,55 @@ absl::StatusOr<KvCache::Plan> KvCache::PlanBatch(std::span<const TokenSlot> slot
     }
     for (size_t i : runs[c.seq].slot_indices) {
       const int32_t pos = slots[i].pos;
-      plan.slot_rows[i] =
-          static_cast<int64_t>(table[pos / options_.block_size]) * options_.block_size +
-          pos % options_.block_size;
+      plan.slot_rows[i] = static_cast<int64_t>(table[pos / bs]) * bs + pos % bs;
     }
   }
   return plan;
 }
 
+std::vector<int32_t> KvCache::IdleLru(int64_t n) const {
+  std::vector<int32_t> idle;
+  if (n <= 0) return idle;
+  for (const auto& [name, b] : cached_) {
+    if (blocks_[b].refs == 0) idle.push_back(b);
+  }
+  const size_t k = std::min<size_t>(idle.size(), static_cast<size_t>(n));
+  std::partial_sort(idle.begin(), idle.begin() + k, idle.end(), [&](int32_t a, int32_t b) {
+    return std::pair(blocks_[a].idle_since, a) < std::pair(blocks_[b].idle_since, b);
+  });
+  idle.resize(k);
+  return idle;
+}
+
+void KvCache::Unref(int32_t b) {
+  BlockState& st = blocks_[b];
+  if (--st.refs > 0) return;
+  if (st.named) {
+    st.idle_since = ++tick_;
+    ++idle_cached_;
+  } else {
+    free_.push_back(b);
+  }
+}
+
 void KvCache::Apply(const Plan& plan) {
-  // Mirror PlanBatch: rewound blocks join the free list in the same order, then the
-  // planned blocks come off its top.
+  // Mirror PlanBatch: rewound blocks are released in the same order, then the planned
+  // blocks come off the free list's top, then idle cached blocks lose their names.
   for (const SeqChange& c : plan.changes) {
     auto it = seqs_.find(c.seq);
     if (it == seqs_.end()) continue;
     auto& blocks = it->second.blocks;
-    for (size_t b = c.blocks_needed; b < blocks.size(); ++b) free_.push_back(blocks[b]);
+    for (size_t b = c.blocks_needed; b < blocks.size(); ++b) Unref(blocks[b]);
     if (static_cast<int32_t>(blocks.size()) > c.blocks_needed) blocks.resize(c.blocks_needed);
   }
-  free_.resize(free_.size() - plan.alloc.size());
+  free_.resize(free_.size() - plan.from_free);
+  for (size_t i = plan.from_free; i < plan.alloc.size(); ++i) {
+    BlockState& st = blocks_[plan.alloc[i]];
+    cached_.erase(st.name);
+    st.named = false;
+    --idle_cached_;
+  }
+  for (int32_t b : plan.alloc) blocks_[b].refs = 1;
   size_t next_alloc = 0;
   for (const SeqChange& c : plan.changes) {
     SeqState& st = seqs_[c.seq];
@@ -164,14 +204,83 @@ void KvCache::Apply(const Plan& plan) {
 void KvCache::Free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  free_.insert(free_.end(), it->second.blocks.rbegin(), it->second.blocks.rend());
+  for (auto b = it->second.blocks.rbegin(); b != it->second.blocks.rend(); ++b) Unref(*b);
   seqs_.erase(it);
 }
 
 void KvCache::Clear() {
   seqs_.clear();
   free_.clear();
+  cached_.clear();
+  idle_cached_ = 0;
+  blocks_.assign(options_.num_blocks, BlockState{});
   for (int64_t b = options_.num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+absl::Status KvCache::AttachPrefix(const PrefixAttach& a) {
+  const int64_t n = static_cast<int64_t>(a.blocks.size());
+  if (n * options_.block_size >= options_.max_positions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefix of ", n, " blocks for sequence ", a.seq, " fills the context of ",
+        options_.max_positions, " tokens"));
+  }
+  std::vector<int32_t> table;
+  for (int64_t i = 0; i < n; ++i) {
+    auto c = cached_.find(a.blocks[i]);
+    if (c == cached_.end()) {
+      return absl::NotFoundError(absl::StrCat("prefix cache miss: block ", i, " of ", n,
+                                              " for sequence ", a.seq,
+                                              " is not cached on this stage"));
+    }
+    table.push_back(c->second);
+  }
+  if (auto it = seqs_.find(a.seq); it != seqs_.end()) {
+    const auto& have = it->second.blocks;
+    if (have.size() < table.size() || !std::equal(table.begin(), table.end(), have.begin())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", a.seq, " exists on this stage without the prefix it is sent with"));
+    }
+    return absl::OkStatus();  // sent again (a batch sent again after a timeout)
+  }
+  for (int32_t b : table) {
+    if (blocks_[b].refs++ == 0) --idle_cached_;
+  }
+  SeqState& st = seqs_[a.seq];
+  st.blocks = std::move(table);
+  st.length = static_cast<int32_t>(n * options_.block_size);
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::Publish(const BlockPublish& p) {
+  auto it = seqs_.find(p.seq);
+  const int64_t full = it == seqs_.end() ? 0 : it->second.length / options_.block_size;
+  if (p.block < 0 || p.block >= full) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot cache block ", p.block,
+                                                   " of sequence ", p.seq, ": it holds ",
+                                                   full, " full blocks"));
+  }
+  if (cached_.contains(p.name)) return absl::OkStatus();
+  BlockState& st = blocks_[it->second.blocks[p.block]];
+  if (st.named) {
+    return absl::FailedPreconditionError(absl::StrCat("block ", p.block, " of sequence ", p.seq,
+                                                      " is cached under another name"));
+  }
+  st.named = true;
+  st.name = p.name;
+  cached_.emplace(p.name, it->second.blocks[p.block]);
+  return absl::OkStatus();
+}
+
+void KvCache::Evict(const BlockName& name) {
+  auto c = cached_.find(name);
+  if (c == cached_.end()) return;
+  const int32_t b = c->second;
+  cached_.erase(c);
+  blocks_[b].named = false;
+  if (blocks_[b].refs == 0) {
+    --idle_cached_;
+    free_.push_back(b);
+  }
 }
 
 int32_t KvCache::Length(SeqId seq) const {

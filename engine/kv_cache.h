@@ -11,6 +11,14 @@
 // - A sequence's tokens occupy positions [0, length). A batch may append to a sequence
 //   (first position == length) or rewind it (first position < length: later positions
 //   are dropped, e.g. to re-run a step after a failure).
+// - Prefix cache: a full block may be cached under a name (generation/batch.h BlockName,
+//   chosen by the coordinator). Blocks are reference-counted: a sequence that starts
+//   from cached blocks (AttachPrefix) shares them with every other sequence that does.
+//   A batch never writes into a block another sequence shares (InvalidArgument). A named
+//   block no sequence uses stays cached until Evict names it, or until a batch needs a
+//   block and none is free: then the least recently used of them is taken (the
+//   coordinator's books, serving/prefix_cache.h, normally evict first; this only reclaims
+//   names the coordinator never learnt of, e.g. from a batch that failed further on).
 // - Not thread-safe: owned and used by one stage executor thread.
 #ifndef CASCADE_ENGINE_KV_CACHE_H_
 #define CASCADE_ENGINE_KV_CACHE_H_
@@ -21,6 +29,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "generation/batch.h"
 #include "kernels/backend.h"
@@ -47,8 +56,10 @@ class KvCache {
   struct Plan {
     std::vector<SeqChange> changes;
     std::vector<int64_t> slot_rows;  // per batch slot: block * block_size + offset
-    int64_t new_blocks = 0;          // blocks taken from the free list
+    int64_t new_blocks = 0;          // blocks taken for the batch
     std::vector<int32_t> alloc;      // the physical blocks to take, in order
+    int64_t from_free = 0;           // alloc's first from_free come off the free list, the
+                                     // rest are idle cached blocks whose names are dropped
   };
 
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheOptions& options,
@@ -63,9 +74,27 @@ class KvCache {
   absl::StatusOr<Plan> PlanBatch(std::span<const TokenSlot> slots) const;
   void Apply(const Plan& plan);
 
-  // Releases all blocks of a sequence (no-op if unknown).
+  // Releases all blocks of a sequence (no-op if unknown): each loses a reference; an
+  // unnamed block no sequence uses is free again, a named one stays cached.
   void Free(SeqId seq);
   void Clear();
+
+  // Prefix cache (see the contract). AttachPrefix starts `a.seq` from the cached blocks
+  // a.blocks: NotFound naming the first block this cache lacks (nothing changes); for a
+  // sequence that exists already, OK when its first blocks are those, else
+  // FailedPrecondition.
+  absl::Status AttachPrefix(const PrefixAttach& a);
+  // Caches full block p.block of p.seq under p.name. A name already cached stays as it
+  // is (this block stays private); InvalidArgument when the block is not full or absent.
+  absl::Status Publish(const BlockPublish& p);
+  // Drops a name (no-op if unknown); the block is free once no sequence uses it.
+  void Evict(const BlockName& name);
+  bool IsCached(const BlockName& name) const { return cached_.contains(name); }
+  int64_t cached_blocks() const { return static_cast<int64_t>(cached_.size()); }
+  // Named blocks no sequence uses (taken when no block is free).
+  int64_t idle_cached_blocks() const { return idle_cached_; }
+  // Sequences using physical block b.
+  int32_t RefCount(int32_t b) const { return blocks_[b].refs; }
 
   bool Has(SeqId seq) const { return seqs_.count(seq) != 0; }
   int32_t Length(SeqId seq) const;
@@ -89,14 +118,28 @@ class KvCache {
     int32_t length = 0;
     std::vector<int32_t> blocks;
   };
+  struct BlockState {
+    int32_t refs = 0;
+    bool named = false;
+    BlockName name;
+    uint64_t idle_since = 0;  // tick when its last user left (named blocks)
+  };
 
   explicit KvCache(const KvCacheOptions& options);
+  // Drops one reference to block b; at zero it is free (unnamed) or idle (named).
+  void Unref(int32_t b);
+  // Idle cached blocks, least recently used first, at most n.
+  std::vector<int32_t> IdleLru(int64_t n) const;
 
   KvCacheOptions options_;
   int64_t layer_bytes_;
   DeviceBuffer k_, v_;
   std::vector<int32_t> free_;  // stack of free blocks; lowest index on top
   std::map<SeqId, SeqState> seqs_;
+  std::vector<BlockState> blocks_;  // per physical block
+  absl::flat_hash_map<BlockName, int32_t> cached_;
+  int64_t idle_cached_ = 0;
+  uint64_t tick_ = 0;
 };
 
 }  // namespace cascade

@@ -118,5 +118,88 @@ TEST(KvCache, RewindReleasesBlocks) {
   EXPECT_EQ(kv.free_blocks(), 1);
 }
 
+constexpr BlockName kA{1, 1}, kB{2, 2}, kC{3, 3};
+
+TEST(KvCache, SequencesShareCachedBlocks) {
+  auto kv_ptr = Make(6);
+  KvCache& kv = *kv_ptr;
+  kv.Apply(*kv.PlanBatch(Tokens(1, 0, 9)));  // blocks 0, 1 full; 2 holds one token
+  ASSERT_TRUE(kv.Publish({1, 0, kA}).ok());
+  ASSERT_TRUE(kv.Publish({1, 1, kB}).ok());
+  EXPECT_EQ(kv.Publish({1, 2, kC}).code(), absl::StatusCode::kInvalidArgument);  // not full
+  EXPECT_TRUE(kv.Publish({1, 1, kA}).ok());  // a name cached already: nothing changes
+  EXPECT_EQ(kv.cached_blocks(), 2);
+
+  ASSERT_TRUE(kv.AttachPrefix({2, {kA, kB}}).ok());
+  EXPECT_EQ(kv.Length(2), 8);
+  EXPECT_EQ(kv.BlockTable(2)[0], kv.BlockTable(1)[0]);
+  EXPECT_EQ(kv.BlockTable(2)[1], kv.BlockTable(1)[1]);
+  EXPECT_EQ(kv.RefCount(kv.BlockTable(1)[0]), 2);
+  EXPECT_TRUE(kv.AttachPrefix({2, {kA, kB}}).ok());  // sent again: the same
+  EXPECT_EQ(kv.RefCount(kv.BlockTable(1)[0]), 2);
+  EXPECT_EQ(kv.free_blocks(), 3);
+
+  // The attached sequence goes on in a block of its own; a write into a shared block is
+  // refused whole.
+  auto next = kv.PlanBatch(Tokens(2, 8, 2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  kv.Apply(*next);
+  EXPECT_EQ(kv.BlockTable(2).size(), 3u);
+  EXPECT_NE(kv.BlockTable(2)[2], kv.BlockTable(1)[2]);
+  auto overwrite = kv.PlanBatch(Tokens(2, 6, 1));
+  EXPECT_EQ(overwrite.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(overwrite.status().message(), HasSubstr("share"));
+
+  // Freed by both, the named blocks stay cached (idle); the rest is free.
+  kv.Free(1);
+  EXPECT_EQ(kv.RefCount(kv.BlockTable(2)[0]), 1);
+  kv.Free(2);
+  EXPECT_EQ(kv.cached_blocks(), 2);
+  EXPECT_EQ(kv.idle_cached_blocks(), 2);
+  EXPECT_EQ(kv.free_blocks(), 4);
+  ASSERT_TRUE(kv.AttachPrefix({3, {kA}}).ok());
+  EXPECT_EQ(kv.idle_cached_blocks(), 1);
+  kv.Free(3);
+  kv.Evict(kA);
+  kv.Evict(kC);  // unknown: nothing
+  EXPECT_FALSE(kv.IsCached(kA));
+  EXPECT_EQ(kv.free_blocks(), 5);
+}
+
+TEST(KvCache, AMissAttachesNothing) {
+  auto kv_ptr = Make(4);
+  KvCache& kv = *kv_ptr;
+  kv.Apply(*kv.PlanBatch(Tokens(1, 0, 4)));
+  ASSERT_TRUE(kv.Publish({1, 0, kA}).ok());
+  absl::Status miss = kv.AttachPrefix({2, {kA, kB}});
+  EXPECT_EQ(miss.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(miss.message(), HasSubstr("block 1 of 2"));
+  EXPECT_FALSE(kv.Has(2));
+  EXPECT_EQ(kv.RefCount(kv.BlockTable(1)[0]), 1);
+  // A sequence that exists without the prefix is not given it.
+  kv.Apply(*kv.PlanBatch(Tokens(3, 0, 2)));
+  EXPECT_EQ(kv.AttachPrefix({3, {kA}}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(KvCache, ABatchTakesIdleCachedBlocksLeastRecentlyUsedFirst) {
+  auto kv_ptr = Make(3);
+  KvCache& kv = *kv_ptr;
+  for (auto [seq, name] : {std::pair{SeqId{1}, kA}, std::pair{SeqId{2}, kB}}) {
+    kv.Apply(*kv.PlanBatch(Tokens(seq, 0, 4)));
+    ASSERT_TRUE(kv.Publish({seq, 0, name}).ok());
+  }
+  kv.Free(2);  // B idle first, then A
+  kv.Free(1);
+  auto plan = kv.PlanBatch(Tokens(3, 0, 8));  // 2 blocks: the free one, then B's
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  kv.Apply(*plan);
+  EXPECT_FALSE(kv.IsCached(kB));
+  EXPECT_TRUE(kv.IsCached(kA));
+  EXPECT_EQ(kv.idle_cached_blocks(), 1);
+  EXPECT_EQ(kv.PlanBatch(Tokens(4, 0, 8)).status().code(), absl::StatusCode::kResourceExhausted);
+  kv.Free(3);
+  EXPECT_EQ(kv.free_blocks(), 2);
+}
+
 }  // namespace
 }  // namespace cascade

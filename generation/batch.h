@@ -7,7 +7,9 @@
 #ifndef CASCADE_GENERATION_BATCH_H_
 #define CASCADE_GENERATION_BATCH_H_
 
+#include <compare>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace cascade {
@@ -31,6 +33,34 @@ struct TokenSlot {
 };
 
 using Batch = std::vector<TokenSlot>;
+
+// The prefix cache (serving/prefix_cache.h names blocks; engine/kv_cache.h keeps them).
+// A full KV block is named by 128 bits that the coordinator derives from the block's
+// tokens and its parent's name, so a name stands for the whole prefix up to and including
+// the block, and two blocks of one name hold the same keys and values on a stage.
+struct BlockName {
+  uint64_t hi = 0, lo = 0;
+  friend bool operator==(const BlockName&, const BlockName&) = default;
+  friend auto operator<=>(const BlockName&, const BlockName&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const BlockName& n) {
+    return H::combine(std::move(h), n.hi, n.lo);
+  }
+};
+
+// A sequence new to a stage that starts from cached blocks: its first blocks.size()
+// blocks are these, and its length blocks.size() * block_size.
+struct PrefixAttach {
+  SeqId seq = 0;
+  std::vector<BlockName> blocks;
+};
+
+// After the batch, block `block` of `seq` (full by then) is cached under `name`.
+struct BlockPublish {
+  SeqId seq = 0;
+  int32_t block = 0;
+  BlockName name;
+};
 
 }  // namespace cascade
 

@@ -30,6 +30,7 @@ namespace cascade {
 struct StreamUsage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   uint64_t seed = 0;
   double time_to_first_token_s = 0;
   double total_time_s = 0;

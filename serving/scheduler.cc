@@ -158,11 +158,23 @@ void Scheduler::Admit() {
     }
     const int32_t max_tokens = *fits;
     const int64_t blocks = BlocksFor(prompt, max_tokens);
-    if (blocks_reserved_ + blocks > kv_blocks_) break;
+    std::vector<BlockName> prefix;
+    if (prefix_) {
+      std::optional<std::vector<BlockName>> found = PrefixFor(p.req.prompt, blocks);
+      if (!found) break;
+      prefix = std::move(*found);
+      stats_.prefix_queried_tokens += static_cast<uint64_t>(prompt);
+    } else if (blocks_reserved_ + blocks > kv_blocks_) {
+      break;
+    }
     Running s;
     s.id = next_seq_++;
     s.seq = std::make_unique<Sequence>(tokenizer_, std::move(p.req), max_tokens, context_length_);
-    s.blocks = blocks;
+    s.blocks = blocks - static_cast<int64_t>(prefix.size());
+    s.processed = static_cast<int32_t>(prefix.size()) * kv_block_size_;
+    s.prefix = prefix;
+    s.uses = prefix;
+    s.names = std::move(prefix);
     s.stream = std::move(p.stream);
     s.submitted = p.submitted;
     s.admitted = Clock::now();
@@ -170,10 +182,28 @@ void Scheduler::Admit() {
     waiting_.pop_front();
     blocks_reserved_ += s.blocks;
     stats_.prompt_tokens += static_cast<uint64_t>(prompt);
+    stats_.prefix_hit_tokens += static_cast<uint64_t>(s.processed);
     const SeqId id = s.id;
     running_.emplace(id, std::move(s));
     ++running_count_;
   }
+}
+
+std::optional<std::vector<BlockName>> Scheduler::PrefixFor(const std::vector<int32_t>& prompt,
+                                                           int64_t blocks) {
+  // At least the prompt's last token is computed: its logits give the first sample.
+  const int64_t usable = (static_cast<int64_t>(prompt.size()) - 1) / kv_block_size_;
+  std::vector<BlockName> hits = prefix_->Match(prompt, usable);
+  const int64_t need = blocks - static_cast<int64_t>(hits.size());
+  const int64_t over = blocks_reserved_ + prefix_->blocks() + need - kv_blocks_;
+  if (over > 0) {
+    if (over > prefix_->idle_blocks()) {
+      prefix_->Release(hits);
+      return std::nullopt;
+    }
+    for (const BlockName& name : prefix_->EvictIdle(over)) evict_.push_back(name);
+  }
+  return hits;
 }
 
 void Scheduler::EndWaiting(const absl::Status& why) {
@@ -227,13 +257,15 @@ void Scheduler::Loop() {
       absl::MutexLock lock(&mu_);
       if (attached_) Admit();
       stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
+      stats_.prefix_blocks_cached = prefix_ ? prefix_->blocks() : 0;
+      stats_.prefix_blocks_in_use = prefix_ ? prefix_->referenced_blocks() : 0;
     }
     LogThroughput(Clock::now());
     if (!pipeline_) continue;
     if (link_down_since_ && Clock::now() < retry_at_) continue;
     bool sent = false;
     while (static_cast<int>(flights_.size()) < pipeline_->num_stages && SendBatch()) sent = true;
-    if (!sent && !release_.empty()) SendReleases();
+    if (!sent && (!release_.empty() || !evict_.empty())) SendReleases();
   }
   // Shutting down: whoever still waits learns why (a failure posted just before the stop
   // says it best).
@@ -263,10 +295,16 @@ void Scheduler::ApplyAttach(PipelineSpec p) {
     link_ = p.first_stage;
     stats_.resumed += resumed;
     // The new pipeline's cache may differ: reserve again, youngest sequences first to go
-    // when it is smaller than what runs.
+    // when it is smaller than what runs. Its stages cache nothing yet.
+    prefix_ = config_.prefix_cache ? std::make_unique<PrefixCache>(p.kv_block_size) : nullptr;
+    evict_.clear();
     blocks_reserved_ = 0;
     for (auto& [id, s] : running_) {
       if (s.stream == nullptr) continue;
+      s.prefix.clear();
+      s.uses.clear();
+      s.names.clear();
+      s.resent = false;
       s.blocks = BlocksFor(s.seq->prompt_len(), s.seq->max_tokens());
       blocks_reserved_ += s.blocks;
     }
@@ -299,6 +337,7 @@ void Scheduler::ApplyDetach(const absl::Status& why) {
   release_.clear();  // the stages that held them are gone
   for (auto& [id, s] : running_) {
     s.in_flight = false;
+    s.announced = false;
     s.processed = 0;  // prefilled again (prompt + generated) on the next pipeline
   }
   spdlog::warn("scheduler: pipeline detached ({}); {} sequence(s) wait for the next one",
@@ -348,12 +387,77 @@ void Scheduler::FailFlight(uint64_t batch_id, const absl::Status& status) {
   }
   Flight flight = std::move(fit->second);
   flights_.erase(fit);
+  if (flight.attaches) {
+    spdlog::warn("scheduler: batch {} failed ({}); its sequences go again, without a cached prefix",
+                 batch_id, status.message());
+  }
   for (const auto& [id, processed] : flight.seqs) {
     auto sit = running_.find(id);
     if (sit == running_.end() || sit->second.stream == nullptr) continue;
-    sit->second.in_flight = false;
-    Finish(sit->second, FinishReason::kCancelled, status);
+    Running& s = sit->second;
+    s.in_flight = false;
+    if (flight.attaches && !s.resent) {  // from s.processed, as after a lost batch
+      s.resent = true;
+      if (!s.announced && !s.prefix.empty()) DropPrefix(id, s);
+      continue;
+    }
+    Finish(s, FinishReason::kCancelled, status);
   }
+}
+
+void Scheduler::DropPrefix(SeqId id, Running& s) {
+  release_.push_back(id);  // stages that attached it let go before it is sent again
+  prefix_->Release(s.uses);
+  for (const BlockName& name : s.prefix) {
+    if (prefix_->RefCount(name) > 0) continue;  // others use it: the stages hold it
+    prefix_->Forget(name);
+    evict_.push_back(name);
+  }
+  const int64_t grown = static_cast<int64_t>(s.prefix.size());
+  s.blocks += grown;
+  s.prefix.clear();
+  s.uses.clear();
+  s.names.clear();
+  s.processed = 0;
+  absl::MutexLock lock(&mu_);
+  blocks_reserved_ += grown;
+}
+
+void Scheduler::PublishFilled(SeqId id, Running& s, int32_t end, StageFrame& frame,
+                              Flight& flight) {
+  const int bs = prefix_->block_size();
+  const std::vector<int32_t>& tokens = s.seq->tokens();
+  const int32_t first = std::max(static_cast<int32_t>(s.prefix.size()), s.processed / bs);
+  for (int32_t b = first; b < end / bs; ++b) {
+    while (static_cast<int32_t>(s.names.size()) <= b) {
+      const size_t at = s.names.size();
+      const BlockName parent = at == 0 ? BlockName{} : s.names.back();
+      s.names.push_back(PrefixCache::NameOf(parent, std::span(tokens).subspan(at * bs, bs)));
+    }
+    const BlockPublish p{id, b, s.names[b]};
+    frame.publish.push_back(p);
+    flight.publish.push_back(p);
+  }
+}
+
+void Scheduler::ApplyPublished(const Flight& flight) {
+  if (!prefix_ || flight.publish.empty()) return;
+  const int bs = prefix_->block_size();
+  int64_t moved = 0;  // blocks that leave their sequence's reservation for the cache
+  for (const BlockPublish& p : flight.publish) {
+    auto sit = running_.find(p.seq);
+    if (sit == running_.end()) continue;  // gone: the stages' copy is theirs to reclaim
+    Running& s = sit->second;
+    const bool live = s.stream != nullptr;
+    const BlockName parent = p.block == 0 ? BlockName{} : s.names[p.block - 1];
+    const auto tokens = std::span(s.seq->tokens()).subspan(static_cast<size_t>(p.block) * bs, bs);
+    if (!prefix_->Insert(p.name, parent, tokens, live) || !live) continue;
+    s.uses.push_back(p.name);
+    --s.blocks;
+    ++moved;
+  }
+  absl::MutexLock lock(&mu_);
+  blocks_reserved_ -= moved;
 }
 
 void Scheduler::HandleResult(const StepResult& r) {
@@ -372,6 +476,7 @@ void Scheduler::HandleResult(const StepResult& r) {
   }
   Flight flight = std::move(fit->second);
   flights_.erase(fit);
+  ApplyPublished(flight);
   std::map<SeqId, const SampledToken*> sampled;
   for (const SampledToken& t : r.tokens) sampled[t.seq] = &t;
   ServingMetrics::Step times;
@@ -380,6 +485,7 @@ void Scheduler::HandleResult(const StepResult& r) {
     if (sit == running_.end() || sit->second.stream == nullptr) continue;
     Running& s = sit->second;
     s.in_flight = false;
+    s.announced = true;
     s.processed = processed;
     if (s.stream->cancelled()) {
       Finish(s, FinishReason::kCancelled, absl::CancelledError("request cancelled"));
@@ -461,11 +567,15 @@ void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& stat
   auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
   e.usage.prompt_tokens = s.seq->prompt_len();
   e.usage.completion_tokens = s.seq->generated();
+  e.usage.cached_tokens =
+      prefix_ ? static_cast<int32_t>(s.prefix.size()) * prefix_->block_size() : 0;
   e.usage.seed = s.seq->request().sampling.seed;
   e.usage.total_time_s = seconds(now - s.submitted);
   e.usage.queue_time_s = seconds(s.admitted - s.submitted);
   e.usage.time_to_first_token_s = s.got_first ? seconds(s.first_token - s.submitted) : 0.0;
   if (s.processed > 0 || s.in_flight) release_.push_back(s.id);
+  if (prefix_) prefix_->Release(s.uses);
+  s.uses.clear();
   LogFinished(s.id, e.usage, reason, status);
   {
     // Accounted before the client hears of it: whoever reads the last event sees the
@@ -473,6 +583,8 @@ void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& stat
     absl::MutexLock lock(&mu_);
     blocks_reserved_ -= s.blocks;
     --running_count_;
+    stats_.prefix_blocks_cached = prefix_ ? prefix_->blocks() : 0;
+    stats_.prefix_blocks_in_use = prefix_ ? prefix_->referenced_blocks() : 0;
     if (status.ok() || reason == FinishReason::kCancelled) {
       ++stats_.completed;
     } else {
@@ -536,11 +648,19 @@ bool Scheduler::SendBatch() {
     const int32_t end = s.processed + chunk;
     const bool samples = end == static_cast<int32_t>(tokens.size());
     // A sequence's first frame to this pipeline (new, or prefilled again on a new plan)
-    // carries its sampling; the last stage keeps it until the sequence is released.
-    if (s.processed == 0) frame.admit.push_back(SamplingOf(id, s.seq->request()));
+    // carries its sampling, which the last stage keeps until the sequence is released,
+    // and the cached blocks it starts from; sent again until a result confirms them.
+    if (!s.announced) {
+      frame.admit.push_back(SamplingOf(id, s.seq->request()));
+      if (!s.prefix.empty()) {
+        frame.attach.push_back({id, s.prefix});
+        flight.attaches = true;
+      }
+    }
     for (int32_t pos = s.processed; pos < end; ++pos) {
       frame.slots.push_back({tokens[pos], id, pos, samples && pos + 1 == end});
     }
+    if (prefix_) PublishFilled(id, s, end, frame, flight);
     budget -= chunk;
     s.in_flight = true;
     flight.seqs.emplace_back(id, end);
@@ -548,6 +668,7 @@ bool Scheduler::SendBatch() {
   rr_cursor_ = start + flight.seqs.size();
   if (flight.seqs.empty()) return false;
   frame.release.swap(release_);
+  frame.evict.swap(evict_);
   const uint64_t batch_id = frame.batch_id;
   flights_.emplace(batch_id, std::move(flight));
   {
@@ -599,6 +720,7 @@ void Scheduler::SendReleases() {
   frame.batch_id = next_batch_++;
   frame.stage = 0;
   frame.release.swap(release_);
+  frame.evict.swap(evict_);
   if (absl::Status st = pipeline_->first_stage->Send(std::move(frame)); !st.ok()) {
     absl::MutexLock lock(&mu_);
     if (!stop_) spdlog::warn("scheduler: cannot send releases to the first stage: {}", st.message());

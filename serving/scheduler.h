@@ -30,6 +30,15 @@
 // - All sequence state is owned by the scheduler thread (Start/Stop); the other entry
 //   points only post to its inbox. A finished or cancelled sequence's KV blocks are
 //   released on every stage by the next frame (or a release-only frame) it sends.
+// - Prefix cache (config.prefix_cache; serving/prefix_cache.h): a sequence admitted with
+//   a prompt whose leading full blocks the pipeline holds starts after them (its first
+//   frame tells every stage to attach them) and reserves only the blocks it adds. After
+//   each batch's result, the blocks it filled are cached (its frame told the stages to
+//   name them), so the next sequence with that prefix skips them. Cached blocks count
+//   against the KV budget; admission evicts unused ones, least recently used first,
+//   before a request waits. A batch with an attached prefix that fails is sent again
+//   once, without the prefix (the stage lacked a block the books said it held); any
+//   other batch that fails ends its sequences. A new pipeline starts with no cache.
 // - Logs at info one line per finished request (id, prompt and output tokens, time to
 //   first token, decode tokens/s, finish reason) and, every kThroughputLogInterval while
 //   there is activity, prompt and generation throughput, running, waiting and KV use.
@@ -50,6 +59,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "serving/prefix_cache.h"
 #include "serving/request_stream.h"
 #include "serving/scheduler_config.h"
 #include "serving/serving_metrics.h"
@@ -92,6 +102,12 @@ struct SchedulerStats {
   uint64_t batches = 0;
   uint64_t lost_batches = 0;  // timed out and sent again
   uint64_t resumed = 0;       // sequences carried over to a new pipeline
+  // Prefix cache: prompt tokens looked up and found cached, since start; blocks cached
+  // now, and of those the ones running sequences use.
+  uint64_t prefix_queried_tokens = 0;
+  uint64_t prefix_hit_tokens = 0;
+  int64_t prefix_blocks_cached = 0;
+  int64_t prefix_blocks_in_use = 0;
 };
 
 class Scheduler {
@@ -132,8 +148,16 @@ class Scheduler {
     SeqId id = 0;
     std::unique_ptr<Sequence> seq;
     int32_t processed = 0;  // tokens whose KV entries exist on every stage
-    int64_t blocks = 0;     // reserved KV blocks
+    int64_t blocks = 0;     // reserved KV blocks (besides the cached ones it uses)
     bool in_flight = false;
+    bool announced = false;  // the pipeline has its sampling (and prefix): a result came
+    bool resent = false;     // sent again after a failed batch once already
+    // Prefix cache: the cached blocks it started from (attached with its first frame),
+    // the cached blocks it uses (those and the ones it filled and published), and the
+    // names of its full blocks so far.
+    std::vector<BlockName> prefix;
+    std::vector<BlockName> uses;
+    std::vector<BlockName> names;
     std::shared_ptr<RequestStream> stream;  // null once finished
     Clock::time_point submitted, admitted, first_token, last_token;
     bool got_first = false;
@@ -145,6 +169,8 @@ class Scheduler {
   };
   struct Flight {
     std::vector<std::pair<SeqId, int32_t>> seqs;  // sequence, processed after this batch
+    std::vector<BlockPublish> publish;            // blocks cached once the result is in
+    bool attaches = false;                        // carries a prefix attachment
     Clock::time_point deadline;
   };
   // What other threads post to the scheduler thread.
@@ -173,6 +199,19 @@ class Scheduler {
   void HandleResult(const StepResult& r);
   void ExpireFlights(Clock::time_point now);
   void FailFlight(uint64_t batch_id, const absl::Status& status);
+  // Prefix cache: the leading cached blocks of a sequence admitted now (each referenced),
+  // with room made for `blocks` more by evicting unused ones; nullopt (nothing referenced)
+  // when they do not fit the budget.
+  std::optional<std::vector<BlockName>> PrefixFor(const std::vector<int32_t>& prompt,
+                                                  int64_t blocks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds the blocks a chunk [s.processed, end) fills to `frame` and `flight` as
+  // publications, naming them.
+  void PublishFilled(SeqId id, Running& s, int32_t end, StageFrame& frame, Flight& flight);
+  // Caches the blocks a batch filled (its result came).
+  void ApplyPublished(const Flight& flight);
+  // A sequence's prefix is dropped: it is released on the stages and computed again.
+  void DropPrefix(SeqId id, Running& s);
   void Finish(Running& s, FinishReason reason, const absl::Status& status);
   // Every kThroughputLogInterval while there is activity, an info line: prompt and
   // generation tokens/s over the interval, running, waiting, KV cache use.
@@ -212,6 +251,8 @@ class Scheduler {
   std::map<SeqId, Running> running_;
   std::map<uint64_t, Flight> flights_;
   std::vector<SeqId> release_;
+  std::unique_ptr<PrefixCache> prefix_;  // null: off, or no pipeline yet
+  std::vector<BlockName> evict_;         // names the stages drop with the next frame
   SeqId next_seq_ = 1;
   uint64_t next_batch_ = 1;
   size_t rr_cursor_ = 0;  // round-robin start for batch formation

@@ -13,6 +13,7 @@ struct SchedulerConfig {
   int64_t prefill_chunk = 256;  // prompt tokens of one sequence per micro-batch
   int max_running = 64;         // sequences admitted at once
   int max_waiting = 256;        // queued requests beyond which Submit refuses
+  bool prefix_cache = true;     // reuse the KV blocks of prompts seen before (prefix_cache.h)
 };
 
 }  // namespace cascade

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/test_models.h"
@@ -24,24 +25,37 @@ std::vector<int32_t> ReadIds(const std::string& path) {
 struct Output {
   std::string text;
   std::vector<int32_t> ids;
+  std::vector<float> logprobs;
   FinishReason finish = FinishReason::kCancelled;
   absl::Status status;
+  StreamUsage usage;
 };
 
 Output Drain(RequestStream& s) {
   Output o;
   for (;;) {
     auto e = s.Next(std::chrono::seconds(120));
-    if (!e) return {o.text, o.ids, o.finish, absl::DeadlineExceededError("no event in 120 s")};
+    if (!e) {
+      o.status = absl::DeadlineExceededError("no event in 120 s");
+      return o;
+    }
     o.text += e->text;
     o.ids.insert(o.ids.end(), e->ids.begin(), e->ids.end());
+    o.logprobs.insert(o.logprobs.end(), e->logprobs.begin(), e->logprobs.end());
     if (e->last) {
       o.finish = e->finish;
       o.status = e->status;
+      o.usage = e->usage;
       return o;
     }
   }
 }
+
+struct CacheOptions {
+  bool prefix_cache = true;
+  int block_size = kDefaultKvBlockSize;
+  int64_t blocks = 0;  // 0: 16 sequences' worth
+};
 
 class PipelineTest : public ::testing::Test {
  protected:
@@ -53,11 +67,15 @@ class PipelineTest : public ::testing::Test {
     ASSERT_TRUE(tok.ok());
     tok_ = std::move(*tok);
   }
-  std::unique_ptr<LocalEngine> Engine(int stages, int64_t prefill_chunk = 256) {
+  std::unique_ptr<LocalEngine> Engine(int stages, int64_t prefill_chunk = 256,
+                                      CacheOptions cache = CacheOptions()) {
     LocalEngineOptions o;
     o.stages = EvenLayerRanges(5, stages);
     o.stage.kv_sequences = 16;
+    o.stage.kv_block_size = cache.block_size;
+    o.stage.kv_blocks = cache.blocks;
     o.scheduler.prefill_chunk = prefill_chunk;
+    o.scheduler.prefix_cache = cache.prefix_cache;
     auto e = LocalEngine::Create(*src_, *tok_, o);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
@@ -159,6 +177,171 @@ TEST_F(PipelineTest, CancelFreesKvOnEveryStage) {
     EXPECT_EQ(kv.num_sequences(), 0u) << "stage " << st;
   }
   EXPECT_EQ(engine->scheduler().Stats().kv_blocks_reserved, 0);
+}
+
+// Prefix cache. Prompts that share a long beginning, as chats with one system prompt do.
+class PrefixCacheTest : public PipelineTest {
+ protected:
+  std::vector<int32_t> SharedBeginning() {
+    std::vector<int32_t> ids = *tok_->Encode(
+        "Once upon a time there was a little girl named Lily. She loved to play outside in "
+        "the sun with her dog. One day she saw a big red ball in the park.",
+        true, false);
+    const size_t n = ids.size();
+    while (ids.size() < 120) ids.push_back(ids[1 + ids.size() % (n - 1)]);
+    return ids;
+  }
+  SequenceRequest WithSuffix(const std::vector<int32_t>& beginning, const std::string& suffix,
+                             float temperature, uint64_t seed) {
+    SequenceRequest r = Request(suffix, 24, temperature, seed);
+    r.prompt.erase(r.prompt.begin());  // no second BOS
+    r.prompt.insert(r.prompt.begin(), beginning.begin(), beginning.end());
+    r.logprobs = true;
+    return r;
+  }
+  // The first request alone (it fills the cache), then the others at once.
+  std::vector<Output> Run(LocalEngine& engine, const std::vector<SequenceRequest>& reqs) {
+    std::vector<Output> out;
+    auto first = engine.scheduler().Submit(reqs[0]);
+    EXPECT_TRUE(first.ok());
+    if (!first.ok()) return out;
+    out.push_back(Drain(**first));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 1; i < reqs.size(); ++i) {
+      auto s = engine.scheduler().Submit(reqs[i]);
+      EXPECT_TRUE(s.ok());
+      if (s.ok()) streams.push_back(*s);
+    }
+    for (auto& s : streams) out.push_back(Drain(*s));
+    return out;
+  }
+};
+
+TEST_F(PrefixCacheTest, OutputWithACachedPrefixIsByteIdenticalToOutputWithout) {
+  const std::vector<int32_t> beginning = SharedBeginning();
+  const char* suffixes[] = {" Lily ran", " The dog barked", " She said", " They played",
+                            " Mom came", " The ball"};
+  for (float temperature : {0.0f, 0.9f}) {
+    std::vector<SequenceRequest> reqs;
+    for (int i = 0; i < 6; ++i) reqs.push_back(WithSuffix(beginning, suffixes[i], temperature, 77 + i));
+    // A later turn of the first conversation: its prompt, its answer, more text.
+    auto cached = Engine(3, 16, {.prefix_cache = true, .block_size = 8});
+    auto plain = Engine(3, 16, {.prefix_cache = false, .block_size = 8});
+    std::vector<Output> a = Run(*cached, reqs), b = Run(*plain, reqs);
+    ASSERT_EQ(a.size(), reqs.size());
+    ASSERT_EQ(b.size(), reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(a[i].status.ok() && b[i].status.ok()) << a[i].status << b[i].status;
+      EXPECT_EQ(a[i].text, b[i].text) << "request " << i << " at temperature " << temperature;
+      EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i;
+      EXPECT_EQ(a[i].logprobs, b[i].logprobs) << "request " << i;  // bit for bit
+      EXPECT_EQ(b[i].usage.cached_tokens, 0);
+      // All but the first find the shared beginning's full blocks (120 tokens: 15 of 8).
+      EXPECT_EQ(a[i].usage.cached_tokens, i == 0 ? 0 : 120) << "request " << i;
+    }
+    SequenceRequest next = reqs[0];
+    next.prompt.insert(next.prompt.end(), a[0].ids.begin(), a[0].ids.end());
+    const std::vector<int32_t> more = *tok_->Encode(" And then", false, false);
+    next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+    auto s1 = cached->scheduler().Submit(next);
+    auto s2 = plain->scheduler().Submit(next);
+    ASSERT_TRUE(s1.ok() && s2.ok());
+    Output n1 = Drain(**s1), n2 = Drain(**s2);
+    EXPECT_EQ(n1.ids, n2.ids);
+    EXPECT_EQ(n1.logprobs, n2.logprobs);
+    // The earlier turn's prompt and the answer's full blocks were cached as it ran.
+    const int32_t earlier = static_cast<int32_t>(reqs[0].prompt.size() + a[0].ids.size()) - 1;
+    EXPECT_EQ(n1.usage.cached_tokens, std::min<int32_t>(earlier, static_cast<int32_t>(next.prompt.size()) - 1) / 8 * 8);
+    const SchedulerStats st = cached->scheduler().Stats();
+    EXPECT_GT(st.prefix_hit_tokens, 0u);
+    EXPECT_LT(st.prefix_hit_tokens, st.prefix_queried_tokens);
+  }
+}
+
+TEST_F(PrefixCacheTest, ManyDistinctPromptsEvictWithoutARefusalOrALeakedBlock) {
+  // 48 blocks of 8 tokens: room for about four of these sequences at once.
+  auto engine = Engine(3, 32, {.prefix_cache = true, .block_size = 8, .blocks = 48});
+  const char* words[] = {"cat", "dog", "sun", "tree", "ball", "bird", "cake", "boat"};
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<SequenceRequest> reqs;
+  for (int i = 0; i < 24; ++i) {
+    std::string text = "Once upon a time";
+    for (int k = 0; k < 12; ++k) absl::StrAppend(&text, " the ", words[(i + k * (1 + i % 5)) % 8]);
+    SequenceRequest r = Request(text, 16, 0, 0);
+    r.ignore_eos = true;
+    reqs.push_back(r);
+    auto s = engine->scheduler().Submit(r);
+    ASSERT_TRUE(s.ok()) << s.status();
+    streams.push_back(*s);
+  }
+  for (auto& s : streams) {
+    Output o = Drain(*s);
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_EQ(o.ids.size(), 16u);
+  }
+  SchedulerStats st = engine->scheduler().Stats();
+  EXPECT_EQ(st.kv_blocks_reserved, 0);
+  EXPECT_EQ(st.prefix_blocks_in_use, 0);
+  EXPECT_GT(st.prefix_blocks_cached, 0);
+  EXPECT_LE(st.prefix_blocks_cached, 48);
+  // Every stage: no sequence left, every block free or cached with no user.
+  for (int i = 0; i < 3; ++i) {
+    const KvCache& kv = engine->pipeline().executor(i).stage().kv_cache();
+    for (int k = 0; k < 2000 && kv.num_sequences() > 0; ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(kv.num_sequences(), 0u) << "stage " << i;
+    EXPECT_EQ(kv.free_blocks() + kv.idle_cached_blocks(), 48) << "stage " << i;
+    EXPECT_EQ(kv.idle_cached_blocks(), kv.cached_blocks()) << "stage " << i;
+    for (int32_t b = 0; b < 48; ++b) EXPECT_EQ(kv.RefCount(b), 0) << "stage " << i;
+  }
+  // The latest prompt is still cached; the first was evicted to make room.
+  auto again = engine->scheduler().Submit(reqs.back());
+  ASSERT_TRUE(again.ok());
+  Output o = Drain(**again);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_GT(o.usage.cached_tokens, 0);
+  auto oldest = engine->scheduler().Submit(reqs.front());
+  ASSERT_TRUE(oldest.ok());
+  o = Drain(**oldest);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_LT(o.usage.cached_tokens, (static_cast<int32_t>(reqs.front().prompt.size()) - 1) / 8 * 8);
+}
+
+TEST_F(PrefixCacheTest, AStageThatLostItsCachedBlocksCostsAPrefillNotAWrongAnswer) {
+  const std::vector<int32_t> beginning = SharedBeginning();
+  const SequenceRequest first = WithSuffix(beginning, " Lily ran", 0.9f, 5);
+  const SequenceRequest second = WithSuffix(beginning, " The dog barked", 0.9f, 6);
+  auto plain = Engine(3, 16, {.prefix_cache = false, .block_size = 8});
+  auto want = plain->scheduler().Submit(second);
+  ASSERT_TRUE(want.ok());
+  const Output expected = Drain(**want);
+
+  auto engine = Engine(3, 16, {.prefix_cache = true, .block_size = 8});
+  auto s = engine->scheduler().Submit(first);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(Drain(**s).status.ok());
+  // Stage 1 forgets what it cached (as a restarted stage would); the scheduler's books
+  // still say the beginning is cached. Its executor waits for a frame meanwhile.
+  KvCache& kv = engine->pipeline().executor(1).stage().kv_cache();
+  for (int k = 0; k < 2000 && kv.num_sequences() > 0; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(kv.cached_blocks(), 0);
+  kv.Clear();
+  auto t = engine->scheduler().Submit(second);
+  ASSERT_TRUE(t.ok());
+  const Output got = Drain(**t);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.ids, expected.ids);
+  EXPECT_EQ(got.logprobs, expected.logprobs);
+  EXPECT_EQ(got.usage.cached_tokens, 0);  // computed again
+  // The books were corrected: the next request finds the beginning cached again.
+  auto u = engine->scheduler().Submit(second);
+  ASSERT_TRUE(u.ok());
+  const Output again = Drain(**u);
+  EXPECT_EQ(again.ids, expected.ids);
+  EXPECT_EQ(again.usage.cached_tokens, 120);
 }
 
 }  // namespace

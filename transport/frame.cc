@@ -75,6 +75,64 @@ absl::StatusOr<SequenceSampling> DecodeSequenceSampling(const v1::SequenceSampli
 
 }  // namespace
 
+namespace {
+
+void EncodeName(const BlockName& n, v1::BlockName* out) {
+  out->set_hi(n.hi);
+  out->set_lo(n.lo);
+}
+
+BlockName DecodeName(const v1::BlockName& in) { return {in.hi(), in.lo()}; }
+
+void EncodeCacheOps(const StageFrame& f, v1::ActivationFrame* out) {
+  for (const BlockName& n : f.evict) EncodeName(n, out->add_evict());
+  for (const PrefixAttach& a : f.attach) {
+    v1::PrefixAttach* o = out->add_attach();
+    o->set_seq_id(a.seq);
+    for (const BlockName& n : a.blocks) EncodeName(n, o->add_blocks());
+  }
+  for (const BlockPublish& p : f.publish) {
+    v1::BlockPublish* o = out->add_publish();
+    o->set_seq_id(p.seq);
+    o->set_block(p.block);
+    EncodeName(p.name, o->mutable_name());
+  }
+}
+
+// Attach and publish entries: each about a sequence with tokens in this frame, each
+// sequence attached once, within the context.
+absl::Status DecodeCacheOps(const v1::ActivationFrame& in, const FrameExpectations& e,
+                            StageFrame* f) {
+  std::set<SeqId> in_frame, attached;
+  for (const TokenSlot& s : f->slots) in_frame.insert(s.seq);
+  for (const v1::PrefixAttach& a : in.attach()) {
+    const std::string field = absl::StrCat("attach[seq ", a.seq_id(), "]");
+    if (!in_frame.count(a.seq_id())) return Bad(field, "the sequence has no token in this frame");
+    if (!attached.insert(a.seq_id()).second) return Bad(field, "duplicate");
+    if (a.blocks_size() == 0 || a.blocks_size() >= e.context_length) {
+      return Bad(field, absl::StrCat(a.blocks_size(), " blocks"));
+    }
+    PrefixAttach& o = f->attach.emplace_back();
+    o.seq = a.seq_id();
+    for (const v1::BlockName& n : a.blocks()) o.blocks.push_back(DecodeName(n));
+  }
+  if (in.publish_size() > static_cast<int>(f->slots.size())) {
+    return Bad("publish", absl::StrCat(in.publish_size(), " blocks for ", f->slots.size(),
+                                       " tokens"));
+  }
+  for (const v1::BlockPublish& p : in.publish()) {
+    const std::string field = absl::StrCat("publish[seq ", p.seq_id(), "]");
+    if (!in_frame.count(p.seq_id())) return Bad(field, "the sequence has no token in this frame");
+    if (p.block() < 0 || p.block() >= e.context_length) {
+      return Bad(field, absl::StrCat("block ", p.block(), " is outside the context"));
+    }
+    f->publish.push_back({p.seq_id(), p.block(), DecodeName(p.name())});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void EncodeFrame(const StageFrame& f, std::string_view link_key, v1::ActivationFrame* out) {
   out->Clear();
   out->set_version(kFrameVersion);
@@ -98,6 +156,7 @@ void EncodeFrame(const StageFrame& f, std::string_view link_key, v1::ActivationF
   }
   for (const SequenceSampling& s : f.admit) EncodeSequenceSampling(s, out->add_admit());
   for (SeqId r : f.release) out->add_release_seq_ids(r);
+  EncodeCacheOps(f, out);
   if (!f.error.empty()) out->set_error(f.error);
   out->set_sent_unix_ns(f.sent_unix_ns);
 }
@@ -144,6 +203,9 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
   if (in.release_seq_ids_size() > kMaxReleasePerFrame) {
     return Bad("release_seq_ids", absl::StrCat(in.release_seq_ids_size(), " entries"));
   }
+  if (in.evict_size() > kMaxReleasePerFrame) {
+    return Bad("evict", absl::StrCat(in.evict_size(), " entries"));
+  }
   StageFrame f;
   f.plan_id = in.plan_id();
   f.batch_id = in.batch_id();
@@ -151,11 +213,15 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
   f.error = in.error();
   f.sent_unix_ns = in.sent_unix_ns();
   f.release.assign(in.release_seq_ids().begin(), in.release_seq_ids().end());
+  for (const v1::BlockName& name : in.evict()) f.evict.push_back(DecodeName(name));
   if (!f.error.empty() || n == 0) {
     if (n == 0 && (in.shape_size() != 0 || !in.payload().empty())) {
       return Bad("payload", "a frame without tokens carries activations");
     }
     if (in.admit_size() != 0) return Bad("admit", "a frame without tokens admits sequences");
+    if (in.attach_size() != 0 || in.publish_size() != 0) {
+      return Bad("attach/publish", "a frame without tokens caches blocks");
+    }
     return f;  // release-only or error frame
   }
   // Activations.
@@ -200,6 +266,9 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
     if (s.want_logits && !wanting.insert(s.seq).second) {
       return Bad("want_logits", absl::StrCat("sequence ", s.seq, " asks for two samples"));
     }
+  }
+  if (in.attach_size() != 0 || in.publish_size() != 0) {
+    CASCADE_RETURN_IF_ERROR(DecodeCacheOps(in, e, &f));
   }
   // Admitted sequences: each once, each with a token in this frame. A steady step admits
   // none and pays nothing here.

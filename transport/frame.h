@@ -53,6 +53,11 @@ struct StageFrame {
   std::vector<float> hidden;  // (slots, dim) for stages after the first; else empty
   std::vector<SequenceSampling> admit;  // sequences new to this pipeline (see above)
   std::vector<SeqId> release;  // free these sequences' KV (and sampling) before the batch
+  // Prefix cache (engine/kv_cache.h), applied in this order around the batch: evict after
+  // the releases, attach before the batch, publish after it.
+  std::vector<BlockName> evict;
+  std::vector<PrefixAttach> attach;
+  std::vector<BlockPublish> publish;
   std::string error;           // set: an earlier stage failed this batch; pass it on
   int64_t sent_unix_ns = 0;    // the sender's wall clock when it sent the frame (0: unknown)
 };

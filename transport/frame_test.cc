@@ -42,6 +42,9 @@ StageFrame Sample() {
   b.params = SamplingParams::Greedy();
   f.admit = {a, b};
   f.release = {4, 8};
+  f.evict = {{1, 2}};
+  f.attach = {{12, {{3, 4}, {5, 6}}}};
+  f.publish = {{11, 0, {7, 8}}, {12, 2, {9, 10}}};
   return f;
 }
 
@@ -74,6 +77,15 @@ TEST(Frame, RoundTrip) {
   // A frame's token ids reach every stage (the last stage's penalty window).
   EXPECT_EQ(f->slots[1].token, 6);
   EXPECT_EQ(f->release, (std::vector<SeqId>{4, 8}));
+  // The prefix cache's instructions.
+  EXPECT_EQ(f->evict, (std::vector<BlockName>{{1, 2}}));
+  ASSERT_EQ(f->attach.size(), 1u);
+  EXPECT_EQ(f->attach[0].seq, 12);
+  EXPECT_EQ(f->attach[0].blocks, (std::vector<BlockName>{{3, 4}, {5, 6}}));
+  ASSERT_EQ(f->publish.size(), 2u);
+  EXPECT_EQ(f->publish[1].seq, 12);
+  EXPECT_EQ(f->publish[1].block, 2);
+  EXPECT_EQ(f->publish[1].name, (BlockName{9, 10}));
 }
 
 // Applies `mutate` to a valid wire frame and expects DecodeFrame to name `problem`.
@@ -101,6 +113,18 @@ TEST(Frame, RejectsEveryKindOfBadField) {
   ExpectRejected([](auto* w) { w->mutable_admit(0)->set_seq_id(99); },
                  "admit[seq 99]: the sequence has no token in this frame");
   ExpectRejected([](auto* w) { w->mutable_admit(1)->set_seq_id(11); }, "admit[seq 11]: duplicate");
+  ExpectRejected([](auto* w) { w->mutable_attach(0)->set_seq_id(99); },
+                 "attach[seq 99]: the sequence has no token in this frame");
+  ExpectRejected([](auto* w) { *w->add_attach() = w->attach(0); }, "attach[seq 12]: duplicate");
+  ExpectRejected([](auto* w) { w->mutable_attach(0)->clear_blocks(); }, "attach[seq 12]: 0 blocks");
+  ExpectRejected([](auto* w) { w->mutable_publish(0)->set_seq_id(99); },
+                 "publish[seq 99]: the sequence has no token in this frame");
+  ExpectRejected([](auto* w) { w->mutable_publish(0)->set_block(-1); }, "block -1 is outside");
+  ExpectRejected(
+      [](auto* w) {
+        for (int i = 0; i < 3; ++i) *w->add_publish() = w->publish(0);
+      },
+      "publish: 5 blocks for 3 tokens");
   ExpectRejected([](auto* w) { w->mutable_admit(0)->set_top_p(3.0f); }, "top_p");
   ExpectRejected([](auto* w) { w->mutable_admit(0)->set_penalty_last_n(5000); }, "penalty_last_n");
   ExpectRejected([](auto* w) { w->set_tokens(0, 100); }, "tokens[0]: 100 is outside the vocabulary");
@@ -172,12 +196,19 @@ TEST(Frame, ReleaseOnlyAndErrorFramesPassThrough) {
   f.plan_id = 7;
   f.stage = 1;
   f.release = {1, 2, 3};
+  f.evict = {{4, 5}};
   v1::ActivationFrame wire;
   EncodeFrame(f, "", &wire);
   auto d = DecodeFrame(wire, Middle());
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->slots.empty());
   EXPECT_EQ(d->release.size(), 3u);
+  EXPECT_EQ(d->evict.size(), 1u);
+  // Blocks are attached and published only with tokens.
+  v1::ActivationFrame attach = wire;
+  attach.add_attach()->set_seq_id(1);
+  EXPECT_THAT(std::string(DecodeFrame(attach, Middle()).status().message()),
+              HasSubstr("a frame without tokens caches blocks"));
   f.error = "stage 0: KV cache full";
   EncodeFrame(f, "", &wire);
   d = DecodeFrame(wire, Middle());

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/logging.h"
+#include "worker/frame_cache_ops.h"
 
 namespace cascade {
 namespace {
@@ -87,6 +88,7 @@ void StageExecutor::Fail(const StageFrame& in, const std::string& error) {
   f.batch_id = in.batch_id;
   f.stage = stage_index_ + 1;
   f.release = in.release;
+  f.evict = in.evict;
   f.error = error;
   if (absl::Status st = out_->Send(std::move(f)); !st.ok()) {
     spdlog::warn("stage {}: cannot reach the next stage: {}", stage_index_, st.message());
@@ -110,8 +112,8 @@ void StageExecutor::Handle(StageFrame frame, FrameStats* fs) {
       return;
     }
   }
-  if (!frame.release.empty()) {
-    for (SeqId seq : frame.release) stage_->FreeSequence(seq);
+  if (!frame.release.empty() || !frame.evict.empty()) {
+    ReleaseAndEvict(frame, stage_->kv_cache());
     if (stage_->is_last()) samplers_.Release(frame.release);
     fs->kv_released = true;
   }
@@ -135,12 +137,14 @@ void StageExecutor::Handle(StageFrame frame, FrameStats* fs) {
       return;
     }
   }
-  absl::Status st = stage_->Forward(frame.slots, frame.hidden, &buffer_);
+  absl::Status st = AttachPrefixes(frame, stage_->kv_cache());
+  if (st.ok()) st = stage_->Forward(frame.slots, frame.hidden, &buffer_);
   if (st.ok()) st = stage_->backend().Health();
   if (!st.ok()) {
     Fail(frame, absl::StrCat("stage ", stage_index_, ": ", st.message()));
     return;
   }
+  PublishBlocks(frame, stage_->kv_cache());
   if (!stage_->is_last()) {
     StageFrame next;
     next.plan_id = plan_id_;
@@ -150,6 +154,9 @@ void StageExecutor::Handle(StageFrame frame, FrameStats* fs) {
     next.hidden.swap(buffer_);
     next.admit = std::move(frame.admit);
     next.release = std::move(frame.release);
+    next.evict = std::move(frame.evict);
+    next.attach = std::move(frame.attach);
+    next.publish = std::move(frame.publish);
     fs->tokens = next.slots.size();
     fs->bytes_out = next.hidden.size() * sizeof(float);
     next.sent_unix_ns = UnixNanos();

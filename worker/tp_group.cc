@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/make_backend.h"
 #include "util/logging.h"
+#include "worker/frame_cache_ops.h"
 #include "util/status_macros.h"
 
 namespace cascade {
@@ -133,11 +134,16 @@ void TpFollower::Process(const v1::ActivationFrame& wire) {
     spdlog::error("a mirrored frame does not decode: {}", f.status().message());
     return;
   }
-  for (SeqId seq : f->release) stage_->FreeSequence(seq);
+  ReleaseAndEvict(*f, stage_->kv_cache());
   if (!f->error.empty() || f->slots.empty()) return;
   // The leader reports failures; the same batch fails here the same way.
-  absl::Status st = stage_->Forward(f->slots, f->hidden, &buffer_);
-  if (!st.ok()) spdlog::debug("batch {}: {}", f->batch_id, st.message());
+  absl::Status st = AttachPrefixes(*f, stage_->kv_cache());
+  if (st.ok()) st = stage_->Forward(f->slots, f->hidden, &buffer_);
+  if (!st.ok()) {
+    spdlog::debug("batch {}: {}", f->batch_id, st.message());
+    return;
+  }
+  PublishBlocks(*f, stage_->kv_cache());
 }
 
 }  // namespace cascade
