@@ -94,6 +94,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Enqueue(SequenceReques
         "the request queue is full (", config_.max_waiting, " waiting); retry later"));
   }
   waiting_.push_back(std::move(p));
+  admission_held_ = false;  // this one may fit
   return stream;
 }
 
@@ -121,7 +122,8 @@ bool Scheduler::Idle() const {
 bool Scheduler::HasWork() const {
   return stop_ || !inbox_.results.empty() || !inbox_.fail_all.ok() || !inbox_.detach.ok() ||
          inbox_.attach.has_value() ||
-         (attached_ && !waiting_.empty() && running_count_ < config_.max_running);
+         (attached_ && !waiting_.empty() && running_count_ < config_.max_running &&
+          !admission_held_);
 }
 
 absl::StatusOr<int32_t> Scheduler::MaxTokensFor(const SequenceRequest& req) const {
@@ -138,8 +140,9 @@ absl::StatusOr<int32_t> Scheduler::MaxTokensFor(const SequenceRequest& req) cons
 }
 
 void Scheduler::Admit() {
-  while (!waiting_.empty() && running_count_ < config_.max_running) {
-    Pending& p = waiting_.front();
+  bool held = false;  // a request waits that nothing but a later event can admit
+  for (auto it = waiting_.begin(); it != waiting_.end() && running_count_ < config_.max_running;) {
+    Pending& p = *it;
     const int32_t prompt = static_cast<int32_t>(p.req.prompt.size());
     const absl::StatusOr<int32_t> fits = MaxTokensFor(p.req);
     if (p.stream->cancelled() || !fits.ok()) {
@@ -153,33 +156,43 @@ void Scheduler::Admit() {
       metrics_.RecordEnded(
           p.stream->cancelled() ? RequestOutcome::kCancelled : RequestOutcome::kFailed, -1);
       p.stream->Push(std::move(e));
-      waiting_.pop_front();
+      it = waiting_.erase(it);
       continue;
     }
     const int32_t max_tokens = *fits;
     const int64_t blocks = BlocksFor(prompt, max_tokens);
-    std::vector<BlockName> prefix;
+    PrefixLookup found;
     if (prefix_) {
-      std::optional<std::vector<BlockName>> found = PrefixFor(p.req.prompt, blocks);
-      if (!found) break;
-      prefix = std::move(*found);
+      found = PrefixFor(p.req.prompt, blocks);
+      if (found.outcome == PrefixLookup::kComputing) {  // admitted once that block is cached
+        held = true;
+        ++it;
+        continue;
+      }
+      if (found.outcome == PrefixLookup::kNoRoom) {
+        held = true;
+        break;
+      }
       stats_.prefix_queried_tokens += static_cast<uint64_t>(prompt);
     } else if (blocks_reserved_ + blocks > kv_blocks_) {
+      held = true;
       break;
     }
     Running s;
     s.id = next_seq_++;
     s.seq = std::make_unique<Sequence>(tokenizer_, std::move(p.req), max_tokens, context_length_);
-    s.blocks = blocks - static_cast<int64_t>(prefix.size());
-    s.processed = static_cast<int32_t>(prefix.size()) * kv_block_size_;
-    s.prefix = prefix;
-    s.uses = prefix;
-    s.names = std::move(prefix);
+    s.blocks = blocks - static_cast<int64_t>(found.hits.size());
+    s.processed = static_cast<int32_t>(found.hits.size()) * kv_block_size_;
+    s.prefix = found.hits;
+    s.uses = found.hits;
+    s.names = std::move(found.hits);
+    for (const BlockName& name : found.computing) ++computing_[name];
+    s.computing = std::move(found.computing);
     s.stream = std::move(p.stream);
     s.submitted = p.submitted;
     s.admitted = Clock::now();
     metrics_.RecordAdmitted(std::chrono::duration<double>(s.admitted - s.submitted).count());
-    waiting_.pop_front();
+    it = waiting_.erase(it);
     blocks_reserved_ += s.blocks;
     stats_.prompt_tokens += static_cast<uint64_t>(prompt);
     stats_.prefix_hit_tokens += static_cast<uint64_t>(s.processed);
@@ -187,23 +200,53 @@ void Scheduler::Admit() {
     running_.emplace(id, std::move(s));
     ++running_count_;
   }
+  admission_held_ = held;
 }
 
-std::optional<std::vector<BlockName>> Scheduler::PrefixFor(const std::vector<int32_t>& prompt,
-                                                           int64_t blocks) {
+Scheduler::PrefixLookup Scheduler::PrefixFor(const std::vector<int32_t>& prompt, int64_t blocks) {
+  PrefixLookup out;
   // At least the prompt's last token is computed: its logits give the first sample.
   const int64_t usable = (static_cast<int64_t>(prompt.size()) - 1) / kv_block_size_;
-  std::vector<BlockName> hits = prefix_->Match(prompt, usable);
-  const int64_t need = blocks - static_cast<int64_t>(hits.size());
+  out.hits = prefix_->Match(prompt, usable);
+  // The names of the prompt's full blocks after the hits: a running sequence computing the
+  // first of them will publish it soon, and this request then starts after it (a burst of
+  // requests with one new system prompt computes it once, not once per request).
+  BlockName parent = out.hits.empty() ? BlockName{} : out.hits.back();
+  for (int64_t b = static_cast<int64_t>(out.hits.size()); b < usable; ++b) {
+    parent = PrefixCache::NameOf(
+        parent, std::span(prompt).subspan(static_cast<size_t>(b) * kv_block_size_, kv_block_size_));
+    out.computing.push_back(parent);
+  }
+  const auto release = [&](PrefixLookup::Outcome why) {
+    prefix_->Release(out.hits);
+    out.hits.clear();
+    out.computing.clear();
+    out.outcome = why;
+    return out;
+  };
+  if (!out.computing.empty() && computing_.contains(out.computing.front())) {
+    return release(PrefixLookup::kComputing);
+  }
+  const int64_t need = blocks - static_cast<int64_t>(out.hits.size());
   const int64_t over = blocks_reserved_ + prefix_->blocks() + need - kv_blocks_;
   if (over > 0) {
-    if (over > prefix_->idle_blocks()) {
-      prefix_->Release(hits);
-      return std::nullopt;
-    }
+    if (over > prefix_->idle_blocks()) return release(PrefixLookup::kNoRoom);
     for (const BlockName& name : prefix_->EvictIdle(over)) evict_.push_back(name);
   }
-  return hits;
+  return out;
+}
+
+void Scheduler::DoneComputing(Running& s, const BlockName* name) {
+  for (auto it = s.computing.begin(); it != s.computing.end();) {
+    if (name != nullptr && *it != *name) {
+      ++it;
+      continue;
+    }
+    if (auto c = computing_.find(*it); c != computing_.end() && --c->second == 0) {
+      computing_.erase(c);
+    }
+    it = s.computing.erase(it);
+  }
 }
 
 void Scheduler::EndWaiting(const absl::Status& why) {
@@ -298,12 +341,14 @@ void Scheduler::ApplyAttach(PipelineSpec p) {
     // when it is smaller than what runs. Its stages cache nothing yet.
     prefix_ = config_.prefix_cache ? std::make_unique<PrefixCache>(p.kv_block_size) : nullptr;
     evict_.clear();
+    computing_.clear();
     blocks_reserved_ = 0;
     for (auto& [id, s] : running_) {
       if (s.stream == nullptr) continue;
       s.prefix.clear();
       s.uses.clear();
       s.names.clear();
+      s.computing.clear();
       s.resent = false;
       s.blocks = BlocksFor(s.seq->prompt_len(), s.seq->max_tokens());
       blocks_reserved_ += s.blocks;
@@ -451,6 +496,7 @@ void Scheduler::ApplyPublished(const Flight& flight) {
     const bool live = s.stream != nullptr;
     const BlockName parent = p.block == 0 ? BlockName{} : s.names[p.block - 1];
     const auto tokens = std::span(s.seq->tokens()).subspan(static_cast<size_t>(p.block) * bs, bs);
+    DoneComputing(s, &p.name);
     if (!prefix_->Insert(p.name, parent, tokens, live) || !live) continue;
     s.uses.push_back(p.name);
     --s.blocks;
@@ -576,6 +622,7 @@ void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& stat
   if (s.processed > 0 || s.in_flight) release_.push_back(s.id);
   if (prefix_) prefix_->Release(s.uses);
   s.uses.clear();
+  DoneComputing(s, nullptr);
   LogFinished(s.id, e.usage, reason, status);
   {
     // Accounted before the client hears of it: whoever reads the last event sees the

@@ -36,7 +36,9 @@
 //   each batch's result, the blocks it filled are cached (its frame told the stages to
 //   name them), so the next sequence with that prefix skips them. Cached blocks count
 //   against the KV budget; admission evicts unused ones, least recently used first,
-//   before a request waits. A batch with an attached prefix that fails is sent again
+//   before a request waits. A request whose next prompt block a running sequence is
+//   computing waits until that block is cached (one prefill of a shared beginning,
+//   not one per request). A batch with an attached prefix that fails is sent again
 //   once, without the prefix (the stage lacked a block the books said it held); any
 //   other batch that fails ends its sequences. A new pipeline starts with no cache.
 // - Logs at info one line per finished request (id, prompt and output tokens, time to
@@ -158,6 +160,8 @@ class Scheduler {
     std::vector<BlockName> prefix;
     std::vector<BlockName> uses;
     std::vector<BlockName> names;
+    // Its prompt's blocks it computes and will publish (while not yet published).
+    std::vector<BlockName> computing;
     std::shared_ptr<RequestStream> stream;  // null once finished
     Clock::time_point submitted, admitted, first_token, last_token;
     bool got_first = false;
@@ -199,12 +203,20 @@ class Scheduler {
   void HandleResult(const StepResult& r);
   void ExpireFlights(Clock::time_point now);
   void FailFlight(uint64_t batch_id, const absl::Status& status);
-  // Prefix cache: the leading cached blocks of a sequence admitted now (each referenced),
-  // with room made for `blocks` more by evicting unused ones; nullopt (nothing referenced)
-  // when they do not fit the budget.
-  std::optional<std::vector<BlockName>> PrefixFor(const std::vector<int32_t>& prompt,
-                                                  int64_t blocks)
+  // Prefix cache: what admission finds for a prompt. kAdmit: its leading cached blocks
+  // (each referenced), room made for `blocks` more by evicting unused ones, and the names
+  // of the prompt's other full blocks; kComputing: the first block after the cached ones
+  // is being computed by a running sequence (wait for it); kNoRoom: it does not fit the
+  // budget. Nothing is referenced unless kAdmit.
+  struct PrefixLookup {
+    enum Outcome { kAdmit, kComputing, kNoRoom } outcome = kAdmit;
+    std::vector<BlockName> hits;
+    std::vector<BlockName> computing;
+  };
+  PrefixLookup PrefixFor(const std::vector<int32_t>& prompt, int64_t blocks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s` no longer computes block `name` (all of its blocks when null) for others to wait on.
+  void DoneComputing(Running& s, const BlockName* name);
   // Adds the blocks a chunk [s.processed, end) fills to `frame` and `flight` as
   // publications, naming them.
   void PublishFilled(SeqId id, Running& s, int32_t end, StageFrame& frame, Flight& flight);
@@ -244,6 +256,9 @@ class Scheduler {
   // The attached pipeline's link, for Stop/Detach to unblock a Send stuck connecting.
   std::shared_ptr<ActivationSender> link_ ABSL_GUARDED_BY(mu_);
   int64_t blocks_reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Admission left requests waiting that only a later event (a result, a finish, a new
+  // request) can admit: the loop does not spin on them.
+  bool admission_held_ ABSL_GUARDED_BY(mu_) = false;
   int64_t running_count_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Owned by the scheduler thread.
@@ -253,6 +268,7 @@ class Scheduler {
   std::vector<SeqId> release_;
   std::unique_ptr<PrefixCache> prefix_;  // null: off, or no pipeline yet
   std::vector<BlockName> evict_;         // names the stages drop with the next frame
+  std::map<BlockName, int> computing_;   // prompt blocks running sequences will publish
   SeqId next_seq_ = 1;
   uint64_t next_batch_ = 1;
   size_t rr_cursor_ = 0;  // round-robin start for batch formation

@@ -41,6 +41,7 @@ struct Generated {
   std::string text;
   std::vector<int32_t> ids;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  v1::Usage usage;
 };
 
 // Streams a generation to its end; `on_response` (if given) sees what has arrived so far
@@ -57,6 +58,7 @@ Generated Generate(v1::Inference::Stub& stub, const v1::GenerateRequest& req,
     g.text += r.text();
     g.ids.insert(g.ids.end(), r.token_ids().begin(), r.token_ids().end());
     if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) g.finish = r.finish_reason();
+    if (r.has_usage()) g.usage = r.usage();
     if (on_response) on_response(g);
   }
   g.status = reader->Finish();
@@ -183,6 +185,70 @@ TEST_P(ClusterTest, SixteenConcurrentStreamsEachGetTheirSoloText) {
     EXPECT_EQ(together[i].text, solo[i].text) << "stream " << i;
     EXPECT_EQ(together[i].ids, solo[i].ids) << "stream " << i;
   }
+}
+
+TEST_P(ClusterTest, PromptsSharingABeginningGetTheSingleProcessTextFromThePrefixCache) {
+  auto src = ModelSource::Open(TestModel());
+  ASSERT_TRUE(src.ok());
+  auto tok = Tokenizer::FromSource(**src);
+  ASSERT_TRUE(tok.ok());
+  LocalEngineOptions lo;
+  lo.scheduler.prefix_cache = false;  // the reference computes every prompt whole
+  auto local = LocalEngine::Create(**src, **tok, lo);
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::vector<int32_t> beginning = *(*tok)->Encode(
+      "Once upon a time there was a little girl named Lily. She loved to play outside in the "
+      "sun with her dog.", true, false);
+  const size_t n = beginning.size();
+  while (beginning.size() < 100) beginning.push_back(beginning[1 + beginning.size() % (n - 1)]);
+  const char* suffixes[] = {" Lily ran", " The dog barked", " She said", " They played", " Mom"};
+  std::vector<v1::GenerateRequest> reqs;
+  std::vector<Generated> want;
+  for (int i = 0; i < 5; ++i) {
+    SequenceRequest g;
+    g.prompt = beginning;
+    const std::vector<int32_t> more = *(*tok)->Encode(suffixes[i], false, false);
+    g.prompt.insert(g.prompt.end(), more.begin(), more.end());
+    g.sampling.temperature = 0.8f;
+    g.sampling.top_k = 40;
+    g.sampling.top_p = 0.95f;
+    g.sampling.seed = 300 + i;
+    g.max_tokens = 20;
+    g.ignore_eos = true;
+    auto one = (*local)->scheduler().Submit(g);
+    ASSERT_TRUE(one.ok());
+    Generated w;
+    for (;;) {
+      auto e = (*one)->Next(std::chrono::seconds(60));
+      ASSERT_TRUE(e.has_value());
+      w.text += e->text;
+      w.ids.insert(w.ids.end(), e->ids.begin(), e->ids.end());
+      if (e->last) break;
+    }
+    want.push_back(w);
+    v1::GenerateRequest req = Request("", 20, 0.8f, 300 + i);
+    req.clear_prompt();
+    for (int32_t id : g.prompt) req.add_prompt_ids(id);
+    req.set_ignore_eos(true);
+    reqs.push_back(req);
+  }
+  // The first alone fills the cache; the others come at once and start from it.
+  auto stub = cluster_->Inference();
+  std::vector<Generated> got(5);
+  got[0] = Generate(*stub, reqs[0]);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < 5; ++i) {
+    threads.emplace_back([&, i] { got[i] = Generate(*cluster_->Inference(), reqs[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    EXPECT_EQ(got[i].ids, want[i].ids) << "request " << i;
+    EXPECT_EQ(got[i].text, want[i].text) << "request " << i;
+    EXPECT_EQ(got[i].usage.cached_tokens(), i == 0 ? 0 : 96) << "request " << i;  // 3 blocks
+  }
+  const v1::SchedulerStatus q = cluster_->Status().scheduler();
+  EXPECT_EQ(q.prefix_hit_tokens(), 4u * 96);
 }
 
 INSTANTIATE_TEST_SUITE_P(Network, ClusterTest,

@@ -258,6 +258,34 @@ TEST_F(PrefixCacheTest, OutputWithACachedPrefixIsByteIdenticalToOutputWithout) {
   }
 }
 
+TEST_F(PrefixCacheTest, RequestsArrivingTogetherComputeTheirSharedBeginningOnce) {
+  const std::vector<int32_t> beginning = SharedBeginning();
+  const char* suffixes[] = {" Lily ran", " The dog barked", " She said", " They played"};
+  auto cached = Engine(3, 16, {.prefix_cache = true, .block_size = 8});
+  auto plain = Engine(3, 16, {.prefix_cache = false, .block_size = 8});
+  std::vector<std::shared_ptr<RequestStream>> a, b;
+  for (int i = 0; i < 4; ++i) {
+    const SequenceRequest r = WithSuffix(beginning, suffixes[i], 0.9f, 40 + i);
+    auto sa = cached->scheduler().Submit(r);
+    auto sb = plain->scheduler().Submit(r);
+    ASSERT_TRUE(sa.ok() && sb.ok());
+    a.push_back(*sa);
+    b.push_back(*sb);
+  }
+  int from_cache = 0;
+  for (int i = 0; i < 4; ++i) {
+    const Output oa = Drain(*a[i]), ob = Drain(*b[i]);
+    ASSERT_TRUE(oa.status.ok() && ob.status.ok());
+    EXPECT_EQ(oa.ids, ob.ids) << "request " << i;
+    EXPECT_EQ(oa.logprobs, ob.logprobs) << "request " << i;
+    from_cache += oa.usage.cached_tokens == 120 ? 1 : 0;
+  }
+  // One computed the beginning; the other three waited for it and started after it.
+  EXPECT_EQ(from_cache, 3);
+  const SchedulerStats st = cached->scheduler().Stats();
+  EXPECT_EQ(st.prefix_hit_tokens, 3u * 120);
+}
+
 TEST_F(PrefixCacheTest, ManyDistinctPromptsEvictWithoutARefusalOrALeakedBlock) {
   // 48 blocks of 8 tokens: room for about four of these sequences at once.
   auto engine = Engine(3, 32, {.prefix_cache = true, .block_size = 8, .blocks = 48});
