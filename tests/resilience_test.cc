@@ -27,11 +27,17 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
+// Every prompt starts with the same preamble (over two KV blocks), as chat requests start
+// with one system prompt: clients that repeat their request are served from the prefix
+// cache, before and after a re-plan.
 v1::GenerateRequest Request(int client) {
   const char* prompts[] = {"Once upon a time", "The little dog", "In the park", "Tom said",
                            "A big red ball",   "She was happy",  "The sun was", "One day"};
+  const std::string preamble =
+      "Lily and her mom went to the park. They saw a big tree and a little bird. The bird "
+      "sang a happy song. Lily smiled and said hello to the bird. Then they went home. ";
   v1::GenerateRequest req;
-  req.set_prompt(prompts[client % 8]);
+  req.set_prompt(preamble + prompts[client % 8]);
   req.set_max_tokens(48);
   req.set_ignore_eos(true);
   req.mutable_sampling()->set_temperature(client % 2 ? 0.9f : 0.0f);
@@ -179,6 +185,7 @@ TEST_F(Resilience, AKilledStageIsReplacedByASpareWhileEightClientsStream) {
   cluster_->worker(1).Signal(SIGKILL);
   ASSERT_TRUE(WaitReplanned(plan, seconds(30))) << "no new plan";
   const double recovered = std::chrono::duration<double>(Clock::now() - killed).count();
+  const uint64_t hits_at_replan = cluster_->Status().scheduler().prefix_hit_tokens();
   std::this_thread::sleep_for(seconds(total - total / 3));
   load.Stop();
   EXPECT_THAT(load.failures(), ::testing::IsEmpty());
@@ -190,6 +197,8 @@ TEST_F(Resilience, AKilledStageIsReplacedByASpareWhileEightClientsStream) {
   for (const auto& st : status.stages()) used.insert(st.worker_id());
   EXPECT_EQ(used, (std::set<std::string>{"w0", "w2", "w3"}));  // the spare took w1's place
   EXPECT_EQ(status.scheduler().failed(), 0u);
+  // The new plan's prefix cache served repeated requests too (their text checked above).
+  EXPECT_GT(status.scheduler().prefix_hit_tokens(), hits_at_replan);
   std::cerr << "recovered in " << recovered << " s; longest pause "
             << load.LongestPauseAfter(killed) << " s; " << load.completed() << " requests\n";
 }
