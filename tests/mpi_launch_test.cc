@@ -115,6 +115,7 @@ class MpiJob {
 struct Expected {
   std::vector<int32_t> ids;  // generated only
   std::vector<float> logprobs;
+  int32_t cached_tokens = 0;  // the server's usage: prompt tokens from its prefix cache
 };
 
 // Greedy decoding by one unsplit stage in this process (F32 activations).
@@ -162,6 +163,7 @@ Expected RemoteGreedy(const std::string& address, const std::vector<int32_t>& pr
   while (reader->Read(&r)) {
     e.ids.insert(e.ids.end(), r.token_ids().begin(), r.token_ids().end());
     e.logprobs.insert(e.logprobs.end(), r.logprobs().begin(), r.logprobs().end());
+    if (r.has_usage()) e.cached_tokens = r.usage().cached_tokens();
   }
   grpc::Status st = reader->Finish();
   EXPECT_TRUE(st.ok()) << st.error_message();
@@ -204,6 +206,8 @@ std::string GeneratedModel(const std::string& which) {
   if (which == "phi3_longrope") return testing::MiniPhi3LongRope(256, tok->get());
   if (which == "gemma3") return testing::MiniGemma3(tok->get());
   if (which == "qwen3moe") return testing::MiniQwen3Moe(tok->get());
+  if (which == "mixtral") return testing::MiniMoeForTp("llama", tok->get());
+  if (which == "qwen2moe") return testing::MiniMoeForTp("qwen2moe", tok->get());
   return testing::MiniMistralSwa(tok->get());
 }
 
@@ -213,9 +217,15 @@ TEST_P(TwoNodesOfTp2, ServeTheSingleProcessGreedyText) {
   const ModelCase& c = GetParam();
   const std::string model = c.generated ? GeneratedModel(c.model) : testing::SharedPath(c.model);
   CASCADE_REQUIRE_SHARED(model);
-  const std::string reference =
-      c.generated ? SourcePath(c.reference) : testing::SharedPath(c.reference);
-  std::vector<int32_t> prompt = testing::ReadIds(c.generated ? reference : testing::SharedPath(c.prompt));
+  const std::string reference = c.reference.empty() ? ""
+                                : c.generated      ? SourcePath(c.reference)
+                                                   : testing::SharedPath(c.reference);
+  // Generated models (a 128-id vocabulary) take the first 10 ids of their reference, or
+  // these.
+  std::vector<int32_t> prompt =
+      !c.generated          ? testing::ReadIds(testing::SharedPath(c.prompt))
+      : reference.empty() ? std::vector<int32_t>{1, 37, 59, 101, 12, 88, 64, 3, 117, 45}
+                          : testing::ReadIds(reference);
   if (c.generated) prompt.resize(10);
   ASSERT_FALSE(prompt.empty());
   // An F32 KV cache, as the single process keeps: the logprobs are compared to 1e-4.
@@ -235,6 +245,21 @@ TEST_P(TwoNodesOfTp2, ServeTheSingleProcessGreedyText) {
   }
   EXPECT_LT(worst, 1e-4) << "max |logprob - single process|";
   RecordProperty("max_abs_logprob_diff", std::to_string(worst));
+  // A next turn (the prompt, the answer, more): its first block comes from the prefix
+  // cache of both tensor-parallel stages, and the text is still the single process's.
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), got.ids.begin(), got.ids.end());
+  next.insert(next.end(), prompt.begin(), prompt.begin() + 3);
+  const Expected want_next = LocalGreedy(model, next, 8);
+  const Expected got_next = RemoteGreedy(job.address(), next, 8);
+  EXPECT_EQ(got_next.ids, want_next.ids) << job.Log();
+  EXPECT_EQ(got_next.cached_tokens,
+            static_cast<int32_t>(prompt.size() + got.ids.size() - 1) / kDefaultKvBlockSize *
+                kDefaultKvBlockSize);
+  for (size_t i = 0; i < got_next.logprobs.size() && i < want_next.logprobs.size(); ++i) {
+    EXPECT_NEAR(got_next.logprobs[i], want_next.logprobs[i], 1e-4) << "token " << i;
+  }
+  if (reference.empty()) return;  // compared with the single process only
   // And the independent reference's greedy ids (prompt + generated).
   const std::vector<int32_t> ref = testing::ReadIds(reference);
   ASSERT_GE(ref.size(), prompt.size() + got.ids.size());
@@ -280,7 +305,11 @@ INSTANTIATE_TEST_SUITE_P(
                                 "engine/testdata/mistralswa/mini-mistral-swa.ids", 14, true},
                       // Experts split over each node's two ranks (expert parallelism).
                       ModelCase{"qwen3moe", "qwen3moe", "",
-                                "engine/testdata/qwen3moe/mini-qwen3moe.ids", 14, true}),
+                                "engine/testdata/qwen3moe/mini-qwen3moe.ids", 14, true},
+                      // Mixtral's and Qwen2-MoE's layouts with 4 heads (../shared's minis
+                      // have 3), against the single process.
+                      ModelCase{"mixtral", "mixtral", "", "", 24, true},
+                      ModelCase{"qwen2moe", "qwen2moe", "", "", 24, true}),
     [](const ::testing::TestParamInfo<ModelCase>& i) { return i.param.name; });
 
 // A rank that dies: every other rank gone within 10 s, naming it; the job fails.
