@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -508,7 +509,9 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
   }
   // The automatic cache: the fewest stages that hold kAutoKvSequences sequences (no more
   // than the scheduler runs), else the fewest that hold one; then filled.
-  for (int seqs : {std::min(kAutoKvSequences, std::max(1, lim.max_sequences)), 1}) {
+  for (int seqs : {std::clamp(std::min(lim.auto_kv_sequences, lim.max_sequences), 1,
+                              kAutoKvSequences),
+                   1}) {
     exact.kv_tokens = int64_t{seqs} * context;
     CASCADE_ASSIGN_OR_RETURN(std::optional<Plan> plan,
                              PlaceStages(m, workers, usable, order, exact));
@@ -711,6 +714,69 @@ absl::StatusOr<std::vector<WorkerSpec>> ParseWorkerSpecs(const std::string& spec
     out.push_back(w);
   }
   if (out.empty()) return absl::InvalidArgumentError("no workers in the spec");
+  return out;
+}
+
+absl::StatusOr<ReplicaPlans> MakeReplicaPlans(const ModelProfile& model,
+                                              const std::vector<WorkerSpec>& workers,
+                                              const PlanLimits& limits, int replicas) {
+  if (replicas < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("plan: ", replicas, " replicas"));
+  }
+  // Each worker with the memory it has among all of them (a node's memory is divided
+  // among every worker there, whichever replica they end up in).
+  std::vector<WorkerSpec> pool = workers;
+  const std::vector<uint64_t> memory = SharedMemory(workers);
+  for (size_t i = 0; i < pool.size(); ++i) {
+    pool[i].memory_bytes = memory[i];
+    pool[i].node_memory = false;
+  }
+  std::vector<int> left(workers.size());
+  std::iota(left.begin(), left.end(), 0);
+  PlanLimits each = limits;
+  if (replicas != 1) each.auto_kv_sequences = 1;
+  ReplicaPlans out;
+  absl::Status next_failed;
+  while (replicas == 0 || static_cast<int>(out.replicas.size()) < replicas) {
+    std::vector<WorkerSpec> subset;
+    for (int w : left) subset.push_back(pool[w]);
+    absl::StatusOr<Plan> plan =
+        subset.empty() ? absl::FailedPreconditionError("no workers are left")
+                       : MakePlan(model, subset, each);
+    if (!plan.ok()) {
+      next_failed = plan.status();
+      break;
+    }
+    std::set<int> used;
+    for (StagePlan& st : plan->stages) {
+      st.worker = left[st.worker];
+      used.insert(st.worker);
+    }
+    std::erase_if(left, [&](int w) { return used.contains(w); });
+    out.replicas.push_back(*std::move(plan));
+  }
+  if (out.replicas.empty()) return next_failed;
+  if (replicas > 0 && static_cast<int>(out.replicas.size()) < replicas) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "plan: ", replicas, " replicas were asked for but the workers hold ",
+        out.replicas.size(), "; replica ", out.replicas.size(), ": ", next_failed.message()));
+  }
+  out.spares = std::move(left);
+  return out;
+}
+
+std::string ReplicaPlans::Table(const ModelProfile& model, const std::vector<WorkerSpec>& workers,
+                                int64_t context) const {
+  std::string out;
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    if (replicas.size() > 1) absl::StrAppend(&out, r ? "\n" : "", "replica ", r, ":\n");
+    out += replicas[r].Table(model, workers, context);
+  }
+  if (!spares.empty()) {
+    std::vector<std::string> ids;
+    for (int w : spares) ids.push_back(workers[w].id);
+    absl::StrAppend(&out, "spares: ", absl::StrJoin(ids, ", "), "\n");
+  }
   return out;
 }
 

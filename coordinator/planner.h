@@ -117,6 +117,9 @@ struct PlanLimits {
   int64_t batch_tokens = kDefaultMaxBatchTokens;  // tokens per micro-batch
   double memory_fraction = kDefaultMemoryFraction;  // of each worker's memory the plan uses
   int min_stages = 1;  // pipeline over at least this many workers (throughput, tests)
+  // The automatic cache prefers the fewest stages that hold this many full-context
+  // sequences (replicas ask for 1: more pipelines rather than deeper caches).
+  int auto_kv_sequences = kAutoKvSequences;
 
   bool auto_kv() const { return kv_tokens <= 0 && kv_sequences <= 0; }
   // A full-context sequence's positions for a model of this context length.
@@ -159,6 +162,26 @@ std::string SharedNodesNote(const std::vector<WorkerSpec>& workers);
 
 absl::StatusOr<Plan> MakePlan(const ModelProfile& model, const std::vector<WorkerSpec>& workers,
                               const PlanLimits& limits);
+
+// Replicas: more than one pipeline over one pool of workers, so that more workers serve
+// more requests. Each replica is planned as MakePlan plans a pipeline, over the workers the
+// replicas before it left (MakePlan takes those with the most memory first, so the
+// first replicas get the largest workers); the workers no replica uses are spares. With
+// more than one replica asked for (or auto), the automatic KV cache takes the fewest
+// stages that hold one full-context sequence (auto_kv_sequences 1), then fills them.
+// `replicas` > 0 asks for exactly that many (FailedPrecondition naming how many fit and why
+// the next did not); 0 (auto) makes as many as fit, at least one. Each Plan's
+// StagePlan::worker indexes `workers`. Pure.
+struct ReplicaPlans {
+  std::vector<Plan> replicas;
+  std::vector<int> spares;  // indexes into the workers given
+  // Every replica's table (Plan::Table), headed "replica N", then the spares.
+  std::string Table(const ModelProfile& model, const std::vector<WorkerSpec>& workers,
+                    int64_t context = 0) const;
+};
+absl::StatusOr<ReplicaPlans> MakeReplicaPlans(const ModelProfile& model,
+                                              const std::vector<WorkerSpec>& workers,
+                                              const PlanLimits& limits, int replicas);
 
 // The memory of one rank of a stage over `layers` split over `tp` ranks: the largest
 // rank's share of weights, KV cache (a replicated KV head counts on every rank that keeps

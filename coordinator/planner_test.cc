@@ -1,5 +1,7 @@
 #include "coordinator/planner.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -346,6 +348,56 @@ TEST(Planner, WorkersOnOneNodeShareItsMemory) {
   }
   EXPECT_THAT(shared_plan->Table(TinyLlamaF16(), pair),
               HasSubstr("workers a, b share node host1's 3.00 GiB: 1.50 GiB each"));
+}
+
+// ---------------------------------------------------------------- replicas
+
+TEST(Planner, ReplicasTakeAsManyPipelinesAsTheWorkersHold) {
+  // TinyLlama F16 (2.05 GiB + cache) needs two of these 1.6 GiB workers a pipeline.
+  const auto w = Workers("a=1.6GiB,b=1.6GiB,c=1.6GiB,d=1.6GiB,e=1.6GiB,f=1GiB");
+  auto all = MakeReplicaPlans(TinyLlamaF16(), w, Limits(), 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->replicas.size(), 2u);
+  std::set<int> used;
+  for (const Plan& p : all->replicas) {
+    ASSERT_EQ(p.stages.size(), 2u);
+    for (const StagePlan& st : p.stages) {
+      EXPECT_TRUE(used.insert(st.worker).second) << "worker " << st.worker << " twice";
+      EXPECT_LE(st.memory.total(), st.capacity);
+    }
+    EXPECT_EQ(p.stages.back().layers.last, 22);
+  }
+  // e and f are left (f alone is too small, and nothing pairs with e but f, which fails).
+  EXPECT_THAT(all->spares, ::testing::UnorderedElementsAre(4, 5));
+  const std::string table = all->Table(TinyLlamaF16(), w);
+  EXPECT_THAT(table, HasSubstr("replica 0:"));
+  EXPECT_THAT(table, HasSubstr("replica 1:"));
+  EXPECT_THAT(table, HasSubstr("spares: e, f"));
+
+  auto one = MakeReplicaPlans(TinyLlamaF16(), w, Limits(), 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->replicas.size(), 1u);
+  EXPECT_EQ(one->spares.size(), 4u);
+  EXPECT_THAT(one->Table(TinyLlamaF16(), w), ::testing::Not(HasSubstr("replica 0")));
+
+  auto three = MakeReplicaPlans(TinyLlamaF16(), w, Limits(), 3);
+  ASSERT_FALSE(three.ok());
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(three.status().message(), HasSubstr("3 replicas were asked for but the workers hold 2"));
+}
+
+TEST(Planner, ReplicasCountANodesSharedMemoryOverEveryWorker) {
+  // Two workers on one 3 GiB node: 1.5 GiB each, even when each is planned apart, so no
+  // single one of them holds a replica.
+  auto w = Workers("a=3GiB,b=3GiB");
+  for (WorkerSpec& s : w) {
+    s.node_memory = true;
+    s.node_id = "boot-1";
+  }
+  auto plans = MakeReplicaPlans(TinyLlamaF16(), w, Limits(), 0);
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  ASSERT_EQ(plans->replicas.size(), 1u);
+  EXPECT_EQ(plans->replicas[0].stages.size(), 2u);
 }
 
 // ---------------------------------------------------------------- weight types

@@ -22,8 +22,10 @@ class Binder {
                                           int64_t count) {
     const TensorView* t = src_.Find(name);
     if (t == nullptr) return Missing(name);
-    const int dims = count > 0 ? 3 : 2;
-    if (t->n_dims != dims || t->ne[0] != cols || t->ne[1] != rows ||
+    // A one-row matrix may be stored as a vector (llama.cpp's loader takes both; Qwen2-MoE's
+    // shared-expert gate is one).
+    const int dims = count > 0 ? 3 : (rows == 1 && t->n_dims == 1 ? 1 : 2);
+    if (t->n_dims != dims || t->ne[0] != cols || (dims > 1 && t->ne[1] != rows) ||
         (count > 0 && t->ne[2] != count)) {
       return WrongShape(*t, count > 0 ? absl::StrCat("[", cols, ", ", rows, ", ", count, "]")
                                       : absl::StrCat("[", cols, ", ", rows, "]"));

@@ -459,6 +459,24 @@ TEST(Cli, PlanOfALlamaCppFileTypeFitsSmallWorkersByDefault) {
   EXPECT_THAT(shape.out, HasSubstr("llama-3-8b"));
 }
 
+// Replicas: as many pipelines as the workers hold, each shown, the rest spares.
+TEST(Cli, PlanShowsEachReplica) {
+  const std::string workers = " --workers a=8GiB,b=8GiB,c=8GiB,d=8GiB,e=3GiB";
+  RunResult r = RunCmd(Bin() + " plan --shape llama-3-8b --type Q4_K_M --replicas auto" + workers +
+                       " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("replica 0:"));
+  EXPECT_THAT(r.out, HasSubstr("replica 3:"));
+  EXPECT_THAT(r.out, HasSubstr("spares: e"));
+  RunResult five = RunCmd(Bin() + " plan --shape llama-3-8b --type Q4_K_M --replicas 5" + workers +
+                          " 2>&1");
+  EXPECT_EQ(five.exit_code, 1) << five.out;
+  EXPECT_THAT(five.out, HasSubstr("5 replicas were asked for but the workers hold 4"));
+  RunResult bad = RunCmd(Bin() + " plan --shape llama-3-8b --replicas many" + workers + " 2>&1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.out, HasSubstr("--replicas: 'many' is not a count or auto"));
+}
+
 // With --tp each worker is a group of T ranks: the table gives each rank's share, about 1/T
 // of the stage's weights (computed here as in the test above).
 TEST(Cli, PlanWithTensorParallelismShowsEachRanksShare) {

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "cascade/v1/control_plane.grpc.pb.h"
@@ -138,6 +139,7 @@ struct PlanFlags {
   double memory_fraction = PlanLimits().memory_fraction;
   int min_stages = 1;
   int tp = 1;
+  std::string replicas = "1";
   std::string kv_type = absl::AsciiStrToLower(TensorTypeName(PlanLimits().kv_type));
 };
 
@@ -192,7 +194,12 @@ int RunPlan(const PlanFlags& f) {
     return 2;
   }
   lim.kv_type = *kv_type;
-  auto plan = MakePlan(*profile, *workers, lim);
+  int replicas = 0;
+  if (f.replicas != "auto" && (!absl::SimpleAtoi(f.replicas, &replicas) || replicas < 1)) {
+    std::cerr << "cascade plan: --replicas: '" << f.replicas << "' is not a count or auto\n";
+    return 2;
+  }
+  auto plan = MakeReplicaPlans(*profile, *workers, lim, replicas);
   if (!plan.ok()) {
     std::cerr << plan.status().message() << "\n";
     return 1;
@@ -300,7 +307,11 @@ void AddPlan(CLI::App& app, Action* action) {
       ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
   cmd->add_option("--batch", f->batch, "Tokens per micro-batch");
-  cmd->add_option("--min-stages", f->min_stages, "Use at least this many workers");
+  cmd->add_option("--min-stages", f->min_stages, "Use at least this many workers a pipeline");
+  cmd->add_option("--replicas", f->replicas,
+                  "Pipelines to form over the workers (a count, or auto: as many as fit; the "
+                  "workers left are spares)")
+      ->capture_default_str();
   cmd->add_option("--tp", f->tp,
                   "Tensor parallelism: each worker is a group of this many ranks of one node, "
                   "each with the memory given (the table shows each rank's share)")

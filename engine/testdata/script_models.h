@@ -123,6 +123,74 @@ inline std::string MiniQwen3Moe(const GgufFile* tokenizer = nullptr) {
   return path;
 }
 
+// A mixture of experts whose head counts 2 divides, for tensor parallelism over 2 ranks
+// (tests/mpi_launch_test.cc; ../shared's mini Mixtral and Qwen2-MoE have 3 heads): `arch`
+// "llama" is Mixtral's layout (a router over 8 experts, 2 used, renormalised), "qwen2moe"
+// Qwen2-MoE's (q/k/v biases, 3 of 8 experts as routed, a shared expert under a sigmoid
+// gate). Weights by the formula above; compared with the single process only. Written once
+// per process and arch.
+inline std::string MiniMoeForTp(const std::string& arch, const GgufFile* tokenizer) {
+  constexpr int64_t kVocab = 128, kDim = 64, kLayers = 2, kHeads = 4, kKvHeads = 2;
+  constexpr int64_t kHd = kDim / kHeads, kExperts = 8, kExpertFfn = 32, kSharedFfn = 48;
+  const bool qwen = arch == "qwen2moe";
+  GgufWriter w;
+  std::deque<std::vector<float>> values;
+  auto add = [&](const std::string& name, std::vector<int64_t> ne, bool norm) {
+    AddScriptTensor(w, &values, name, std::move(ne), norm);
+  };
+  w.SetString("general.architecture", arch);
+  w.SetString("general.name", "mini-" + arch + "-moe-tp-random-f32");
+  if (tokenizer != nullptr) CopyTokenizer(*tokenizer, &w);
+  const std::pair<const char*, uint32_t> ints[] = {{"block_count", kLayers},
+                                                   {"context_length", 256},
+                                                   {"embedding_length", kDim},
+                                                   {"feed_forward_length", kExpertFfn},
+                                                   {"attention.head_count", kHeads},
+                                                   {"attention.head_count_kv", kKvHeads},
+                                                   {"expert_count", kExperts},
+                                                   {"expert_used_count", qwen ? 3u : 2u},
+                                                   {"vocab_size", kVocab}};
+  for (const auto& [key, value] : ints) w.SetUint32(arch + "." + key, value);
+  if (qwen) {
+    w.SetUint32("qwen2moe.expert_feed_forward_length", kExpertFfn);
+    w.SetUint32("qwen2moe.expert_shared_feed_forward_length", kSharedFfn);
+  }
+  w.SetFloat32(arch + ".rope.freq_base", qwen ? 1e6f : 1e4f);
+  w.SetFloat32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  add("token_embd.weight", {kDim, kVocab}, false);
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {kDim}, true);
+    add(p + "attn_q.weight", {kDim, kHeads * kHd}, false);
+    add(p + "attn_k.weight", {kDim, kKvHeads * kHd}, false);
+    add(p + "attn_v.weight", {kDim, kKvHeads * kHd}, false);
+    if (qwen) {
+      add(p + "attn_q.bias", {kHeads * kHd}, false);
+      add(p + "attn_k.bias", {kKvHeads * kHd}, false);
+      add(p + "attn_v.bias", {kKvHeads * kHd}, false);
+    }
+    add(p + "attn_output.weight", {kHeads * kHd, kDim}, false);
+    add(p + "ffn_norm.weight", {kDim}, true);
+    add(p + "ffn_gate_inp.weight", {kDim, kExperts}, false);
+    add(p + "ffn_gate_exps.weight", {kDim, kExpertFfn, kExperts}, false);
+    add(p + "ffn_up_exps.weight", {kDim, kExpertFfn, kExperts}, false);
+    add(p + "ffn_down_exps.weight", {kExpertFfn, kDim, kExperts}, false);
+    if (qwen) {
+      add(p + "ffn_gate_inp_shexp.weight", {kDim}, false);
+      add(p + "ffn_gate_shexp.weight", {kDim, kSharedFfn}, false);
+      add(p + "ffn_up_shexp.weight", {kDim, kSharedFfn}, false);
+      add(p + "ffn_down_shexp.weight", {kSharedFfn, kDim}, false);
+    }
+  }
+  add("output_norm.weight", {kDim}, true);
+  add("output.weight", {kDim, kVocab}, false);
+  const std::string out = ::testing::TempDir() + "/mini_" + arch + "_moe_tp_" +
+                          std::to_string(::getpid()) + ".gguf";
+  absl::Status st = w.WriteFile(out);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
 // mini-phi3-{long,short}: Phi-3 with LongRoPE over 24 of each head's 32 dimensions, weights
 // as in MiniQwen3Moe (engine/testdata/phi3longrope/make_reference.py made the reference;
 // the sizes and factors below are its). `context` 256 stretches the original 64 (long
