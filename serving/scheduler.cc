@@ -231,7 +231,9 @@ Scheduler::PrefixLookup Scheduler::PrefixFor(const std::vector<int32_t>& prompt,
   const int64_t over = blocks_reserved_ + prefix_->blocks() + need - kv_blocks_;
   if (over > 0) {
     if (over > prefix_->idle_blocks()) return release(PrefixLookup::kNoRoom);
-    for (const BlockName& name : prefix_->EvictIdle(over)) evict_.push_back(name);
+    const std::vector<BlockName> evicted = prefix_->EvictIdle(over);
+    UpdateView({}, evicted);
+    evict_.insert(evict_.end(), evicted.begin(), evicted.end());
   }
   return out;
 }
@@ -340,6 +342,7 @@ void Scheduler::ApplyAttach(PipelineSpec p) {
     // The new pipeline's cache may differ: reserve again, youngest sequences first to go
     // when it is smaller than what runs. Its stages cache nothing yet.
     prefix_ = config_.prefix_cache ? std::make_unique<PrefixCache>(p.kv_block_size) : nullptr;
+    ResetView(config_.prefix_cache ? p.kv_block_size : 0);
     evict_.clear();
     computing_.clear();
     blocks_reserved_ = 0;
@@ -380,6 +383,7 @@ void Scheduler::ApplyDetach(const absl::Status& why) {
   link_down_since_.reset();
   flights_.clear();
   release_.clear();  // the stages that held them are gone
+  ResetView(0);      // and their caches with them
   for (auto& [id, s] : running_) {
     s.in_flight = false;
     s.announced = false;
@@ -456,6 +460,7 @@ void Scheduler::DropPrefix(SeqId id, Running& s) {
   for (const BlockName& name : s.prefix) {
     if (prefix_->RefCount(name) > 0) continue;  // others use it: the stages hold it
     prefix_->Forget(name);
+    UpdateView({}, {&name, 1});
     evict_.push_back(name);
   }
   const int64_t grown = static_cast<int64_t>(s.prefix.size());
@@ -485,6 +490,32 @@ void Scheduler::PublishFilled(SeqId id, Running& s, int32_t end, StageFrame& fra
   }
 }
 
+void Scheduler::UpdateView(std::span<const BlockName> added,
+                           std::span<const BlockName> removed) {
+  absl::MutexLock lock(&view_mu_);
+  view_.insert(added.begin(), added.end());
+  for (const BlockName& name : removed) view_.erase(name);
+}
+
+void Scheduler::ResetView(int block_size) {
+  absl::MutexLock lock(&view_mu_);
+  view_.clear();
+  view_block_size_ = block_size;
+}
+
+int64_t Scheduler::CachedPrefixTokens(std::span<const int32_t> prompt) const {
+  absl::MutexLock lock(&view_mu_);
+  const int64_t bs = view_block_size_;
+  if (bs <= 0) return 0;
+  BlockName name;
+  int64_t b = 0;
+  for (; (b + 1) * bs <= static_cast<int64_t>(prompt.size()); ++b) {
+    name = PrefixCache::NameOf(name, prompt.subspan(static_cast<size_t>(b * bs), bs));
+    if (!view_.contains(name)) break;
+  }
+  return b * bs;
+}
+
 void Scheduler::ApplyPublished(const Flight& flight) {
   if (!prefix_ || flight.publish.empty()) return;
   const int bs = prefix_->block_size();
@@ -497,7 +528,9 @@ void Scheduler::ApplyPublished(const Flight& flight) {
     const BlockName parent = p.block == 0 ? BlockName{} : s.names[p.block - 1];
     const auto tokens = std::span(s.seq->tokens()).subspan(static_cast<size_t>(p.block) * bs, bs);
     DoneComputing(s, &p.name);
-    if (!prefix_->Insert(p.name, parent, tokens, live) || !live) continue;
+    const bool inserted = prefix_->Insert(p.name, parent, tokens, live);
+    if (inserted) UpdateView({&p.name, 1}, {});
+    if (!inserted || !live) continue;
     s.uses.push_back(p.name);
     --s.blocks;
     ++moved;

@@ -54,11 +54,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "serving/prefix_cache.h"
@@ -141,6 +143,10 @@ class Scheduler {
   void OnResult(StepResult result) ABSL_LOCKS_EXCLUDED(mu_);
 
   SchedulerStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // For routing (serving/router.h), from any thread: how many leading tokens of `prompt`
+  // the attached pipeline holds in its prefix cache, in whole blocks, as far as the
+  // scheduler's books say (0 without a cache). A guess: it may be stale at once.
+  int64_t CachedPrefixTokens(std::span<const int32_t> prompt) const ABSL_LOCKS_EXCLUDED(view_mu_);
   // True when nothing runs or waits.
   bool Idle() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -222,6 +228,11 @@ class Scheduler {
   void PublishFilled(SeqId id, Running& s, int32_t end, StageFrame& frame, Flight& flight);
   // Caches the blocks a batch filled (its result came).
   void ApplyPublished(const Flight& flight);
+  // The routing view of the cache (CachedPrefixTokens): names added and removed, or all
+  // dropped with the block size of a new pipeline's cache (0: none).
+  void UpdateView(std::span<const BlockName> added, std::span<const BlockName> removed)
+      ABSL_LOCKS_EXCLUDED(view_mu_);
+  void ResetView(int block_size) ABSL_LOCKS_EXCLUDED(view_mu_);
   // A sequence's prefix is dropped: it is released on the stages and computed again.
   void DropPrefix(SeqId id, Running& s);
   void Finish(Running& s, FinishReason reason, const absl::Status& status);
@@ -260,6 +271,12 @@ class Scheduler {
   // request) can admit: the loop does not spin on them.
   bool admission_held_ ABSL_GUARDED_BY(mu_) = false;
   int64_t running_count_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The names the prefix cache holds, for CachedPrefixTokens on other threads; written by
+  // the scheduler thread as it changes the cache.
+  mutable absl::Mutex view_mu_;
+  absl::flat_hash_set<BlockName> view_ ABSL_GUARDED_BY(view_mu_);
+  int view_block_size_ ABSL_GUARDED_BY(view_mu_) = 0;
 
   // Owned by the scheduler thread.
   std::optional<PipelineSpec> pipeline_;
