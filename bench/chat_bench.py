@@ -26,6 +26,8 @@ import threading
 import time
 import urllib.parse
 
+from serving_bench import percentile
+
 WORDS = ("the a and of to in is was that for on with as at by from his her they we you "
          "said one all would there their what so up out if about who get which go me when "
          "make can like time no just him know take people into year your good some could "
@@ -35,15 +37,6 @@ WORDS = ("the a and of to in is was that for on with as at by from his her they 
          "table friend letter mountain forest village market winter evening bridge teacher "
          "student kitchen doctor animal city country ocean island train station library "
          "picture question answer number reason family").split()
-
-
-def percentile(xs, p):
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def words(rng, n):

@@ -65,6 +65,21 @@ Generated Generate(v1::Inference::Stub& stub, const v1::GenerateRequest& req,
   return g;
 }
 
+// A request to the single process (LocalEngine) read to its end, as Generate reads one.
+Generated DrainLocal(RequestStream& stream) {
+  Generated g;
+  for (;;) {
+    auto e = stream.Next(std::chrono::seconds(60));
+    if (!e) {
+      g.status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no event in 60 s");
+      return g;
+    }
+    g.text += e->text;
+    g.ids.insert(g.ids.end(), e->ids.begin(), e->ids.end());
+    if (e->last) return g;
+  }
+}
+
 v1::GenerateRequest Request(const std::string& prompt, int max_tokens, float temperature,
                             uint64_t seed) {
   v1::GenerateRequest req;
@@ -130,14 +145,8 @@ TEST_P(ClusterTest, ThreeStagesGiveTheSingleProcessGreedyIds) {
   g.ignore_eos = true;
   auto one = (*local)->scheduler().Submit(g);
   ASSERT_TRUE(one.ok());
-  Generated want;
-  for (;;) {
-    auto e = (*one)->Next(std::chrono::seconds(60));
-    ASSERT_TRUE(e.has_value());
-    want.text += e->text;
-    want.ids.insert(want.ids.end(), e->ids.begin(), e->ids.end());
-    if (e->last) break;
-  }
+  const Generated want = DrainLocal(**one);
+  ASSERT_TRUE(want.status.ok()) << want.status.error_message();
 
   v1::GenerateRequest req;
   for (int32_t id : g.prompt) req.add_prompt_ids(id);
@@ -217,15 +226,8 @@ TEST_P(ClusterTest, PromptsSharingABeginningGetTheSingleProcessTextFromThePrefix
     g.ignore_eos = true;
     auto one = (*local)->scheduler().Submit(g);
     ASSERT_TRUE(one.ok());
-    Generated w;
-    for (;;) {
-      auto e = (*one)->Next(std::chrono::seconds(60));
-      ASSERT_TRUE(e.has_value());
-      w.text += e->text;
-      w.ids.insert(w.ids.end(), e->ids.begin(), e->ids.end());
-      if (e->last) break;
-    }
-    want.push_back(w);
+    want.push_back(DrainLocal(**one));
+    ASSERT_TRUE(want.back().status.ok()) << want.back().status.error_message();
     v1::GenerateRequest req = Request("", 20, 0.8f, 300 + i);
     req.clear_prompt();
     for (int32_t id : g.prompt) req.add_prompt_ids(id);

@@ -61,6 +61,15 @@ inline void AddScriptTensor(GgufWriter& w, std::deque<std::vector<float>>* keep,
               std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), n * 4));
 }
 
+// Writes `w` to TempDir()/<stem>_<pid>.gguf and returns the path (a failure is a test
+// failure).
+inline std::string WriteScriptModel(GgufWriter& w, const std::string& stem) {
+  const std::string out = ::testing::TempDir() + "/" + stem + "_" + std::to_string(::getpid()) + ".gguf";
+  absl::Status st = w.WriteFile(out);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
 // Writes mini-qwen3moe (once per process) and returns its path.
 // Written once per process (and once more with a tokenizer).
 inline std::string MiniQwen3Moe(const GgufFile* tokenizer = nullptr) {
@@ -108,12 +117,7 @@ inline std::string MiniQwen3Moe(const GgufFile* tokenizer = nullptr) {
     }
     add("output_norm.weight", {kDim}, true);
     add("output.weight", {kDim, kVocab}, false);
-    const std::string out =
-        ::testing::TempDir() + "/mini_qwen3moe_" + (tokenizer != nullptr ? "tok_" : "") +
-        std::to_string(::getpid()) + ".gguf";
-    absl::Status st = w.WriteFile(out);
-    EXPECT_TRUE(st.ok()) << st;
-    return out;
+    return WriteScriptModel(w, tokenizer != nullptr ? "mini_qwen3moe_tok" : "mini_qwen3moe");
   };
   if (tokenizer != nullptr) {
     static const std::string with_tokenizer = write(tokenizer);
@@ -184,11 +188,7 @@ inline std::string MiniMoeForTp(const std::string& arch, const GgufFile* tokeniz
   }
   add("output_norm.weight", {kDim}, true);
   add("output.weight", {kDim, kVocab}, false);
-  const std::string out = ::testing::TempDir() + "/mini_" + arch + "_moe_tp_" +
-                          std::to_string(::getpid()) + ".gguf";
-  absl::Status st = w.WriteFile(out);
-  EXPECT_TRUE(st.ok()) << st;
-  return out;
+  return WriteScriptModel(w, "mini_" + arch + "_moe_tp");
 }
 
 // mini-phi3-{long,short}: Phi-3 with LongRoPE over 24 of each head's 32 dimensions, weights
@@ -244,11 +244,7 @@ inline std::string MiniPhi3LongRope(int64_t context, const GgufFile* tokenizer =
   }
   add("output_norm.weight", {kDim}, true);
   add("output.weight", {kDim, kVocab}, false);
-  const std::string out = ::testing::TempDir() + "/mini_phi3_longrope_" + std::to_string(context) +
-                          "_" + std::to_string(::getpid()) + ".gguf";
-  absl::Status st = w.WriteFile(out);
-  EXPECT_TRUE(st.ok()) << st;
-  return out;
+  return WriteScriptModel(w, "mini_phi3_longrope_" + std::to_string(context));
 }
 
 // mini-mistral-swa: GGUF "llama" with llama.attention.sliding_window 5, weights as in
@@ -287,11 +283,7 @@ inline std::string MiniMistralSwa(const GgufFile* tokenizer = nullptr) {
   }
   add("output_norm.weight", {kDim}, true);
   add("output.weight", {kDim, kVocab}, false);
-  const std::string out =
-      ::testing::TempDir() + "/mini_mistral_swa_" + std::to_string(::getpid()) + ".gguf";
-  absl::Status st = w.WriteFile(out);
-  EXPECT_TRUE(st.ok()) << st;
-  return out;
+  return WriteScriptModel(w, "mini_mistral_swa");
 }
 
 // mini-gemma3: six layers (five windowed over 4 positions with the local base, the sixth
@@ -337,10 +329,7 @@ inline std::string MiniGemma3(const GgufFile* tokenizer = nullptr) {
     add(p + "post_ffw_norm.weight", {kDim}, true);
   }
   add("output_norm.weight", {kDim}, true);
-  const std::string out = ::testing::TempDir() + "/mini_gemma3_" + std::to_string(::getpid()) + ".gguf";
-  absl::Status st = w.WriteFile(out);
-  EXPECT_TRUE(st.ok()) << st;
-  return out;
+  return WriteScriptModel(w, "mini_gemma3");
 }
 
 
