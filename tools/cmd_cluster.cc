@@ -311,6 +311,7 @@ void AddPlan(CLI::App& app, Action* action) {
   cmd->add_option("--replicas", f->replicas,
                   "Pipelines to form over the workers (a count, or auto: as many as fit; the "
                   "workers left are spares)")
+      ->type_name("INT|auto")
       ->capture_default_str();
   cmd->add_option("--tp", f->tp,
                   "Tensor parallelism: each worker is a group of this many ranks of one node, "
