@@ -1,30 +1,80 @@
 #include "serving/prefix_cache.h"
 
 #include <algorithm>
-#include <cstring>
+#include <limits>
 
+// The streaming state's definition (a stack object, no allocation per name).
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 namespace cascade {
 
+int64_t PrefixView::CachedTokens(std::span<const int32_t> prompt) const {
+  int block_size;
+  {
+    absl::MutexLock lock(&mu_);
+    block_size = block_size_;
+  }
+  if (block_size <= 0) return 0;
+  // Named outside the lock: the scheduler thread updates the view as it caches.
+  const std::vector<BlockName> names =
+      PrefixCache::ChainNames(prompt, block_size, std::numeric_limits<int64_t>::max());
+  absl::MutexLock lock(&mu_);
+  if (block_size_ != block_size) return 0;
+  int64_t held = 0;
+  while (held < static_cast<int64_t>(names.size()) && names_.contains(names[held])) ++held;
+  return held * block_size;
+}
+
+void PrefixView::Reset(int block_size) {
+  absl::MutexLock lock(&mu_);
+  names_.clear();
+  block_size_ = block_size;
+}
+
+void PrefixView::Add(const BlockName& name) {
+  absl::MutexLock lock(&mu_);
+  names_.insert(name);
+}
+
+void PrefixView::Remove(std::span<const BlockName> names) {
+  absl::MutexLock lock(&mu_);
+  for (const BlockName& n : names) names_.erase(n);
+}
+
+PrefixCache::PrefixCache(int block_size, PrefixView* view)
+    : block_size_(block_size), view_(view) {
+  if (view_ != nullptr) view_->Reset(block_size);
+}
+
 BlockName PrefixCache::NameOf(const BlockName& parent, std::span<const int32_t> block_tokens) {
-  // The parent's name seeds the hash of the block's tokens (little-endian int32, as the
-  // machines this runs on store them): XXH3-128 over [parent.hi, parent.lo, tokens...].
-  std::vector<unsigned char> bytes(2 * sizeof(uint64_t) + block_tokens.size_bytes());
-  std::memcpy(bytes.data(), &parent.hi, sizeof(uint64_t));
-  std::memcpy(bytes.data() + sizeof(uint64_t), &parent.lo, sizeof(uint64_t));
-  std::memcpy(bytes.data() + 2 * sizeof(uint64_t), block_tokens.data(), block_tokens.size_bytes());
-  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  // XXH3-128 over [parent.hi, parent.lo, the tokens as the machine stores int32 (little-
+  // endian on every machine this runs on)], streamed: no copy.
+  XXH3_state_t state;
+  XXH3_128bits_reset(&state);
+  const uint64_t head[2] = {parent.hi, parent.lo};
+  XXH3_128bits_update(&state, head, sizeof(head));
+  XXH3_128bits_update(&state, block_tokens.data(), block_tokens.size_bytes());
+  const XXH128_hash_t h = XXH3_128bits_digest(&state);
   return {h.high64, h.low64};
 }
 
-std::vector<BlockName> PrefixCache::Match(std::span<const int32_t> tokens, int64_t max_blocks) {
-  std::vector<BlockName> hits;
+std::vector<BlockName> PrefixCache::ChainNames(std::span<const int32_t> tokens, int block_size,
+                                               int64_t max_blocks, BlockName parent) {
+  std::vector<BlockName> names;
+  const int64_t full = std::min(static_cast<int64_t>(tokens.size()) / block_size, max_blocks);
+  for (int64_t b = 0; b < full; ++b) {
+    parent = NameOf(parent, tokens.subspan(static_cast<size_t>(b) * block_size, block_size));
+    names.push_back(parent);
+  }
+  return names;
+}
+
+int64_t PrefixCache::Match(std::span<const int32_t> tokens, std::span<const BlockName> names) {
+  int64_t hits = 0;
   BlockName parent;
-  const int64_t full = static_cast<int64_t>(tokens.size()) / block_size_;
-  for (int64_t b = 0; b < std::min(full, max_blocks); ++b) {
-    const auto block = tokens.subspan(b * block_size_, block_size_);
-    const BlockName name = NameOf(parent, block);
+  for (const BlockName& name : names) {
+    const auto block = tokens.subspan(static_cast<size_t>(hits) * block_size_, block_size_);
     auto it = entries_.find(name);
     if (it == entries_.end() || it->second.parent != parent ||
         !std::equal(block.begin(), block.end(), it->second.tokens.begin(),
@@ -33,7 +83,7 @@ std::vector<BlockName> PrefixCache::Match(std::span<const int32_t> tokens, int64
     }
     Entry& e = it->second;
     if (e.refs++ == 0) idle_.erase(e.idle_tick);
-    hits.push_back(name);
+    ++hits;
     parent = name;
   }
   return hits;
@@ -48,6 +98,7 @@ bool PrefixCache::Insert(const BlockName& name, const BlockName& parent,
   e.tokens.assign(tokens.begin(), tokens.end());
   e.refs = referenced ? 1 : 0;
   if (!referenced) MakeIdle(name, e);
+  if (view_ != nullptr) view_->Add(name);
   return true;
 }
 
@@ -69,6 +120,7 @@ void PrefixCache::Forget(const BlockName& name) {
   if (it == entries_.end()) return;
   if (it->second.refs == 0) idle_.erase(it->second.idle_tick);
   entries_.erase(it);
+  if (view_ != nullptr) view_->Remove({&name, 1});
 }
 
 std::vector<BlockName> PrefixCache::EvictIdle(int64_t n) {
@@ -79,12 +131,8 @@ std::vector<BlockName> PrefixCache::EvictIdle(int64_t n) {
     entries_.erase(name);
     out.push_back(name);
   }
+  if (view_ != nullptr) view_->Remove(out);
   return out;
-}
-
-void PrefixCache::Clear() {
-  entries_.clear();
-  idle_.clear();
 }
 
 int64_t PrefixCache::RefCount(const BlockName& name) const {

@@ -17,7 +17,8 @@
 // publication lost with a failed batch): a stage that lacks a block refuses the batch,
 // and the scheduler sends the sequence again without the prefix (serving/scheduler.h).
 //
-// Not thread-safe: owned by the scheduler thread.
+// Not thread-safe: owned by the scheduler thread. Its PrefixView (optional) mirrors the
+// names it holds for other threads (routing): every change of the cache updates it.
 #ifndef CASCADE_SERVING_PREFIX_CACHE_H_
 #define CASCADE_SERVING_PREFIX_CACHE_H_
 
@@ -26,21 +27,46 @@
 #include <span>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 #include "generation/batch.h"
 
 namespace cascade {
 
+// The names a PrefixCache holds, readable from any thread: how much of a prompt a
+// pipeline holds, for routing (serving/router.h). A guess: it may be stale at once.
+class PrefixView {
+ public:
+  // Leading tokens of `prompt` held, in whole blocks (0 without a cache).
+  int64_t CachedTokens(std::span<const int32_t> prompt) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets every name; the names to come are of blocks of `block_size` (0: no cache).
+  void Reset(int block_size) ABSL_LOCKS_EXCLUDED(mu_);
+  void Add(const BlockName& name) ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove(std::span<const BlockName> names) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_set<BlockName> names_ ABSL_GUARDED_BY(mu_);
+  int block_size_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class PrefixCache {
  public:
-  explicit PrefixCache(int block_size) : block_size_(block_size) {}
+  // `view` (may be null) must outlive the cache; it is reset to this block size.
+  PrefixCache(int block_size, PrefixView* view);
 
   static BlockName NameOf(const BlockName& parent, std::span<const int32_t> block_tokens);
+  // The names of the first full blocks of `tokens` (at most max_blocks), the first block's
+  // parent being `parent` (the zero name: `tokens` starts a sequence).
+  static std::vector<BlockName> ChainNames(std::span<const int32_t> tokens, int block_size,
+                                           int64_t max_blocks, BlockName parent = {});
 
   int block_size() const { return block_size_; }
-  // The cached blocks `tokens` starts with, at most max_blocks, first to last; each gains a
-  // reference.
-  std::vector<BlockName> Match(std::span<const int32_t> tokens, int64_t max_blocks);
+  // How many of `names` (ChainNames of `tokens`) lead `tokens` in the cache, their tokens
+  // compared; each of those gains a reference.
+  int64_t Match(std::span<const int32_t> tokens, std::span<const BlockName> names);
   // Caches a block (one reference, or idle with `referenced` false). False when the name
   // is cached already: the caller's block stays its own.
   bool Insert(const BlockName& name, const BlockName& parent, std::span<const int32_t> tokens,
@@ -51,7 +77,6 @@ class PrefixCache {
   void Forget(const BlockName& name);
   // Takes up to n idle blocks, least recently used first, and returns their names.
   std::vector<BlockName> EvictIdle(int64_t n);
-  void Clear();
 
   bool Contains(const BlockName& name) const { return entries_.contains(name); }
   int64_t RefCount(const BlockName& name) const;
@@ -69,6 +94,7 @@ class PrefixCache {
   void MakeIdle(const BlockName& name, Entry& e);
 
   const int block_size_;
+  PrefixView* const view_;
   absl::flat_hash_map<BlockName, Entry> entries_;
   std::map<uint64_t, BlockName> idle_;  // by the tick they became idle: LRU first
   uint64_t tick_ = 0;

@@ -15,17 +15,19 @@ std::vector<int32_t> Range(int32_t from, int32_t n) {
 
 // Caches the full blocks of `tokens` as a sequence would publish them, referenced.
 std::vector<BlockName> Publish(PrefixCache& c, const std::vector<int32_t>& tokens) {
-  std::vector<BlockName> names;
-  BlockName parent;
   const int bs = c.block_size();
-  for (size_t b = 0; (b + 1) * bs <= tokens.size(); ++b) {
+  const std::vector<BlockName> names = PrefixCache::ChainNames(tokens, bs, 1000);
+  for (size_t b = 0; b < names.size(); ++b) {
     std::span<const int32_t> block(tokens.data() + b * bs, bs);
-    const BlockName name = PrefixCache::NameOf(parent, block);
-    EXPECT_TRUE(c.Insert(name, parent, block, /*referenced=*/true));
-    names.push_back(name);
-    parent = name;
+    EXPECT_TRUE(c.Insert(names[b], b == 0 ? BlockName{} : names[b - 1], block,
+                         /*referenced=*/true));
   }
   return names;
+}
+
+// Match as admission calls it: the names of `tokens`' first max_blocks full blocks.
+int64_t MatchTokens(PrefixCache& c, const std::vector<int32_t>& tokens, int64_t max_blocks) {
+  return c.Match(tokens, PrefixCache::ChainNames(tokens, c.block_size(), max_blocks));
 }
 
 TEST(PrefixCache, NamesChainThroughTheParent) {
@@ -35,27 +37,34 @@ TEST(PrefixCache, NamesChainThroughTheParent) {
   EXPECT_NE(PrefixCache::NameOf(root, a), PrefixCache::NameOf(root, b));
   // The same tokens after another prefix are another block.
   EXPECT_NE(PrefixCache::NameOf(PrefixCache::NameOf(root, a), b), PrefixCache::NameOf(root, b));
+  // ChainNames: full blocks only, at most max_blocks, each the NameOf its parent.
+  std::vector<int32_t> ab = a;
+  ab.insert(ab.end(), b.begin(), b.end());
+  ab.push_back(9);
+  const std::vector<BlockName> names = PrefixCache::ChainNames(ab, 4, 10);
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[1], PrefixCache::NameOf(PrefixCache::NameOf(root, a), b));
+  EXPECT_EQ(PrefixCache::ChainNames(ab, 4, 1).size(), 1u);
+  EXPECT_EQ(PrefixCache::ChainNames(b, 4, 1, names[0]), std::vector<BlockName>{names[1]});
 }
 
 TEST(PrefixCache, MatchesTheLeadingCachedBlocksAndCountsTheirUsers) {
-  PrefixCache c(4);
+  PrefixCache c(4, nullptr);
   const std::vector<int32_t> prompt = Range(100, 11);  // 2 full blocks and 3 tokens
   const std::vector<BlockName> names = Publish(c, prompt);
   ASSERT_EQ(names.size(), 2u);
   std::vector<int32_t> other = prompt;
   other[5] = 7;  // differs in the second block
-  std::vector<BlockName> hits = c.Match(other, 10);
-  ASSERT_EQ(hits.size(), 1u);
-  EXPECT_EQ(hits[0], names[0]);
+  EXPECT_EQ(MatchTokens(c, other, 10), 1);
   EXPECT_EQ(c.RefCount(names[0]), 2);
-  EXPECT_EQ(c.Match(prompt, 1).size(), 1u);  // at most max_blocks
-  EXPECT_EQ(c.Match(prompt, 10).size(), 2u);
+  EXPECT_EQ(MatchTokens(c, prompt, 1), 1);  // at most max_blocks
+  EXPECT_EQ(MatchTokens(c, prompt, 10), 2);
   EXPECT_EQ(c.RefCount(names[0]), 4);
   EXPECT_FALSE(c.Insert(names[1], names[0], std::span(prompt).subspan(4, 4), true));
 }
 
 TEST(PrefixCache, IdleBlocksGoLeastRecentlyUsedFirstAndLaterBlocksBeforeTheirPrefix) {
-  PrefixCache c(2);
+  PrefixCache c(2, nullptr);
   const std::vector<BlockName> first = Publish(c, Range(0, 6));    // 3 blocks
   const std::vector<BlockName> second = Publish(c, Range(50, 4));  // 2 blocks
   EXPECT_EQ(c.idle_blocks(), 0);
@@ -70,7 +79,7 @@ TEST(PrefixCache, IdleBlocksGoLeastRecentlyUsedFirstAndLaterBlocksBeforeTheirPre
   EXPECT_EQ(gone[1], first[1]);
   EXPECT_TRUE(c.Contains(first[0]));
   // A hit makes a block busy (not evictable) and recent.
-  ASSERT_EQ(c.Match(Range(0, 6), 10).size(), 1u);
+  ASSERT_EQ(MatchTokens(c, Range(0, 6), 10), 1);
   const std::vector<BlockName> next = c.EvictIdle(10);
   EXPECT_EQ(next.size(), 2u);
   EXPECT_TRUE(c.Contains(first[0]));
@@ -78,16 +87,33 @@ TEST(PrefixCache, IdleBlocksGoLeastRecentlyUsedFirstAndLaterBlocksBeforeTheirPre
 }
 
 TEST(PrefixCache, ACollidingNameIsNoHit) {
-  PrefixCache c(2);
+  PrefixCache c(2, nullptr);
   const std::vector<int32_t> tokens = Range(0, 2);
   // Another prefix filed under the name these tokens hash to (as a collision would).
   const BlockName name = PrefixCache::NameOf({}, tokens);
   const std::vector<int32_t> other = {9, 9};
   ASSERT_TRUE(c.Insert(name, {}, other, false));
-  EXPECT_TRUE(c.Match(tokens, 1).empty());
+  EXPECT_EQ(MatchTokens(c, tokens, 1), 0);
   c.Forget(name);
   EXPECT_EQ(c.blocks(), 0);
   EXPECT_EQ(c.idle_blocks(), 0);
+}
+
+TEST(PrefixCache, ItsViewHoldsWhatItHoldsForOtherThreads) {
+  PrefixView view;
+  PrefixCache c(2, &view);
+  const std::vector<int32_t> tokens = Range(0, 7);
+  EXPECT_EQ(view.CachedTokens(tokens), 0);
+  const std::vector<BlockName> names = Publish(c, tokens);  // 3 blocks
+  EXPECT_EQ(view.CachedTokens(tokens), 6);
+  c.Release(names);
+  ASSERT_EQ(c.EvictIdle(1).size(), 1u);  // the last block
+  EXPECT_EQ(view.CachedTokens(tokens), 4);
+  c.Forget(names[0]);
+  EXPECT_EQ(view.CachedTokens(tokens), 0);
+  PrefixCache next(4, &view);  // a new pipeline's cache: the view starts again
+  Publish(next, tokens);
+  EXPECT_EQ(view.CachedTokens(tokens), 4);
 }
 
 }  // namespace

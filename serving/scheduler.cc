@@ -163,7 +163,7 @@ void Scheduler::Admit() {
     const int64_t blocks = BlocksFor(prompt, max_tokens);
     PrefixLookup found;
     if (prefix_) {
-      found = PrefixFor(p.req.prompt, blocks);
+      found = PrefixFor(p, blocks);
       if (found.outcome == PrefixLookup::kComputing) {  // admitted once that block is cached
         held = true;
         ++it;
@@ -181,13 +181,16 @@ void Scheduler::Admit() {
     Running s;
     s.id = next_seq_++;
     s.seq = std::make_unique<Sequence>(tokenizer_, std::move(p.req), max_tokens, context_length_);
-    s.blocks = blocks - static_cast<int64_t>(found.hits.size());
-    s.processed = static_cast<int32_t>(found.hits.size()) * kv_block_size_;
-    s.prefix = found.hits;
-    s.uses = found.hits;
-    s.names = std::move(found.hits);
-    for (const BlockName& name : found.computing) ++computing_[name];
-    s.computing = std::move(found.computing);
+    s.blocks = blocks - found.hits;
+    s.processed = static_cast<int32_t>(found.hits) * kv_block_size_;
+    if (prefix_) {  // the prompt's names: the cached ones, then those it computes
+      s.names = std::move(p.names);
+      s.prefix.assign(s.names.begin(), s.names.begin() + found.hits);
+      s.cached_tokens = s.processed;
+      s.uses = s.prefix;
+      s.computing.assign(s.names.begin() + found.hits, s.names.end());
+      for (const BlockName& name : s.computing) ++computing_[name];
+    }
     s.stream = std::move(p.stream);
     s.submitted = p.submitted;
     s.admitted = Clock::now();
@@ -203,36 +206,32 @@ void Scheduler::Admit() {
   admission_held_ = held;
 }
 
-Scheduler::PrefixLookup Scheduler::PrefixFor(const std::vector<int32_t>& prompt, int64_t blocks) {
+Scheduler::PrefixLookup Scheduler::PrefixFor(Pending& p, int64_t blocks) {
+  const std::vector<int32_t>& prompt = p.req.prompt;
+  // Named once per request and block size (a held request is looked up again each time
+  // the loop admits). At least the prompt's last token is computed: its logits give the
+  // first sample.
+  if (p.names_block_size != kv_block_size_) {
+    const int64_t usable = (static_cast<int64_t>(prompt.size()) - 1) / kv_block_size_;
+    p.names = PrefixCache::ChainNames(prompt, kv_block_size_, usable);
+    p.names_block_size = kv_block_size_;
+  }
   PrefixLookup out;
-  // At least the prompt's last token is computed: its logits give the first sample.
-  const int64_t usable = (static_cast<int64_t>(prompt.size()) - 1) / kv_block_size_;
-  out.hits = prefix_->Match(prompt, usable);
-  // The names of the prompt's full blocks after the hits: a running sequence computing the
-  // first of them will publish it soon, and this request then starts after it (a burst of
-  // requests with one new system prompt computes it once, not once per request).
-  BlockName parent = out.hits.empty() ? BlockName{} : out.hits.back();
-  for (int64_t b = static_cast<int64_t>(out.hits.size()); b < usable; ++b) {
-    parent = PrefixCache::NameOf(
-        parent, std::span(prompt).subspan(static_cast<size_t>(b) * kv_block_size_, kv_block_size_));
-    out.computing.push_back(parent);
+  out.hits = prefix_->Match(prompt, p.names);
+  const std::span<const BlockName> hits(p.names.data(), static_cast<size_t>(out.hits));
+  // A running sequence computing the next block will publish it soon; this request then
+  // starts after it (a burst of requests with one new system prompt computes it once).
+  if (out.hits < static_cast<int64_t>(p.names.size()) && computing_.contains(p.names[out.hits])) {
+    prefix_->Release(hits);
+    return {PrefixLookup::kComputing, 0};
   }
-  const auto release = [&](PrefixLookup::Outcome why) {
-    prefix_->Release(out.hits);
-    out.hits.clear();
-    out.computing.clear();
-    out.outcome = why;
-    return out;
-  };
-  if (!out.computing.empty() && computing_.contains(out.computing.front())) {
-    return release(PrefixLookup::kComputing);
-  }
-  const int64_t need = blocks - static_cast<int64_t>(out.hits.size());
-  const int64_t over = blocks_reserved_ + prefix_->blocks() + need - kv_blocks_;
+  const int64_t over = blocks_reserved_ + prefix_->blocks() + blocks - out.hits - kv_blocks_;
   if (over > 0) {
-    if (over > prefix_->idle_blocks()) return release(PrefixLookup::kNoRoom);
+    if (over > prefix_->idle_blocks()) {
+      prefix_->Release(hits);
+      return {PrefixLookup::kNoRoom, 0};
+    }
     const std::vector<BlockName> evicted = prefix_->EvictIdle(over);
-    UpdateView({}, evicted);
     evict_.insert(evict_.end(), evicted.begin(), evicted.end());
   }
   return out;
@@ -302,8 +301,7 @@ void Scheduler::Loop() {
       absl::MutexLock lock(&mu_);
       if (attached_) Admit();
       stats_.in_flight_batches = static_cast<int64_t>(flights_.size());
-      stats_.prefix_blocks_cached = prefix_ ? prefix_->blocks() : 0;
-      stats_.prefix_blocks_in_use = prefix_ ? prefix_->referenced_blocks() : 0;
+      NotePrefixBlocks();
     }
     LogThroughput(Clock::now());
     if (!pipeline_) continue;
@@ -341,14 +339,14 @@ void Scheduler::ApplyAttach(PipelineSpec p) {
     stats_.resumed += resumed;
     // The new pipeline's cache may differ: reserve again, youngest sequences first to go
     // when it is smaller than what runs. Its stages cache nothing yet.
-    prefix_ = config_.prefix_cache ? std::make_unique<PrefixCache>(p.kv_block_size) : nullptr;
-    ResetView(config_.prefix_cache ? p.kv_block_size : 0);
+    ResetPrefixCache(config_.prefix_cache ? p.kv_block_size : 0);
     evict_.clear();
     computing_.clear();
     blocks_reserved_ = 0;
     for (auto& [id, s] : running_) {
       if (s.stream == nullptr) continue;
       s.prefix.clear();
+      s.cached_tokens = 0;
       s.uses.clear();
       s.names.clear();
       s.computing.clear();
@@ -382,8 +380,8 @@ void Scheduler::ApplyDetach(const absl::Status& why) {
   pipeline_.reset();
   link_down_since_.reset();
   flights_.clear();
-  release_.clear();  // the stages that held them are gone
-  ResetView(0);      // and their caches with them
+  release_.clear();      // the stages that held them are gone
+  ResetPrefixCache(0);  // and their caches with them
   for (auto& [id, s] : running_) {
     s.in_flight = false;
     s.announced = false;
@@ -460,12 +458,12 @@ void Scheduler::DropPrefix(SeqId id, Running& s) {
   for (const BlockName& name : s.prefix) {
     if (prefix_->RefCount(name) > 0) continue;  // others use it: the stages hold it
     prefix_->Forget(name);
-    UpdateView({}, {&name, 1});
     evict_.push_back(name);
   }
   const int64_t grown = static_cast<int64_t>(s.prefix.size());
   s.blocks += grown;
   s.prefix.clear();
+  s.cached_tokens = 0;
   s.uses.clear();
   s.names.clear();
   s.processed = 0;
@@ -478,42 +476,29 @@ void Scheduler::PublishFilled(SeqId id, Running& s, int32_t end, StageFrame& fra
   const int bs = prefix_->block_size();
   const std::vector<int32_t>& tokens = s.seq->tokens();
   const int32_t first = std::max(static_cast<int32_t>(s.prefix.size()), s.processed / bs);
+  if (static_cast<int32_t>(s.names.size()) < end / bs) {  // blocks past the prompt's
+    const size_t at = s.names.size();
+    const std::vector<BlockName> more = PrefixCache::ChainNames(
+        std::span(tokens).subspan(at * bs), bs, end / bs - static_cast<int64_t>(at),
+        at == 0 ? BlockName{} : s.names.back());
+    s.names.insert(s.names.end(), more.begin(), more.end());
+  }
   for (int32_t b = first; b < end / bs; ++b) {
-    while (static_cast<int32_t>(s.names.size()) <= b) {
-      const size_t at = s.names.size();
-      const BlockName parent = at == 0 ? BlockName{} : s.names.back();
-      s.names.push_back(PrefixCache::NameOf(parent, std::span(tokens).subspan(at * bs, bs)));
-    }
     const BlockPublish p{id, b, s.names[b]};
     frame.publish.push_back(p);
     flight.publish.push_back(p);
   }
 }
 
-void Scheduler::UpdateView(std::span<const BlockName> added,
-                           std::span<const BlockName> removed) {
-  absl::MutexLock lock(&view_mu_);
-  view_.insert(added.begin(), added.end());
-  for (const BlockName& name : removed) view_.erase(name);
+void Scheduler::ResetPrefixCache(int block_size) {
+  prefix_.reset();
+  view_.Reset(0);
+  if (block_size > 0) prefix_ = std::make_unique<PrefixCache>(block_size, &view_);
 }
 
-void Scheduler::ResetView(int block_size) {
-  absl::MutexLock lock(&view_mu_);
-  view_.clear();
-  view_block_size_ = block_size;
-}
-
-int64_t Scheduler::CachedPrefixTokens(std::span<const int32_t> prompt) const {
-  absl::MutexLock lock(&view_mu_);
-  const int64_t bs = view_block_size_;
-  if (bs <= 0) return 0;
-  BlockName name;
-  int64_t b = 0;
-  for (; (b + 1) * bs <= static_cast<int64_t>(prompt.size()); ++b) {
-    name = PrefixCache::NameOf(name, prompt.subspan(static_cast<size_t>(b * bs), bs));
-    if (!view_.contains(name)) break;
-  }
-  return b * bs;
+void Scheduler::NotePrefixBlocks() {
+  stats_.prefix_blocks_cached = prefix_ ? prefix_->blocks() : 0;
+  stats_.prefix_blocks_in_use = prefix_ ? prefix_->referenced_blocks() : 0;
 }
 
 void Scheduler::ApplyPublished(const Flight& flight) {
@@ -528,9 +513,7 @@ void Scheduler::ApplyPublished(const Flight& flight) {
     const BlockName parent = p.block == 0 ? BlockName{} : s.names[p.block - 1];
     const auto tokens = std::span(s.seq->tokens()).subspan(static_cast<size_t>(p.block) * bs, bs);
     DoneComputing(s, &p.name);
-    const bool inserted = prefix_->Insert(p.name, parent, tokens, live);
-    if (inserted) UpdateView({&p.name, 1}, {});
-    if (!inserted || !live) continue;
+    if (!prefix_->Insert(p.name, parent, tokens, live) || !live) continue;
     s.uses.push_back(p.name);
     --s.blocks;
     ++moved;
@@ -646,8 +629,7 @@ void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& stat
   auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
   e.usage.prompt_tokens = s.seq->prompt_len();
   e.usage.completion_tokens = s.seq->generated();
-  e.usage.cached_tokens =
-      prefix_ ? static_cast<int32_t>(s.prefix.size()) * prefix_->block_size() : 0;
+  e.usage.cached_tokens = s.cached_tokens;
   e.usage.seed = s.seq->request().sampling.seed;
   e.usage.total_time_s = seconds(now - s.submitted);
   e.usage.queue_time_s = seconds(s.admitted - s.submitted);
@@ -663,8 +645,7 @@ void Scheduler::Finish(Running& s, FinishReason reason, const absl::Status& stat
     absl::MutexLock lock(&mu_);
     blocks_reserved_ -= s.blocks;
     --running_count_;
-    stats_.prefix_blocks_cached = prefix_ ? prefix_->blocks() : 0;
-    stats_.prefix_blocks_in_use = prefix_ ? prefix_->referenced_blocks() : 0;
+    NotePrefixBlocks();
     if (status.ok() || reason == FinishReason::kCancelled) {
       ++stats_.completed;
     } else {

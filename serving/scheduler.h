@@ -60,7 +60,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "serving/prefix_cache.h"
@@ -146,7 +145,9 @@ class Scheduler {
   // For routing (serving/router.h), from any thread: how many leading tokens of `prompt`
   // the attached pipeline holds in its prefix cache, in whole blocks, as far as the
   // scheduler's books say (0 without a cache). A guess: it may be stale at once.
-  int64_t CachedPrefixTokens(std::span<const int32_t> prompt) const ABSL_LOCKS_EXCLUDED(view_mu_);
+  int64_t CachedPrefixTokens(std::span<const int32_t> prompt) const {
+    return view_.CachedTokens(prompt);
+  }
   // True when nothing runs or waits.
   bool Idle() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -164,6 +165,7 @@ class Scheduler {
     // the cached blocks it uses (those and the ones it filled and published), and the
     // names of its full blocks so far.
     std::vector<BlockName> prefix;
+    int32_t cached_tokens = 0;  // prompt tokens it took from the cache (usage)
     std::vector<BlockName> uses;
     std::vector<BlockName> names;
     // Its prompt's blocks it computes and will publish (while not yet published).
@@ -176,6 +178,9 @@ class Scheduler {
     std::shared_ptr<RequestStream> stream;
     SequenceRequest req;
     Clock::time_point submitted;
+    // Its prompt's usable full blocks' names (PrefixFor), for blocks of names_block_size.
+    std::vector<BlockName> names;
+    int names_block_size = 0;
   };
   struct Flight {
     std::vector<std::pair<SeqId, int32_t>> seqs;  // sequence, processed after this batch
@@ -210,17 +215,14 @@ class Scheduler {
   void ExpireFlights(Clock::time_point now);
   void FailFlight(uint64_t batch_id, const absl::Status& status);
   // Prefix cache: what admission finds for a prompt. kAdmit: its leading cached blocks
-  // (each referenced), room made for `blocks` more by evicting unused ones, and the names
-  // of the prompt's other full blocks; kComputing: the first block after the cached ones
+  // (each referenced) and room made for `blocks` more by evicting unused ones; kComputing: the first block after the cached ones
   // is being computed by a running sequence (wait for it); kNoRoom: it does not fit the
   // budget. Nothing is referenced unless kAdmit.
   struct PrefixLookup {
     enum Outcome { kAdmit, kComputing, kNoRoom } outcome = kAdmit;
-    std::vector<BlockName> hits;
-    std::vector<BlockName> computing;
+    int64_t hits = 0;  // leading blocks of p.names (PrefixFor names the prompt's blocks)
   };
-  PrefixLookup PrefixFor(const std::vector<int32_t>& prompt, int64_t blocks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PrefixLookup PrefixFor(Pending& p, int64_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `s` no longer computes block `name` (all of its blocks when null) for others to wait on.
   void DoneComputing(Running& s, const BlockName* name);
   // Adds the blocks a chunk [s.processed, end) fills to `frame` and `flight` as
@@ -228,11 +230,11 @@ class Scheduler {
   void PublishFilled(SeqId id, Running& s, int32_t end, StageFrame& frame, Flight& flight);
   // Caches the blocks a batch filled (its result came).
   void ApplyPublished(const Flight& flight);
-  // The routing view of the cache (CachedPrefixTokens): names added and removed, or all
-  // dropped with the block size of a new pipeline's cache (0: none).
-  void UpdateView(std::span<const BlockName> added, std::span<const BlockName> removed)
-      ABSL_LOCKS_EXCLUDED(view_mu_);
-  void ResetView(int block_size) ABSL_LOCKS_EXCLUDED(view_mu_);
+  // A new, empty cache for blocks of `block_size` (0: none), as a new pipeline's stages
+  // hold none.
+  void ResetPrefixCache(int block_size);
+  // The cache's block counts into stats_.
+  void NotePrefixBlocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A sequence's prefix is dropped: it is released on the stages and computed again.
   void DropPrefix(SeqId id, Running& s);
   void Finish(Running& s, FinishReason reason, const absl::Status& status);
@@ -272,11 +274,9 @@ class Scheduler {
   bool admission_held_ ABSL_GUARDED_BY(mu_) = false;
   int64_t running_count_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // The names the prefix cache holds, for CachedPrefixTokens on other threads; written by
-  // the scheduler thread as it changes the cache.
-  mutable absl::Mutex view_mu_;
-  absl::flat_hash_set<BlockName> view_ ABSL_GUARDED_BY(view_mu_);
-  int view_block_size_ ABSL_GUARDED_BY(view_mu_) = 0;
+  // The names the prefix cache holds, for CachedPrefixTokens on other threads; the cache
+  // (prefix_) keeps it up to date.
+  PrefixView view_;
 
   // Owned by the scheduler thread.
   std::optional<PipelineSpec> pipeline_;
