@@ -67,20 +67,28 @@ ClusterOption Text(const std::string& name, std::string* v, std::string help) {
       [=] { return *v; });
 }
 
-ClusterOption Boolean(const std::string& name, bool* v, std::string help) {
+// A yes-or-no option: true/false, 1/0 and on/off all work; it shows itself (default,
+// type) in `words`, "true"/"false" or "on"/"off".
+struct BoolWords {
+  const char* yes;
+  const char* no;
+};
+ClusterOption Boolean(const std::string& name, bool* v, std::string help,
+                      BoolWords words = {"true", "false"}) {
+  const bool on_off = std::string(words.yes) == "on";
   return Option(
       name, std::move(help),
       [=](const std::string& s) -> absl::Status {
-        if (s == "true" || s == "1") {
+        if (s == "true" || s == "1" || s == "on") {
           *v = true;
-        } else if (s == "false" || s == "0") {
+        } else if (s == "false" || s == "0" || s == "off") {
           *v = false;
         } else {
-          return Bad(name, s, "true or false");
+          return Bad(name, s, absl::StrCat(words.yes, " or ", words.no));
         }
         return absl::OkStatus();
       },
-      [=] { return std::string(*v ? "true" : "false"); }, "BOOL");
+      [=] { return std::string(*v ? words.yes : words.no); }, on_off ? "on|off" : "BOOL");
 }
 
 }  // namespace
@@ -144,19 +152,8 @@ void AppendPlanningOptions(ClusterConfig* c, std::vector<ClusterOption>* out) {
                       "Sequences decoding at once"));
   t.push_back(Integer("max-waiting", &c->scheduler.max_waiting, 0, kMaxCount,
                       "Queued requests beyond which new ones get RESOURCE_EXHAUSTED"));
-  t.push_back(Option(
-      "prefix-cache", "Reuse the KV blocks of prompts seen before: on or off",
-      [c](const std::string& s) -> absl::Status {
-        if (s == "on" || s == "true") {
-          c->scheduler.prefix_cache = true;
-        } else if (s == "off" || s == "false") {
-          c->scheduler.prefix_cache = false;
-        } else {
-          return Bad("prefix-cache", s, "on or off");
-        }
-        return absl::OkStatus();
-      },
-      [c] { return std::string(c->scheduler.prefix_cache ? "on" : "off"); }, "on|off"));
+  t.push_back(Boolean("prefix-cache", &c->scheduler.prefix_cache,
+                      "Reuse the KV blocks of prompts seen before", {"on", "off"}));
   // Stages.
   t.push_back(Integer("threads-per-stage", &c->stage.threads, 0, 4096,
                       "Compute threads per stage (0: each worker's own)"));

@@ -33,6 +33,7 @@ max_batch_tokens: 1024
 prefill_chunk: 128
 max_running: 10
 max_waiting: 20
+prefix_cache: off
 device: cuda:1
 data_plane: grpc
 data_listen: 0.0.0.0:9001
@@ -51,6 +52,7 @@ drain_timeout_s: 2.5
   EXPECT_EQ(c.scheduler.prefill_chunk, 128);
   EXPECT_EQ(c.scheduler.max_running, 10);
   EXPECT_EQ(c.scheduler.max_waiting, 20);
+  EXPECT_FALSE(c.scheduler.prefix_cache);
   ASSERT_TRUE(c.stage.device.has_value());
   EXPECT_EQ(*c.stage.device, (DeviceSpec{DeviceKind::kCuda, 1}));
   EXPECT_EQ(c.data_plane.kind, DataPlane::kGrpc);
@@ -146,6 +148,8 @@ TEST(ClusterConfig, NamesBadKeysAndValues) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("tcp, grpc or mpi"));
   st = LoadClusterFile(Write("kv", "kv_type: q4_0\n"), &c);
   EXPECT_THAT(std::string(st.message()), HasSubstr("'q4_0' is not f32 or f16"));
+  st = LoadClusterFile(Write("switch", "prefix_cache: sometimes\n"), &c);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("'sometimes' is not on or off"));
   st = LoadClusterFile(Write("device", "device: tpu\n"), &c);
   EXPECT_THAT(std::string(st.message()), HasSubstr("'tpu'"));
   st = LoadClusterFile(Write("list", "workers: [1, 2]\n"), &c);

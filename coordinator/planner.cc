@@ -507,11 +507,9 @@ absl::StatusOr<Plan> MakePlan(const ModelProfile& m, const std::vector<WorkerSpe
     if (plan) return *std::move(plan);
     return NoFit(m, workers, usable, order, exact, context);
   }
-  // The automatic cache: the fewest stages that hold kAutoKvSequences sequences (no more
+  // The automatic cache: the fewest stages that hold auto_kv_sequences sequences (no more
   // than the scheduler runs), else the fewest that hold one; then filled.
-  for (int seqs : {std::clamp(std::min(lim.auto_kv_sequences, lim.max_sequences), 1,
-                              kAutoKvSequences),
-                   1}) {
+  for (int seqs : {std::max(1, std::min(lim.auto_kv_sequences, lim.max_sequences)), 1}) {
     exact.kv_tokens = int64_t{seqs} * context;
     CASCADE_ASSIGN_OR_RETURN(std::optional<Plan> plan,
                              PlaceStages(m, workers, usable, order, exact));

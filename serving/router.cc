@@ -1,6 +1,5 @@
 #include "serving/router.h"
 
-#include <limits>
 #include <tuple>
 
 namespace cascade {

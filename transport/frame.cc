@@ -73,10 +73,6 @@ absl::StatusOr<SequenceSampling> DecodeSequenceSampling(const v1::SequenceSampli
   return o;
 }
 
-}  // namespace
-
-namespace {
-
 void EncodeName(const BlockName& n, v1::BlockName* out) {
   out->set_hi(n.hi);
   out->set_lo(n.lo);
@@ -99,12 +95,11 @@ void EncodeCacheOps(const StageFrame& f, v1::ActivationFrame* out) {
   }
 }
 
-// Attach and publish entries: each about a sequence with tokens in this frame, each
-// sequence attached once, within the context.
+// Attach and publish entries: each about a sequence with tokens in this frame (in_frame),
+// each sequence attached once, within the context.
 absl::Status DecodeCacheOps(const v1::ActivationFrame& in, const FrameExpectations& e,
-                            StageFrame* f) {
-  std::set<SeqId> in_frame, attached;
-  for (const TokenSlot& s : f->slots) in_frame.insert(s.seq);
+                            const std::set<SeqId>& in_frame, StageFrame* f) {
+  std::set<SeqId> attached;
   for (const v1::PrefixAttach& a : in.attach()) {
     const std::string field = absl::StrCat("attach[seq ", a.seq_id(), "]");
     if (!in_frame.count(a.seq_id())) return Bad(field, "the sequence has no token in this frame");
@@ -267,14 +262,12 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
       return Bad("want_logits", absl::StrCat("sequence ", s.seq, " asks for two samples"));
     }
   }
-  if (in.attach_size() != 0 || in.publish_size() != 0) {
-    CASCADE_RETURN_IF_ERROR(DecodeCacheOps(in, e, &f));
-  }
-  // Admitted sequences: each once, each with a token in this frame. A steady step admits
-  // none and pays nothing here.
-  if (in.admit_size() == 0) return f;
+  // Admissions and the prefix cache's attach and publish entries name sequences with a
+  // token in this frame. A steady step has none and pays nothing here.
+  if (in.admit_size() == 0 && in.attach_size() == 0 && in.publish_size() == 0) return f;
   std::set<SeqId> in_frame, admitted;
   for (const TokenSlot& s : f.slots) in_frame.insert(s.seq);
+  CASCADE_RETURN_IF_ERROR(DecodeCacheOps(in, e, in_frame, &f));
   for (const v1::SequenceSampling& a : in.admit()) {
     const std::string field = absl::StrCat("admit[seq ", a.seq_id(), "]");
     if (!in_frame.count(a.seq_id())) return Bad(field, "the sequence has no token in this frame");
