@@ -145,6 +145,35 @@ void AppendPlanningOptions(ClusterConfig* c, std::vector<ClusterOption>* out) {
   t.push_back(Real("memory-fraction", &c->plan.memory_fraction, 0.01, 1,
                    "Fraction of each worker's memory the plan may use (weights, KV cache, "
                    "activations)"));
+  // Replicas.
+  t.push_back(Option(
+      "replicas",
+      "Pipelines that serve: a count, or auto (as many as the workers hold after the "
+      "model's fewest stages; 1: one pipeline, the other workers spares)",
+      [c](const std::string& s) -> absl::Status {
+        int64_t n = 0;
+        if (s == "auto") {
+          c->replicas.count = 0;
+        } else if (absl::SimpleAtoi(s, &n) && n >= 1 && n <= 4096) {
+          c->replicas.count = static_cast<int>(n);
+        } else {
+          return Bad("replicas", s, "auto or an integer in [1, 4096]");
+        }
+        return absl::OkStatus();
+      },
+      [c] { return c->replicas.count == 0 ? std::string("auto") : absl::StrCat(c->replicas.count); },
+      "auto|INT"));
+  t.push_back(Option(
+      "routing",
+      "Which replica serves a request: cache-aware (least prefill left plus queue), "
+      "least-loaded or round-robin",
+      [c](const std::string& s) -> absl::Status {
+        const std::optional<Router::Policy> p = Router::ParsePolicy(s);
+        if (!p) return Bad("routing", s, "cache-aware, least-loaded or round-robin");
+        c->replicas.routing = *p;
+        return absl::OkStatus();
+      },
+      [c] { return std::string(Router::PolicyName(c->replicas.routing)); }));
   // Scheduler.
   t.push_back(Integer<int64_t>("prefill-chunk", &c->scheduler.prefill_chunk, 1, kMaxCount,
                                "Prompt tokens per sequence per micro-batch"));

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "coordinator/http_server.h"
 #include "coordinator/planner.h"
+#include "serving/router.h"
 #include "serving/scheduler_config.h"
 #include "tensor/device.h"
 
@@ -70,6 +71,12 @@ struct BringUpConfig {
   double drain_timeout_s = 30;  // in-flight requests get this long to finish on shutdown
 };
 
+// Replicas (coordinator/replica_set.h): how many pipelines serve, and which gets a request.
+struct ReplicaConfig {
+  int count = 0;  // 0: auto, as many as the workers hold after the model's minimum stages
+  Router::Policy routing = Router::Policy::kCacheAware;
+};
+
 struct StageConfig {
   int threads = 0;                    // compute threads per stage (0: each worker's own)
   std::optional<DeviceSpec> device;   // none: each worker's own
@@ -87,6 +94,7 @@ struct ClusterConfig {
   DataPlaneConfig data_plane;
   BringUpConfig bring_up;
   PlanLimits plan;
+  ReplicaConfig replicas;
   SchedulerConfig scheduler;
   StageConfig stage;
 };

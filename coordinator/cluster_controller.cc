@@ -22,6 +22,20 @@ uint64_t NewId() {
 
 }  // namespace
 
+WorkerSpec PlannerSpec(const WorkerRecord& w) {
+  WorkerSpec s;
+  s.id = w.id;
+  s.address = w.address;
+  s.data_address = w.data_address;
+  s.node = w.node;
+  s.node_id = w.resources.node_id();
+  s.node_memory = w.resources.node_memory();
+  s.memory_bytes = w.resources.memory_bytes();
+  s.gflops = w.resources.gflops() > 0 ? w.resources.gflops() : 1.0;
+  s.tp = std::max(1, w.resources.tensor_parallel());
+  return s;
+}
+
 const char* ClusterStateName(ClusterState s) {
   switch (s) {
     case ClusterState::kWaitingForWorkers:
@@ -52,9 +66,28 @@ ClusterController::ClusterController(const ClusterConfig& config, const ServedMo
       workers_(workers),
       make_sender_(std::move(make_sender)),
       results_(results),
-      join_token_(std::move(join_token)),
-      coordinator_secret_(RandomSecret()),
-      registry_(NewId(), config.bring_up.heartbeat_interval_s),
+      own_registry_(std::make_unique<WorkerRegistry>(NewId(), config.bring_up.heartbeat_interval_s)),
+      own_registrar_(
+          std::make_unique<Registrar>(own_registry_.get(), std::move(join_token), RandomSecret())),
+      registry_(*own_registry_),
+      registrar_(own_registrar_.get()),
+      log_prefix_("cluster: "),
+      scheduler_(std::make_shared<Scheduler>(config.scheduler, model.tokenizer(),
+                                             model.config().context_length,
+                                             model.config().vocab_size)) {}
+
+ClusterController::ClusterController(const ClusterConfig& config, const ServedModel& model,
+                                     WorkerClient* workers, SenderFactory make_sender,
+                                     ResultRouter* results, ReplicaOptions replica)
+    : config_(config),
+      model_(model),
+      workers_(workers),
+      make_sender_(std::move(make_sender)),
+      results_(results),
+      registry_(*replica.registry),
+      registrar_(replica.registrar),
+      replica_(std::move(replica)),
+      log_prefix_(replica_.member ? absl::StrCat("replica ", replica_.index, ": ") : "cluster: "),
       scheduler_(std::make_shared<Scheduler>(config.scheduler, model.tokenizer(),
                                              model.config().context_length,
                                              model.config().vocab_size)) {}
@@ -108,54 +141,21 @@ void ClusterController::Drain(std::chrono::milliseconds timeout) {
   Shutdown();
 }
 
-absl::StatusOr<v1::RegisterResponse> ClusterController::Register(
-    const v1::RegisterRequest& req, const std::string& presented_token) {
-  if (!join_token_.empty() && !SecretsEqual(presented_token, join_token_)) {
-    const bool none = presented_token.empty();
-    const std::string why =
-        none ? "no join token was sent (start the worker with --join-token-file)"
-             : "the join token sent does not match the cluster's";
-    if (ShouldLogRefusal(absl::StrCat(req.worker_id(), "\n", req.listen_address(), "\n", none))) {
-      spdlog::warn("refused a registration as '{}' from {}: {} (logged again in {} s at most)",
-                   req.worker_id(), req.listen_address(), why, kRefusalLogInterval.count());
-    }
-    return absl::PermissionDeniedError(why);
-  }
-  if (req.worker_id().empty() || req.listen_address().empty()) {
-    return absl::InvalidArgumentError("worker_id and listen_address are required");
-  }
-  if (req.protocol_version() != kFrameVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "protocol version ", req.protocol_version(), " is not supported (", kFrameVersion, ")"));
-  }
-  spdlog::info("worker {} registered from {} ({} cores, {} memory)", req.worker_id(),
-               req.listen_address(), req.resources().cores(),
-               HumanBytes(req.resources().memory_bytes()));
-  v1::RegisterResponse resp = registry_.Register(req);
-  resp.set_coordinator_secret(coordinator_secret_);
-  return resp;
+std::vector<WorkerRecord> ClusterController::AliveWorkers() const {
+  std::vector<WorkerRecord> out = registry_.Alive();
+  if (replica_.member) std::erase_if(out, [&](const WorkerRecord& w) { return !replica_.member(w.id); });
+  return out;
 }
 
-absl::StatusOr<bool> ClusterController::Heartbeat(const v1::HeartbeatRequest& req) {
-  return registry_.Heartbeat(req);
+std::vector<WorkerRecord> ClusterController::AllWorkers() const {
+  std::vector<WorkerRecord> out = registry_.All();
+  if (replica_.member) std::erase_if(out, [&](const WorkerRecord& w) { return !replica_.member(w.id); });
+  return out;
 }
 
-bool ClusterController::ShouldLogRefusal(const std::string& key) {
-  const auto now = Clock::now();
-  absl::MutexLock lock(&refusal_mu_);
-  // Forget what is old enough to be logged again, so that many names cannot grow the map.
-  if (refusals_logged_.size() > 1024) {
-    std::erase_if(refusals_logged_,
-                   [&](const auto& e) { return now - e.second >= kRefusalLogInterval; });
-  }
-  auto [it, first] = refusals_logged_.try_emplace(key, now);
-  if (!first && now - it->second < kRefusalLogInterval) return false;
-  it->second = now;
-  return true;
-}
-
-bool ClusterController::MayQuery(const std::string& presented) const {
-  return join_token_.empty() || SecretsEqual(presented, join_token_);
+std::optional<WorkerRecord> ClusterController::FindWorker(const std::string& id) const {
+  if (replica_.member && !replica_.member(id)) return std::nullopt;
+  return registry_.Find(id);
 }
 
 absl::StatusOr<std::shared_ptr<Scheduler>> ClusterController::scheduler() const {
@@ -213,7 +213,7 @@ ClusterSnapshot ClusterController::Snapshot() const {
         StageDataAddress(config_.data_plane.kind, s.plan_workers[sp.worker]));
   }
   s.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
-  s.workers = registry_.All();
+  s.workers = AllWorkers();
   const auto now = Clock::now();
   for (const WorkerRecord& w : s.workers) s.alive.push_back(registry_.IsAlive(w, now));
   s.scheduler = scheduler_->Stats();
@@ -229,7 +229,8 @@ void ClusterController::SetState(ClusterState s, std::string reason) {
     state_ = s;
     reason_ = std::move(reason);
     listeners = listeners_;
-    spdlog::info("cluster: {}{}{}", ClusterStateName(s), reason_.empty() ? "" : ": ", reason_);
+    spdlog::info("{}{}{}{}", log_prefix_, ClusterStateName(s), reason_.empty() ? "" : ": ",
+                 reason_);
   }
   for (const auto& fn : listeners) fn(s);
 }
@@ -286,14 +287,19 @@ ClusterState ClusterController::WaitForWorkers() {
   const size_t want = static_cast<size_t>(config_.bring_up.workers);
   SetState(ClusterState::kWaitingForWorkers, absl::StrCat("waiting for ", want, " worker(s)"));
   const auto deadline = Clock::now() + std::chrono::seconds(config_.bring_up.worker_wait_s);
-  while (registry_.Alive().size() < want) {
+  while (AliveWorkers().size() < want) {
     if (Stopping()) return ClusterState::kStopped;
     if (Clock::now() > deadline) {
-      Fail(absl::DeadlineExceededError(absl::StrCat("only ", registry_.Alive().size(), " of ",
+      Fail(absl::DeadlineExceededError(absl::StrCat("only ", AliveWorkers().size(), " of ",
                                                     want, " workers registered")));
       return ClusterState::kStopped;
     }
-    registry_.WaitForWorkers(want, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    const auto until = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
+    if (replica_.member) {
+      std::this_thread::sleep_until(until);  // the registry counts every replica's workers
+    } else {
+      registry_.WaitForWorkers(want, until);
+    }
   }
   return ClusterState::kPlanning;
 }
@@ -308,7 +314,7 @@ bool ClusterController::IsExcluded(const WorkerRecord& w) const {
 
 std::vector<WorkerRecord> ClusterController::EligibleWorkers() const {
   std::vector<WorkerRecord> out;
-  for (WorkerRecord& w : registry_.Alive()) {
+  for (WorkerRecord& w : AliveWorkers()) {
     if (IsExcluded(w) || w.state == v1::WORKER_STATE_FAILED ||
         w.state == v1::WORKER_STATE_DRAINING) {
       continue;
@@ -339,7 +345,7 @@ ClusterState ClusterController::PlanPipeline() {
     // The load failure bring-up retries after stays the news while its worker is left out.
     absl::MutexLock lock(&mu_);
     std::erase_if(load_failed_, [this](const auto& e) {
-      std::optional<WorkerRecord> w = registry_.Find(e.first);
+      std::optional<WorkerRecord> w = FindWorker(e.first);
       return !w || w->generation != e.second;  // registered anew: it may be planned again
     });
     if (load_failed_.empty()) bring_up_failure_.clear();
@@ -347,19 +353,7 @@ ClusterState ClusterController::PlanPipeline() {
   std::vector<WorkerSpec> specs;
   const std::vector<WorkerRecord> eligible = EligibleWorkers();
   planned_over_ = Identities(eligible);
-  for (const WorkerRecord& w : eligible) {
-    WorkerSpec s;
-    s.id = w.id;
-    s.address = w.address;
-    s.data_address = w.data_address;
-    s.node = w.node;
-    s.node_id = w.resources.node_id();
-    s.node_memory = w.resources.node_memory();
-    s.memory_bytes = w.resources.memory_bytes();
-    s.gflops = w.resources.gflops() > 0 ? w.resources.gflops() : 1.0;
-    s.tp = std::max(1, w.resources.tensor_parallel());
-    specs.push_back(s);
-  }
+  for (const WorkerRecord& w : eligible) specs.push_back(PlannerSpec(w));
   const PipelineTarget old = CurrentPlan();
   PlanLimits limits = config_.plan;
   limits.max_sequences = config_.scheduler.max_running;  // a KV cache it can use
@@ -374,7 +368,7 @@ ClusterState ClusterController::PlanPipeline() {
     if (!bring_up_failure_.empty()) why = absl::StrCat(bring_up_failure_, "; then ", why);
     return AwaitWorkerChange(why, planned_over_);
   }
-  spdlog::info("plan:\n{}", plan->Table(model_.profile(), specs));
+  spdlog::info("{}plan:\n{}", replica_.member ? log_prefix_ : "", plan->Table(model_.profile(), specs));
   absl::MutexLock lock(&mu_);
   plan_ = {NewId(), *std::move(plan), std::move(specs)};
   return ClusterState::kLoading;
@@ -398,7 +392,10 @@ ClusterState ClusterController::AwaitWorkerChange(const std::string& why,
     brought_up = brought_up_;
   }
   SetState(ClusterState::kDegraded, reason);
-  scheduler_->FailAll(absl::UnavailableError(reason));
+  // Another replica that serves takes the requests up; without one they end, saying why.
+  if (!replica_.hand_off || !replica_.hand_off(scheduler_)) {
+    scheduler_->FailAll(absl::UnavailableError(reason));
+  }
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
@@ -432,7 +429,7 @@ ClusterState ClusterController::LoadPipeline() {
   std::vector<WorkerRecord> stage_workers;
   for (const StagePlan& sp : target.plan.stages) {
     const std::string& id = target.workers[sp.worker].id;
-    std::optional<WorkerRecord> w = registry_.Find(id);
+    std::optional<WorkerRecord> w = FindWorker(id);
     if (!w) return AwaitWorkerChange(absl::StrCat("worker ", id, " is gone"), planned_over_);
     stage_workers.push_back(*std::move(w));
   }
@@ -443,7 +440,7 @@ ClusterState ClusterController::LoadPipeline() {
     spdlog::error("{}; planning without it", pipeline.status().message());
     absl::MutexLock lock(&mu_);
     for (const std::string& id : failed_workers) {
-      if (auto w = registry_.Find(id)) load_failed_[id] = w->generation;
+      if (auto w = FindWorker(id)) load_failed_[id] = w->generation;
       lost_.push_back(id);
     }
     return ClusterState::kReplanning;
@@ -463,7 +460,7 @@ ClusterState ClusterController::LoadFailed(const absl::Status& why,
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& id : failed_workers) {
-      if (auto w = registry_.Find(id)) load_failed_[id] = w->generation;
+      if (auto w = FindWorker(id)) load_failed_[id] = w->generation;
     }
   }
   bring_up_failure_ = absl::StrCat(
@@ -510,7 +507,7 @@ std::vector<std::string> ClusterController::FindLostWorkers(std::string* problem
   std::vector<std::string> lost;
   for (size_t i = 0; i < plan.stages.size(); ++i) {
     const WorkerSpec& spec = specs[plan.stages[i].worker];
-    std::optional<WorkerRecord> w = registry_.Find(spec.id);
+    std::optional<WorkerRecord> w = FindWorker(spec.id);
     std::string why;
     if (!w) {
       why = absl::StrCat("stage ", i, " (worker ", spec.id, ") is no longer registered");
@@ -539,7 +536,7 @@ std::string ClusterController::CheckFirstStageLink(std::string* problem) {
   const auto [plan_id, plan, specs] = CurrentPlan();
   if (plan.stages.empty()) return "";
   const WorkerSpec& spec = specs[plan.stages[0].worker];
-  std::optional<WorkerRecord> w = registry_.Find(spec.id);
+  std::optional<WorkerRecord> w = FindWorker(spec.id);
   if (!w) return "";
   if (absl::Status st = workers_->Probe(*w); !st.ok()) {
     *problem = absl::StrCat("stage 0 (worker ", w->id, " at ", w->address,
@@ -569,7 +566,7 @@ void ClusterController::TendSpares() {
   const auto [plan_id, plan, specs] = CurrentPlan();
   std::set<std::string> in_plan;
   for (const StagePlan& st : plan.stages) in_plan.insert(specs[st.worker].id);
-  for (const WorkerRecord& w : registry_.Alive()) {
+  for (const WorkerRecord& w : AliveWorkers()) {
     if (in_plan.count(w.id)) continue;
     if (w.state == v1::WORKER_STATE_IDLE) {
       absl::MutexLock lock(&mu_);
@@ -632,7 +629,7 @@ ClusterState ClusterController::Serve() {
       lost_ = lost;
       recovering_ = true;
       for (const std::string& id : lost) {
-        if (auto w = registry_.Find(id)) excluded_[id] = w->generation;
+        if (auto w = FindWorker(id)) excluded_[id] = w->generation;
       }
     }
     SetState(ClusterState::kDegraded, problem);
@@ -656,7 +653,7 @@ void ClusterController::UnloadPlan() {
   const auto [plan_id, plan, specs] = CurrentPlan();
   if (plan_id == 0) return;
   for (const StagePlan& sp : plan.stages) {
-    std::optional<WorkerRecord> w = registry_.Find(specs[sp.worker].id);
+    std::optional<WorkerRecord> w = FindWorker(specs[sp.worker].id);
     if (!w || !registry_.IsAlive(*w, Clock::now())) continue;
     if (absl::Status st = workers_->Unload(*w, plan_id); !st.ok()) {
       spdlog::warn("unloading {}: {}", w->id, st.message());

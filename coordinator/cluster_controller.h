@@ -66,6 +66,7 @@
 #include "coordinator/cluster_config.h"
 #include "coordinator/pipeline_loader.h"
 #include "coordinator/planner.h"
+#include "coordinator/registrar.h"
 #include "coordinator/registry.h"
 #include "coordinator/result_router.h"
 #include "serving/scheduler.h"
@@ -84,6 +85,9 @@ enum class ClusterState {
   kStopped,
 };
 const char* ClusterStateName(ClusterState s);
+
+// What the planner knows of a registered worker.
+WorkerSpec PlannerSpec(const WorkerRecord& w);
 
 // A consistent view of the cluster for status reports.
 struct ClusterSnapshot {
@@ -108,8 +112,6 @@ class ClusterController {
   // again (once the workers have changed); doubled by each failure in a row, up to the cap.
   static constexpr std::chrono::milliseconds kFirstRetryBackoff{500};
   static constexpr std::chrono::milliseconds kMaxRetryBackoff{30000};
-  // A refused registration is logged once per (worker, listen address, reason) in this.
-  static constexpr std::chrono::seconds kRefusalLogInterval{60};
 
   // `model`, `workers` and `results` must outlive the controller. Workers may register
   // before Start. The controller adds its pipeline to `results` while it is attached.
@@ -117,6 +119,19 @@ class ClusterController {
   ClusterController(const ClusterConfig& config, const ServedModel& model, WorkerClient* workers,
                     SenderFactory make_sender, ResultRouter* results,
                     std::string join_token = "");
+  // One replica of several (coordinator/replica_set.h): it plans over the workers of the
+  // set's registry that `replica.member` names, and when it gives its requests up (no plan
+  // fits the workers left) offers them to `replica.hand_off` first (true: another replica
+  // took them; false: they fail, as without replicas).
+  struct ReplicaOptions {
+    WorkerRegistry* registry = nullptr;  // the set's; outlives the controller
+    Registrar* registrar = nullptr;      // the set's
+    std::function<bool(const std::string& worker_id)> member;
+    std::function<bool(const std::shared_ptr<Scheduler>&)> hand_off;
+    int index = 0;  // named in its log lines and status
+  };
+  ClusterController(const ClusterConfig& config, const ServedModel& model, WorkerClient* workers,
+                    SenderFactory make_sender, ResultRouter* results, ReplicaOptions replica);
   ~ClusterController();
 
   // `results_address` is where the last stage is told to send results.
@@ -126,18 +141,18 @@ class ClusterController {
   // UNAVAILABLE, then stops. Returns when stopped.
   void Drain(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The control plane. Register needs the join token (when one is set; compared in
-  // constant time): PermissionDenied says whether none was sent or it does not match. The
-  // response carries the worker's session secret and the coordinator's secret.
+  // The control plane (coordinator/registrar.h): Register needs the join token (when one
+  // is set). The response carries the worker's session secret and the coordinator's.
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req,
-                                                const std::string& presented_token);
-  // Known (false: register again), or PermissionDenied for a heartbeat that does not carry
-  // the session secret of the worker it names (it changes nothing).
-  absl::StatusOr<bool> Heartbeat(const v1::HeartbeatRequest& req);
-  // Whether `presented` is the join token (always, when none is set): for status queries.
-  bool MayQuery(const std::string& presented) const;
+                                                const std::string& presented_token) {
+    return registrar_->Register(req, presented_token);
+  }
+  absl::StatusOr<bool> Heartbeat(const v1::HeartbeatRequest& req) {
+    return registrar_->Heartbeat(req);
+  }
+  bool MayQuery(const std::string& presented) const { return registrar_->MayQuery(presented); }
   // What the coordinator presents to workers' control services.
-  const std::string& coordinator_secret() const { return coordinator_secret_; }
+  const std::string& coordinator_secret() const { return registrar_->coordinator_secret(); }
   absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const ABSL_LOCKS_EXCLUDED(mu_);
   ClusterState state() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the state is one of `states`; false on timeout.
@@ -175,8 +190,10 @@ class ClusterController {
   ClusterState LoadFailed(const absl::Status& why,
                                  const std::vector<std::string>& failed_workers);
   void Fail(const absl::Status& st);
-  // Whether a refused registration of this kind from this worker should be logged now.
-  bool ShouldLogRefusal(const std::string& key) ABSL_LOCKS_EXCLUDED(refusal_mu_);
+  // This controller's workers in the registry (all of them, unless a replica).
+  std::vector<WorkerRecord> AliveWorkers() const;
+  std::vector<WorkerRecord> AllWorkers() const;
+  std::optional<WorkerRecord> FindWorker(const std::string& id) const;
   // The plan's lost workers (ids) and a description of the first; empty when all are well.
   std::vector<std::string> FindLostWorkers(std::string* problem) ABSL_LOCKS_EXCLUDED(mu_);
   // The first stage's worker, when sends to it fail and it does not answer a probe (a
@@ -204,10 +221,14 @@ class ClusterController {
   WorkerClient* const workers_;
   const SenderFactory make_sender_;
   ResultRouter* const results_;
-  const std::string join_token_;
-  const std::string coordinator_secret_;
+  // Standalone, the controller's own registry and registrar; a replica uses the set's.
+  std::unique_ptr<WorkerRegistry> own_registry_;
+  std::unique_ptr<Registrar> own_registrar_;
+  WorkerRegistry& registry_;
+  Registrar* const registrar_;
+  const ReplicaOptions replica_;
+  const std::string log_prefix_;  // "cluster: " or "replica N: "
   std::unique_ptr<const PipelineLoader> loader_;  // made by Start, before the thread
-  WorkerRegistry registry_;
   std::shared_ptr<Scheduler> scheduler_;  // created at start, lives as long as the controller
   const Clock::time_point started_ = Clock::now();
   std::thread thread_;
@@ -237,9 +258,6 @@ class ClusterController {
   WorkerSet planned_over_;
   std::chrono::milliseconds retry_backoff_ = kFirstRetryBackoff;
   std::string bring_up_failure_;
-  // When each kind of refused registration was last logged (by worker and reason).
-  absl::Mutex refusal_mu_;
-  std::map<std::string, Clock::time_point> refusals_logged_ ABSL_GUARDED_BY(refusal_mu_);
 };
 
 }  // namespace cascade

@@ -31,33 +31,17 @@ grpc::Status ControlService::ClusterStatus(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
-                       v1::ClusterStatusResponse* out) {
-  const auto now = std::chrono::steady_clock::now();
-  if (!model_id.empty()) out->set_model(model_id);
-  out->set_serving(s.state == ClusterState::kServing);
-  out->set_state(ClusterStateName(s.state));
-  out->set_plan_id(s.plan_id);
-  if (!s.reason.empty() && s.state != ClusterState::kServing) out->set_error(s.reason);
-  for (size_t i = 0; i < s.workers.size(); ++i) {
-    const WorkerRecord& w = s.workers[i];
-    v1::WorkerInfo* wi = out->add_workers();
-    wi->set_worker_id(w.id);
-    wi->set_node(w.node);
-    wi->set_address(w.address);
-    *wi->mutable_resources() = w.resources;
-    wi->set_state(w.state);
-    wi->set_seconds_since_heartbeat(std::chrono::duration<double>(now - w.last_seen).count());
-    wi->set_alive(s.alive[i]);
-    for (const v1::GpuStats& g : w.gpus) *wi->add_gpus() = g;
-    if (w.process.ByteSizeLong() > 0) *wi->mutable_process() = w.process;
-  }
+namespace {
+
+void FillStages(const ClusterSnapshot& s, int replica,
+                google::protobuf::RepeatedPtrField<v1::StageStatus>* out) {
   const bool plan_live = s.state == ClusterState::kServing || s.state == ClusterState::kDraining;
   for (size_t i = 0; i < s.plan.stages.size(); ++i) {
     const StagePlan& st = s.plan.stages[i];
     const WorkerSpec& spec = s.plan_workers[st.worker];
-    v1::StageStatus* ss = out->add_stages();
+    v1::StageStatus* ss = out->Add();
     ss->set_index(static_cast<int32_t>(i));
+    ss->set_replica(replica);
     ss->set_first_layer(st.layers.first);
     ss->set_last_layer(st.layers.last);
     ss->set_planned_bytes(st.memory.total());
@@ -78,8 +62,10 @@ void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
       }
     }
   }
+}
+
+void FillScheduler(const ClusterSnapshot& s, v1::SchedulerStatus* o) {
   const SchedulerStats& st = s.scheduler;
-  v1::SchedulerStatus* o = out->mutable_scheduler();
   o->set_waiting(st.waiting);
   o->set_running(st.running);
   o->set_in_flight_batches(st.in_flight_batches);
@@ -96,7 +82,70 @@ void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
   o->set_prefix_hit_tokens(st.prefix_hit_tokens);
   o->set_prefix_blocks_cached(st.prefix_blocks_cached);
   o->set_prefix_blocks_in_use(st.prefix_blocks_in_use);
+  o->set_handed_over(st.handed_over);
+  o->set_resumed(st.resumed);
   o->set_uptime_s(s.uptime_s);
+}
+
+// Adds one replica's counts to the cluster's.
+void AddScheduler(const v1::SchedulerStatus& r, v1::SchedulerStatus* o) {
+  o->set_waiting(o->waiting() + r.waiting());
+  o->set_running(o->running() + r.running());
+  o->set_in_flight_batches(o->in_flight_batches() + r.in_flight_batches());
+  o->set_kv_blocks_reserved(o->kv_blocks_reserved() + r.kv_blocks_reserved());
+  o->set_kv_blocks_total(o->kv_blocks_total() + r.kv_blocks_total());
+  o->set_completed(o->completed() + r.completed());
+  o->set_failed(o->failed() + r.failed());
+  o->set_cancelled(o->cancelled() + r.cancelled());
+  o->set_rejected(o->rejected() + r.rejected());
+  o->set_generated_tokens(o->generated_tokens() + r.generated_tokens());
+  o->set_prompt_tokens(o->prompt_tokens() + r.prompt_tokens());
+  o->set_prefix_queried_tokens(o->prefix_queried_tokens() + r.prefix_queried_tokens());
+  o->set_prefix_hit_tokens(o->prefix_hit_tokens() + r.prefix_hit_tokens());
+  o->set_prefix_blocks_cached(o->prefix_blocks_cached() + r.prefix_blocks_cached());
+  o->set_prefix_blocks_in_use(o->prefix_blocks_in_use() + r.prefix_blocks_in_use());
+  o->set_handed_over(o->handed_over() + r.handed_over());
+  o->set_resumed(o->resumed() + r.resumed());
+}
+
+}  // namespace
+
+void FillClusterStatus(const ReplicaSetSnapshot& s, const std::string& model_id,
+                       v1::ClusterStatusResponse* out) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!model_id.empty()) out->set_model(model_id);
+  out->set_serving(s.state == ClusterState::kServing);
+  out->set_state(ClusterStateName(s.state));
+  if (!s.replicas.empty()) out->set_plan_id(s.replicas.front().plan_id);
+  if (!s.reason.empty() && s.state != ClusterState::kServing) out->set_error(s.reason);
+  for (size_t i = 0; i < s.workers.size(); ++i) {
+    const WorkerRecord& w = s.workers[i];
+    v1::WorkerInfo* wi = out->add_workers();
+    wi->set_worker_id(w.id);
+    wi->set_node(w.node);
+    wi->set_address(w.address);
+    *wi->mutable_resources() = w.resources;
+    wi->set_state(w.state);
+    wi->set_seconds_since_heartbeat(std::chrono::duration<double>(now - w.last_seen).count());
+    wi->set_alive(s.alive[i]);
+    for (const v1::GpuStats& g : w.gpus) *wi->add_gpus() = g;
+    if (w.process.ByteSizeLong() > 0) *wi->mutable_process() = w.process;
+  }
+  v1::SchedulerStatus* sum = out->mutable_scheduler();
+  for (size_t r = 0; r < s.replicas.size(); ++r) {
+    const ClusterSnapshot& c = s.replicas[r];
+    v1::ReplicaStatus* rs = out->add_replicas();
+    rs->set_index(static_cast<int32_t>(r));
+    rs->set_state(ClusterStateName(c.state));
+    if (c.state != ClusterState::kServing && !c.reason.empty()) rs->set_error(c.reason);
+    rs->set_plan_id(c.plan_id);
+    for (const WorkerRecord& w : c.workers) rs->add_workers(w.id);
+    FillStages(c, static_cast<int>(r), rs->mutable_stages());
+    FillStages(c, static_cast<int>(r), out->mutable_stages());
+    FillScheduler(c, rs->mutable_scheduler());
+    AddScheduler(rs->scheduler(), sum);
+  }
+  sum->set_uptime_s(s.uptime_s);
 }
 
 }  // namespace cascade

@@ -1,21 +1,21 @@
 // The Coordinator gRPC service, the control plane workers talk to: Register, Heartbeat and
 // ClusterStatus (the gRPC data plane's results stream is transport/grpc_link.h's
 // ResultSinkService, served beside it). A thin adapter: every call goes
-// to the ClusterController; absl::Status becomes grpc::Status here.
+// to the ReplicaSet (the coordinator's pipelines); absl::Status becomes grpc::Status here.
 //
 // Contract: thread-safe (gRPC's sync server calls handlers concurrently).
 #ifndef CASCADE_COORDINATOR_CONTROL_SERVICE_H_
 #define CASCADE_COORDINATOR_CONTROL_SERVICE_H_
 
 #include "cascade/v1/control_plane.grpc.pb.h"
-#include "coordinator/cluster_controller.h"
+#include "coordinator/replica_set.h"
 
 namespace cascade {
 
 class ControlService final : public v1::Coordinator::Service {
  public:
   // `controller` must outlive the service; `model_id` names the served model in reports.
-  ControlService(ClusterController* controller, std::string model_id)
+  ControlService(ReplicaSet* controller, std::string model_id)
       : controller_(controller), model_id_(std::move(model_id)) {}
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
@@ -26,7 +26,7 @@ class ControlService final : public v1::Coordinator::Service {
                              v1::ClusterStatusResponse* resp) override;
 
  private:
-  ClusterController* controller_;
+  ReplicaSet* controller_;
   const std::string model_id_;
 };
 
@@ -35,7 +35,9 @@ class ControlService final : public v1::Coordinator::Service {
 // whose worker's last heartbeat predates that (still "loading", no KV blocks yet) is
 // reported serving with the plan's KV blocks rather than as the heartbeat's stale view.
 // Request counts are the snapshot's `requests` (ServingMetrics), as /metrics shows them.
-void FillClusterStatus(const ClusterSnapshot& s, const std::string& model_id,
+// With several replicas the top-level fields sum them up (see ClusterStatusResponse) and
+// `replicas` has each.
+void FillClusterStatus(const ReplicaSetSnapshot& s, const std::string& model_id,
                        v1::ClusterStatusResponse* out);
 
 }  // namespace cascade

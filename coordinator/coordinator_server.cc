@@ -1,7 +1,7 @@
 #include "coordinator/coordinator_server.h"
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/cluster_controller.h"
+#include "coordinator/replica_set.h"
 #include "coordinator/control_service.h"
 #include "coordinator/http_api.h"
 #include "grpc/health/v1/health.pb.h"
@@ -27,23 +27,28 @@ namespace cascade {
 // What the API adapters see of the coordinator.
 class ClusterServingTarget : public ServingTarget {
  public:
-  ClusterServingTarget(const ServedModel& model, ClusterController& controller)
-      : model_(model), controller_(controller) {}
+  ClusterServingTarget(const ServedModel& model, ReplicaSet& replicas)
+      : model_(model), replicas_(replicas) {}
   const ServedModel& model() const override { return model_; }
-  absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const override {
-    return controller_.scheduler();
+  absl::StatusOr<std::shared_ptr<Scheduler>> SchedulerFor(
+      std::span<const int32_t> prompt) const override {
+    return replicas_.SchedulerFor(prompt);
   }
   v1::ModelInfo model_info() const override {
     v1::ModelInfo info = model_.Info();
-    const ClusterSnapshot s = controller_.Snapshot();
-    info.set_stages(static_cast<int32_t>(s.plan.stages.size()));
+    const ReplicaSetSnapshot s = replicas_.Snapshot();
+    size_t stages = 0;  // a replica's (the first that has a plan)
+    for (const ClusterSnapshot& r : s.replicas) {
+      if (stages == 0) stages = r.plan.stages.size();
+    }
+    info.set_stages(static_cast<int32_t>(stages));
     info.set_ready(s.state == ClusterState::kServing);
     return info;
   }
 
  private:
   const ServedModel& model_;
-  ClusterController& controller_;
+  ReplicaSet& replicas_;
 };
 
 class CoordinatorServer::Impl {
@@ -76,15 +81,15 @@ class CoordinatorServer::Impl {
     auto model = ServedModel::Open(config_.model, config_.served_model_name, config_.chat_template);
     if (!model.ok()) return model.status();
     model_ = std::move(*model);
-    controller_ = std::make_unique<ClusterController>(
+    replicas_ = std::make_unique<ReplicaSet>(
         config_, *model_, &worker_client_,
         [](const std::string& address, const SenderOptions& options) {
           return MakeActivationSender(address, options);
         },
         &results_, join_token_);
-    worker_client_.SetCoordinatorSecret(controller_->coordinator_secret());
-    serving_target_ = std::make_unique<ClusterServingTarget>(*model_, *controller_);
-    control_ = std::make_unique<ControlService>(controller_.get(), model_->id());
+    worker_client_.SetCoordinatorSecret(replicas_->coordinator_secret());
+    serving_target_ = std::make_unique<ClusterServingTarget>(*model_, *replicas_);
+    control_ = std::make_unique<ControlService>(replicas_.get(), model_->id());
     result_sink_ = std::make_unique<ResultSinkService>(
         [r = &results_](const v1::StepResult& result, const std::string& peer) {
           return r->OnResult(result, peer);
@@ -115,7 +120,7 @@ class CoordinatorServer::Impl {
     control_address_ = AdvertisedHostPort(config_.server.control_listen, control.port);
     const std::string advertise =
         config_.server.advertise.empty() ? control_address_ : config_.server.advertise;
-    controller_->OnStateChange([this](ClusterState s) { SetHealth(s == ClusterState::kServing); });
+    replicas_->OnStateChange([this](ClusterState s) { SetHealth(s == ClusterState::kServing); });
 
     // Results from the last stage: on the TCP or MPI data plane, or on the ResultSink
     // stream served beside the control service (gRPC data plane); either way to the
@@ -145,8 +150,8 @@ class CoordinatorServer::Impl {
       http.cors_origin = config_.server.cors_origin;
       http.metrics = [this] {
         v1::ClusterStatusResponse status;
-        FillClusterStatus(controller_->Snapshot(), model_->id(), &status);
-        return RenderPrometheus(controller_->ServingMetricsSnapshot(), status);
+        FillClusterStatus(replicas_->Snapshot(), model_->id(), &status);
+        return RenderPrometheus(replicas_->ServingMetricsSnapshot(), status);
       };
       auto started = HttpApi::Start(serving_target_.get(), config_.server.http, std::move(http));
       if (!started.ok()) return started.status();
@@ -154,7 +159,7 @@ class CoordinatorServer::Impl {
     }
     spdlog::info("coordinator: {} (workers send results to {}){}", Addresses(), results_address,
                  TlsEnabled() ? "; mTLS" : "");
-    controller_->Start(results_address);
+    replicas_->Start(results_address);
     return absl::OkStatus();
   }
 
@@ -173,22 +178,22 @@ class CoordinatorServer::Impl {
   int http_port() const { return http_ ? http_->port() : 0; }
 
   absl::Status WaitUntilServing(std::chrono::milliseconds timeout) {
-    if (!controller_->WaitForState(
+    if (!replicas_->WaitForState(
             {ClusterState::kServing, ClusterState::kStopped, ClusterState::kDegraded}, timeout)) {
       return absl::DeadlineExceededError("the cluster is not serving yet");
     }
-    auto s = controller_->scheduler();
+    auto s = replicas_->SchedulerFor({});
     return s.ok() ? absl::OkStatus() : s.status();
   }
 
   void Drain(std::chrono::milliseconds timeout) {
-    if (controller_) controller_->Drain(timeout);
+    if (replicas_) replicas_->Drain(timeout);
     Shutdown();
   }
 
   void Shutdown() {
     if (shut_down_.exchange(true)) return;
-    if (controller_) controller_->Shutdown();
+    if (replicas_) replicas_->Shutdown();
     if (http_) http_->Stop();
     if (server_) {
       SetHealth(false);
@@ -214,7 +219,7 @@ class CoordinatorServer::Impl {
   GrpcWorkerClient worker_client_;
   // Where every transport hands the results; outlives the servers and the controller.
   ResultRouter results_;
-  std::unique_ptr<ClusterController> controller_;
+  std::unique_ptr<ReplicaSet> replicas_;  // the pipelines (one unless --replicas)
   std::unique_ptr<ClusterServingTarget> serving_target_;
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<ResultSinkService> result_sink_;  // the gRPC data plane's results

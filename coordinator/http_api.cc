@@ -491,8 +491,7 @@ class HttpApi::Handler {
       if (!prompt.ok()) return ParamError("messages", prompt.status().message());
       spec.prompts.push_back({*prompt, {}});
     }
-    auto sched = target_->scheduler();
-    if (!sched.ok()) return sched.status();
+    if (auto serving = target_->scheduler(); !serving.ok()) return serving.status();
     auto expanded = ExpandSpec(spec, model.tokenizer());
     if (!expanded.ok()) return ParamError(prompt_param, expanded.status().message());
     std::vector<CompletionReply::Choice> choices;
@@ -506,6 +505,13 @@ class HttpApi::Handler {
       if (!fits.ok() && prompt_len < context) {
         for (auto& c : choices) c.stream->Cancel();
         return WithParam(fits.status(), "max_tokens");
+      }
+      // Each prompt goes to the replica the router picks for it (the one holding its
+      // beginning, under cache-aware routing).
+      auto sched = target_->SchedulerFor(one.request.prompt);
+      if (!sched.ok()) {
+        for (auto& c : choices) c.stream->Cancel();
+        return sched.status();
       }
       auto submitted = (*sched)->Submit(std::move(one.request));
       if (!submitted.ok()) {

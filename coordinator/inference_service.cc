@@ -134,12 +134,13 @@ grpc::Status InferenceServiceImpl::Run(grpc::ServerContext* ctx, const v1::Gener
                                        const std::function<bool(const StreamEvent&)>& on_event) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req.model()); !st.ok()) return ToGrpc(st);
-  auto scheduler = target_->scheduler();
-  if (!scheduler.ok()) return ToGrpc(scheduler.status());
+  if (auto serving = target_->scheduler(); !serving.ok()) return ToGrpc(serving.status());
   auto spec = SpecFromProto(req);
   if (!spec.ok()) return ToGrpc(spec.status());
   auto expanded = ExpandSpec(*spec, target_->model().tokenizer());
   if (!expanded.ok()) return ToGrpc(expanded.status());
+  auto scheduler = target_->SchedulerFor(expanded->front().request.prompt);
+  if (!scheduler.ok()) return ToGrpc(scheduler.status());
   auto stream = (*scheduler)->Submit(std::move(expanded->front().request));
   if (!stream.ok()) return ToGrpc(stream.status());
   std::optional<std::chrono::steady_clock::time_point> cancelled_at;

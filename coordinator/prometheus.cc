@@ -145,25 +145,63 @@ std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
   w.Family("cascade_kv_cache_usage_ratio", "gauge",
            "Fraction of the pipeline's KV blocks reserved (0..1; 0 without a pipeline).");
   w.Sample("cascade_kv_cache_usage_ratio", {}, KvUsageRatio(q));
-  const Labels replica = {{"replica", "0"}};
+  // Each replica's (one unless --replicas): its requests, tokens and prefix cache.
+  struct ReplicaCounts {
+    std::string index;
+    const v1::SchedulerStatus* q;
+    bool serving;
+  };
+  std::vector<ReplicaCounts> replicas;
+  for (const v1::ReplicaStatus& r : c.replicas()) {
+    replicas.push_back({absl::StrCat(r.index()), &r.scheduler(), r.state() == "serving"});
+  }
+  if (replicas.empty()) replicas.push_back({"0", &q, c.serving()});  // none yet: the sums
+  w.Family("cascade_replica_up", "gauge", "1 while the replica serves, else 0.");
+  for (const ReplicaCounts& r : replicas) {
+    w.Sample("cascade_replica_up", {{"replica", r.index}}, r.serving ? 1.0 : 0.0);
+  }
+  w.Family("cascade_replica_requests_running", "gauge", "Sequences generating on the replica.");
+  for (const ReplicaCounts& r : replicas) {
+    w.Sample("cascade_replica_requests_running", {{"replica", r.index}},
+             static_cast<double>(r.q->running()));
+  }
+  w.Family("cascade_replica_requests_waiting", "gauge", "Requests queued on the replica.");
+  for (const ReplicaCounts& r : replicas) {
+    w.Sample("cascade_replica_requests_waiting", {{"replica", r.index}},
+             static_cast<double>(r.q->waiting()));
+  }
+  w.Family("cascade_replica_generation_tokens_total", "counter",
+           "Tokens the replica generated (its tokens/s: rate() of this).");
+  for (const ReplicaCounts& r : replicas) {
+    w.Sample("cascade_replica_generation_tokens_total", {{"replica", r.index}},
+             static_cast<double>(r.q->generated_tokens()));
+  }
   w.Family("cascade_prefix_cache_queried_tokens_total", "counter",
            "Prompt tokens looked up in the prefix cache.");
-  w.Sample("cascade_prefix_cache_queried_tokens_total", replica,
-           static_cast<double>(q.prefix_queried_tokens()));
+  for (const ReplicaCounts& r : replicas) {
+    w.Sample("cascade_prefix_cache_queried_tokens_total", {{"replica", r.index}},
+             static_cast<double>(r.q->prefix_queried_tokens()));
+  }
   w.Family("cascade_prefix_cache_hit_tokens_total", "counter",
            "Prompt tokens found in the prefix cache (their prefill skipped).");
-  w.Sample("cascade_prefix_cache_hit_tokens_total", replica,
-           static_cast<double>(q.prefix_hit_tokens()));
+  for (const ReplicaCounts& r : replicas) {
+    w.Sample("cascade_prefix_cache_hit_tokens_total", {{"replica", r.index}},
+             static_cast<double>(r.q->prefix_hit_tokens()));
+  }
   w.Family("cascade_prefix_cache_blocks", "gauge",
            "KV blocks the prefix cache holds (state: in_use by running sequences, or idle).");
-  w.Sample("cascade_prefix_cache_blocks", {{"replica", "0"}, {"state", "in_use"}},
-           static_cast<double>(q.prefix_blocks_in_use()));
-  w.Sample("cascade_prefix_cache_blocks", {{"replica", "0"}, {"state", "idle"}},
-           static_cast<double>(q.prefix_blocks_cached() - q.prefix_blocks_in_use()));
+  for (const ReplicaCounts& r : replicas) {
+    w.Sample("cascade_prefix_cache_blocks", {{"replica", r.index}, {"state", "in_use"}},
+             static_cast<double>(r.q->prefix_blocks_in_use()));
+    w.Sample("cascade_prefix_cache_blocks", {{"replica", r.index}, {"state", "idle"}},
+             static_cast<double>(r.q->prefix_blocks_cached() - r.q->prefix_blocks_in_use()));
+  }
 
   // Stages, and the hops between them.
   auto stage_labels = [](const v1::StageStatus& s) {
-    return Labels{{"stage", absl::StrCat(s.index())}, {"worker", s.worker_id()}};
+    return Labels{{"replica", absl::StrCat(s.replica())},
+                  {"stage", absl::StrCat(s.index())},
+                  {"worker", s.worker_id()}};
   };
   struct StageMetric {
     const char* name;
@@ -192,26 +230,30 @@ std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
     w.Family(sm.name, sm.type, sm.help);
     for (const v1::StageStatus& s : c.stages()) w.Sample(sm.name, stage_labels(s), sm.value(s.stats()));
   }
-  const int n = c.stages_size();
-  auto hop_into = [](int stage) {
-    return stage == 0 ? std::string("coordinator->0") : absl::StrCat(stage - 1, "->", stage);
+  auto hop_into = [](const v1::StageStatus& s) {
+    return Labels{{"replica", absl::StrCat(s.replica())},
+                  {"hop", s.index() == 0 ? std::string("coordinator->0")
+                                         : absl::StrCat(s.index() - 1, "->", s.index())}};
   };
   w.Family("cascade_hop_latency_seconds", "histogram",
            "From a hop's send to its receive, by the two ends' clocks (across nodes this "
            "includes their offset).");
+  int last = -1;  // the last stage's index (of the replica with the most stages)
   for (const v1::StageStatus& s : c.stages()) {
-    w.Histo("cascade_hop_latency_seconds", {{"hop", hop_into(s.index())}},
-            FromProto(s.stats().hop_in_seconds()));
+    w.Histo("cascade_hop_latency_seconds", hop_into(s), FromProto(s.stats().hop_in_seconds()));
+    last = std::max(last, s.index());
   }
-  if (n > 0) {
-    w.Histo("cascade_hop_latency_seconds", {{"hop", absl::StrCat(n - 1, "->coordinator")}},
+  if (last >= 0) {  // the results' hop, over every replica
+    w.Histo("cascade_hop_latency_seconds",
+            {{"replica", c.replicas_size() > 1 ? std::string("all") : std::string("0")},
+             {"hop", absl::StrCat(last, "->coordinator")}},
             m.result_hop);
   }
   w.Family("cascade_hop_activation_bytes_total", "counter",
            "Activation payload that crossed a hop between stages.");
   for (const v1::StageStatus& s : c.stages()) {
     if (s.index() == 0) continue;
-    w.Sample("cascade_hop_activation_bytes_total", {{"hop", hop_into(s.index())}},
+    w.Sample("cascade_hop_activation_bytes_total", hop_into(s),
              static_cast<double>(s.stats().activation_bytes_in()));
   }
 

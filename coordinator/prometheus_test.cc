@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/control_service.h"
+#include "coordinator/replica_set.h"
 #include "coordinator/status_text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -92,7 +93,7 @@ class Rendering : public ::testing::Test {
  protected:
   void SetUp() override {
     snapshot_ = AfterFailover();
-    FillClusterStatus(snapshot_, kModel, &status_);
+    FillClusterStatus(SetOfOne(snapshot_), kModel, &status_);
     metrics_ = RenderPrometheus(ServingMetrics().Take(), status_);
     samples_ = Samples(metrics_);
     text_ = RenderClusterStatus(status_);
@@ -188,7 +189,7 @@ TEST_F(Rendering, AfterAFailoverTheLostWorkerIsMarkedAndNoStageLooksLoading) {
 TEST_F(Rendering, WhileLoadingTheStagesShowTheirOwnState) {
   snapshot_.state = ClusterState::kLoading;
   v1::ClusterStatusResponse loading;
-  FillClusterStatus(snapshot_, kModel, &loading);
+  FillClusterStatus(SetOfOne(snapshot_), kModel, &loading);
   EXPECT_EQ(loading.stages(1).state(), v1::WORKER_STATE_LOADING);
   EXPECT_THAT(RenderClusterStatus(loading), HasSubstr("serving  no"));
 }

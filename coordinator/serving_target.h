@@ -8,7 +8,9 @@
 #ifndef CASCADE_COORDINATOR_SERVING_TARGET_H_
 #define CASCADE_COORDINATOR_SERVING_TARGET_H_
 
+#include <cstdint>
 #include <memory>
+#include <span>
 
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.pb.h"
@@ -22,8 +24,13 @@ class ServingTarget {
   virtual ~ServingTarget() = default;
   // The served model: tokenizer, chat template, id.
   virtual const ServedModel& model() const = 0;
-  // The scheduler while the cluster serves, or Unavailable with the reason.
-  virtual absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const = 0;
+  // The scheduler of the replica that serves a request with `prompt` (its first prompt's
+  // tokens: routing looks for the replica that holds its beginning), or Unavailable with
+  // the reason no replica serves.
+  virtual absl::StatusOr<std::shared_ptr<Scheduler>> SchedulerFor(
+      std::span<const int32_t> prompt) const = 0;
+  // Any scheduler that serves (health), as SchedulerFor an empty prompt.
+  absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const { return SchedulerFor({}); }
   // The model's description with the cluster's stages and readiness.
   virtual v1::ModelInfo model_info() const = 0;
 };

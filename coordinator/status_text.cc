@@ -35,12 +35,15 @@ void AppendStages(const v1::ClusterStatusResponse& s, std::string* out) {
   absl::StrAppendFormat(out, "\n%-5s %-22s %-9s %-9s %10s %12s %14s %9s %9s  %s\n", "stage",
                         "worker", "layers", "state", "frames", "tokens", "kv blocks", "busy s",
                         "cpu s", "frames arrive at");
+  const bool several = s.replicas_size() > 1;
   for (const v1::StageStatus& st : s.stages()) {
+    const std::string index =
+        several ? absl::StrCat(st.replica(), ".", st.index()) : absl::StrCat(st.index());
     const std::string layers = absl::StrCat("[", st.first_layer(), ",", st.last_layer(), ")");
     const std::string kv =
         absl::StrCat(st.stats().kv_blocks_used(), "/", st.stats().kv_blocks_total());
-    absl::StrAppendFormat(out, "%-5d %-22s %-9s %-9s %10d %12d %14s %9.1f %9.1f  %s%s\n",
-                          st.index(), st.worker_id(), layers, StateName(st.state()),
+    absl::StrAppendFormat(out, "%-5s %-22s %-9s %-9s %10d %12d %14s %9.1f %9.1f  %s%s\n",
+                          index, st.worker_id(), layers, StateName(st.state()),
                           st.stats().frames(), st.stats().tokens(), kv, st.stats().busy_s(),
                           st.stats().cpu_s(), st.data_address(),
                           st.alive() ? "" : "  (no heartbeat)");
@@ -80,12 +83,20 @@ void AppendWorkers(const v1::ClusterStatusResponse& s, std::string* out) {
 
 std::string WorkerRole(const v1::ClusterStatusResponse& s, const v1::WorkerInfo& w) {
   if (!w.alive()) return "lost";
-  std::vector<int> stages;
+  const bool several = s.replicas_size() > 1;
+  std::vector<std::string> stages;
   for (const v1::StageStatus& st : s.stages()) {
-    if (st.worker_id() == w.worker_id()) stages.push_back(st.index());
+    if (st.worker_id() != w.worker_id()) continue;
+    stages.push_back(several ? absl::StrCat(st.replica(), ".", st.index())
+                             : absl::StrCat(st.index()));
   }
-  if (stages.empty()) return "spare";
-  return absl::StrCat("stage ", absl::StrJoin(stages, ","));
+  if (!stages.empty()) return absl::StrCat("stage ", absl::StrJoin(stages, ","));
+  for (const v1::ReplicaStatus& r : s.replicas()) {
+    for (const std::string& id : r.workers()) {
+      if (several && id == w.worker_id()) return absl::StrCat("spare ", r.index());
+    }
+  }
+  return "spare";
 }
 
 std::string RenderClusterStatus(const v1::ClusterStatusResponse& s) {
@@ -115,6 +126,21 @@ std::string RenderClusterStatus(const v1::ClusterStatusResponse& s) {
                         "%d in use\n",
                         q.prefix_hit_tokens(), q.prefix_queried_tokens(), hit,
                         q.prefix_blocks_cached(), q.prefix_blocks_in_use());
+  if (s.replicas_size() > 1) {
+    for (const v1::ReplicaStatus& r : s.replicas()) {
+      const v1::SchedulerStatus& rq = r.scheduler();
+      const double rtps = rq.uptime_s() > 0 ? rq.generated_tokens() / rq.uptime_s() : 0;
+      const double rhit = rq.prefix_queried_tokens() > 0
+                              ? 100.0 * rq.prefix_hit_tokens() / rq.prefix_queried_tokens()
+                              : 0.0;
+      absl::StrAppendFormat(&out,
+                            "replica %d: %s, %d stage(s); %d running, %d waiting; %.1f generated "
+                            "tokens/s; prefix cache %.0f%% of %d prompt tokens%s%s\n",
+                            r.index(), r.state(), r.stages_size(), rq.running(), rq.waiting(),
+                            rtps, rhit, rq.prefix_queried_tokens(), r.error().empty() ? "" : ": ",
+                            r.error());
+    }
+  }
   return out;
 }
 

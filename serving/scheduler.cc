@@ -64,6 +64,119 @@ void Scheduler::StopAdmitting(const absl::Status& why) {
   not_admitting_ = why.ok() ? absl::UnavailableError("the server is not admitting requests") : why;
 }
 
+void Scheduler::HandOver(std::shared_ptr<Scheduler> to) {
+  if (to == nullptr || to.get() == this) return;
+  absl::MutexLock lock(&mu_);
+  inbox_.hand_over = std::move(to);
+}
+
+void Scheduler::Adopt(std::vector<Carried> carried) {
+  absl::MutexLock lock(&mu_);
+  for (Carried& c : carried) inbox_.adopted.push_back(std::move(c));
+  if (stop_) EndWaiting(absl::UnavailableError("the server is shutting down"));
+}
+
+void Scheduler::ApplyHandOver(std::shared_ptr<Scheduler> to) {
+  if (pipeline_) ApplyDetach(absl::UnavailableError("handed over to another replica"));
+  std::vector<Carried> out;
+  for (auto& [id, s] : running_) {
+    if (s.stream == nullptr) continue;
+    DoneComputing(s, nullptr);
+    Carried c;
+    c.seq = std::move(s.seq);
+    c.stream = std::move(s.stream);
+    c.submitted = s.submitted;
+    c.admitted = s.admitted;
+    c.first_token = s.first_token;
+    c.last_token = s.last_token;
+    c.got_first = s.got_first;
+    out.push_back(std::move(c));
+  }
+  running_.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    for (Carried& c : carried_) out.push_back(std::move(c));
+    carried_.clear();
+    for (Pending& p : waiting_) {
+      Carried c;
+      c.pending = std::move(p);
+      out.push_back(std::move(c));
+    }
+    waiting_.clear();
+    blocks_reserved_ = 0;
+    running_count_ = 0;
+    stats_.handed_over += out.size();
+  }
+  if (!out.empty()) {
+    spdlog::warn("scheduler: {} sequence(s) and request(s) handed over to another replica",
+                 out.size());
+  }
+  to->Adopt(std::move(out));
+}
+
+void Scheduler::ApplyAdopt(std::vector<Carried> carried) {
+  absl::MutexLock lock(&mu_);
+  std::deque<Pending> requests;
+  for (Carried& c : carried) {
+    if (c.seq != nullptr) {
+      carried_.push_back(std::move(c));
+    } else {
+      requests.push_back(std::move(c.pending));
+    }
+  }
+  // They waited longer than anything here: ahead of this scheduler's own requests.
+  waiting_.insert(waiting_.begin(), std::make_move_iterator(requests.begin()),
+                  std::make_move_iterator(requests.end()));
+  admission_held_ = false;
+}
+
+bool Scheduler::AdmitCarried() {
+  while (!carried_.empty() && running_count_ < config_.max_running) {
+    Carried& c = carried_.front();
+    const int64_t blocks = BlocksFor(c.seq->prompt_len(), c.seq->max_tokens());
+    if (blocks > kv_blocks_ || c.stream->cancelled()) {
+      StreamEvent e;
+      e.last = true;
+      e.finish = FinishReason::kCancelled;
+      if (!c.stream->cancelled()) {
+        e.status = absl::ResourceExhaustedError(absl::StrCat(
+            "the sequence needs ", blocks, " KV blocks; the replica it moved to holds ",
+            kv_blocks_));
+        ++stats_.failed;
+      }
+      metrics_.RecordEnded(
+          c.stream->cancelled() ? RequestOutcome::kCancelled : RequestOutcome::kFailed, -1);
+      c.stream->Push(std::move(e));
+      carried_.pop_front();
+      continue;
+    }
+    const int64_t cached = prefix_ ? prefix_->blocks() : 0;
+    const int64_t over = blocks_reserved_ + cached + blocks - kv_blocks_;
+    if (over > 0) {
+      if (!prefix_ || over > prefix_->idle_blocks()) return false;
+      const std::vector<BlockName> evicted = prefix_->EvictIdle(over);
+      evict_.insert(evict_.end(), evicted.begin(), evicted.end());
+    }
+    Running s;
+    s.id = next_seq_++;
+    s.seq = std::move(c.seq);
+    s.blocks = blocks;
+    s.stream = std::move(c.stream);
+    s.submitted = c.submitted;
+    s.admitted = c.admitted;
+    s.first_token = c.first_token;
+    s.last_token = c.last_token;
+    s.got_first = c.got_first;
+    carried_.pop_front();
+    blocks_reserved_ += blocks;
+    ++stats_.resumed;
+    const SeqId id = s.id;
+    running_.emplace(id, std::move(s));
+    ++running_count_;
+  }
+  return carried_.empty();
+}
+
 int64_t Scheduler::BlocksFor(int32_t prompt_len, int32_t max_tokens) const {
   const int64_t total = std::min<int64_t>(int64_t{prompt_len} + max_tokens, context_length_);
   return (total + kv_block_size_ - 1) / kv_block_size_;
@@ -107,7 +220,7 @@ void Scheduler::OnResult(StepResult result) {
 SchedulerStats Scheduler::Stats() const {
   absl::MutexLock lock(&mu_);
   SchedulerStats s = stats_;
-  s.waiting = static_cast<int64_t>(waiting_.size());
+  s.waiting = static_cast<int64_t>(waiting_.size() + carried_.size());
   s.running = running_count_;
   s.kv_blocks_reserved = blocks_reserved_;
   s.kv_blocks_total = kv_blocks_;
@@ -116,14 +229,14 @@ SchedulerStats Scheduler::Stats() const {
 
 bool Scheduler::Idle() const {
   absl::MutexLock lock(&mu_);
-  return waiting_.empty() && running_count_ == 0;
+  return waiting_.empty() && carried_.empty() && inbox_.adopted.empty() && running_count_ == 0;
 }
 
 bool Scheduler::HasWork() const {
   return stop_ || !inbox_.results.empty() || !inbox_.fail_all.ok() || !inbox_.detach.ok() ||
-         inbox_.attach.has_value() ||
-         (attached_ && !waiting_.empty() && running_count_ < config_.max_running &&
-          !admission_held_);
+         inbox_.attach.has_value() || inbox_.hand_over != nullptr || !inbox_.adopted.empty() ||
+         (attached_ && (!waiting_.empty() || !carried_.empty()) &&
+          running_count_ < config_.max_running && !admission_held_);
 }
 
 absl::StatusOr<int32_t> Scheduler::MaxTokensFor(const SequenceRequest& req) const {
@@ -140,6 +253,10 @@ absl::StatusOr<int32_t> Scheduler::MaxTokensFor(const SequenceRequest& req) cons
 }
 
 void Scheduler::Admit() {
+  if (!AdmitCarried()) {  // carried sequences first: they streamed already
+    admission_held_ = true;
+    return;
+  }
   bool held = false;  // a request waits that nothing but a later event can admit
   for (auto it = waiting_.begin(); it != waiting_.end() && running_count_ < config_.max_running;) {
     Pending& p = *it;
@@ -251,6 +368,24 @@ void Scheduler::DoneComputing(Running& s, const BlockName* name) {
 }
 
 void Scheduler::EndWaiting(const absl::Status& why) {
+  // Carried sequences (admitted or posted) end as waiting requests do.
+  for (Carried& c : inbox_.adopted) {
+    if (c.seq != nullptr) {
+      carried_.push_back(std::move(c));
+    } else {
+      waiting_.push_back(std::move(c.pending));
+    }
+  }
+  inbox_.adopted.clear();
+  for (Carried& c : carried_) {
+    StreamEvent e;
+    e.last = true;
+    e.status = why;
+    c.stream->Push(std::move(e));
+    ++stats_.failed;
+    metrics_.RecordEnded(RequestOutcome::kFailed, -1);
+  }
+  carried_.clear();
   while (!waiting_.empty()) {
     StreamEvent e;
     e.last = true;
@@ -291,6 +426,8 @@ void Scheduler::Loop() {
     if (!in.detach.ok()) ApplyDetach(in.detach);
     if (in.attach) ApplyAttach(std::move(*in.attach));
     if (!in.fail_all.ok()) ApplyFailAll(in.fail_all);
+    if (in.hand_over) ApplyHandOver(std::move(in.hand_over));
+    if (!in.adopted.empty()) ApplyAdopt(std::move(in.adopted));
     for (const StepResult& r : in.results) HandleResult(r);
     ExpireFlights(Clock::now());
     CheckCancellations();

@@ -41,6 +41,11 @@
 //   not one per request). A batch with an attached prefix that fails is sent again
 //   once, without the prefix (the stage lacked a block the books said it held); any
 //   other batch that fails ends its sequences. A new pipeline starts with no cache.
+// - HandOver(to) moves every sequence (rewound, with what it streamed) and every waiting
+//   request to `to`, another scheduler over the same model (a replica that serves): it
+//   takes them up as a new pipeline would, so each stream continues with the same text.
+//   The carried sequences are admitted there before its own waiting requests, as its KV
+//   budget allows; one longer than its whole cache ends with RESOURCE_EXHAUSTED.
 // - Logs at info one line per finished request (id, prompt and output tokens, time to
 //   first token, decode tokens/s, finish reason) and, every kThroughputLogInterval while
 //   there is activity, prompt and generation throughput, running, waiting and KV use.
@@ -105,6 +110,7 @@ struct SchedulerStats {
   uint64_t batches = 0;
   uint64_t lost_batches = 0;  // timed out and sent again
   uint64_t resumed = 0;       // sequences carried over to a new pipeline
+  uint64_t handed_over = 0;   // sequences and requests moved to another replica
   // Prefix cache: prompt tokens looked up and found cached, since start; blocks cached
   // now, and of those the ones running sequences use.
   uint64_t prefix_queried_tokens = 0;
@@ -133,6 +139,9 @@ class Scheduler {
   void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // From now on Submit answers UNAVAILABLE with `why`; what runs or waits goes on.
   void StopAdmitting(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves every sequence and waiting request to `to` (see the contract); the pipeline, if
+  // one is attached, is detached first. Posted: applied on this scheduler's thread.
+  void HandOver(std::shared_ptr<Scheduler> to) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(SequenceRequest request)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -188,12 +197,23 @@ class Scheduler {
     bool attaches = false;                        // carries a prefix attachment
     Clock::time_point deadline;
   };
+  // A sequence or waiting request moved from another scheduler (HandOver): a sequence
+  // (seq set) resumes from its start; a request (seq null) waits as if submitted here.
+  struct Carried {
+    std::unique_ptr<Sequence> seq;
+    Pending pending;
+    std::shared_ptr<RequestStream> stream;
+    Clock::time_point submitted, admitted, first_token, last_token;
+    bool got_first = false;
+  };
   // What other threads post to the scheduler thread.
   struct Inbox {
     std::deque<StepResult> results;
     absl::Status fail_all;
     absl::Status detach;
     std::optional<PipelineSpec> attach;
+    std::shared_ptr<Scheduler> hand_over;
+    std::vector<Carried> adopted;
   };
 
   absl::StatusOr<std::shared_ptr<RequestStream>> Enqueue(SequenceRequest request)
@@ -203,6 +223,12 @@ class Scheduler {
   int64_t BlocksFor(int32_t prompt_len, int32_t max_tokens) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admits carried sequences (carried_) while the budget holds them; false when one waits.
+  bool AdmitCarried() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // HandOver's two halves: this scheduler gives everything up; `to` takes it in.
+  void ApplyHandOver(std::shared_ptr<Scheduler> to);
+  void Adopt(std::vector<Carried> carried) ABSL_LOCKS_EXCLUDED(mu_);
+  void ApplyAdopt(std::vector<Carried> carried);
   // The tokens `req` may generate on the attached pipeline (ResolveMaxTokens over the
   // context, or the KV cache where it holds less); InvalidArgument when its prompt (plus
   // the max_tokens it asked for) does not fit the cache.
@@ -273,6 +299,7 @@ class Scheduler {
   // request) can admit: the loop does not spin on them.
   bool admission_held_ ABSL_GUARDED_BY(mu_) = false;
   int64_t running_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<Carried> carried_ ABSL_GUARDED_BY(mu_);  // handed over, waiting for room
 
   // The names the prefix cache holds, for CachedPrefixTokens on other threads; the cache
   // (prefix_) keeps it up to date.

@@ -310,6 +310,78 @@ TEST_F(SchedulerTest, DetachedSequencesResumeOnTheNextPipelineWithTheSameText) {
   EXPECT_EQ(admitted, (std::map<Key, int>{{{1, 77}, 1}, {{2, 77}, 1}, {{2, 1}, 1}}));
 }
 
+TEST_F(SchedulerTest, HandedOverSequencesGoOnInAnotherSchedulerWithTheSameText) {
+  // A second replica: its own scheduler over its own pipeline.
+  auto other = std::make_shared<Scheduler>(SchedulerConfig{}, *tok_, 512, 512);
+  FakePipeline other_pipeline([&](StepResult r) { other->OnResult(r); });
+  other->Start();
+  PipelineSpec p;
+  p.plan_id = 9;
+  p.num_stages = 2;
+  p.kv_blocks = 256;
+  p.kv_block_size = 16;
+  p.max_batch_tokens = 64;
+  p.first_stage = other_pipeline.MakeSender(9);
+  other->Attach(std::move(p));
+
+  SequenceRequest r = Request(40, 77, 10);
+  pipeline_->PauseAfter(5);
+  auto s = scheduler_->Submit(r);
+  ASSERT_TRUE(s.ok());
+  std::vector<int32_t> got;
+  while (got.size() < 5) {
+    auto e = (*s)->Next(std::chrono::seconds(30));
+    ASSERT_TRUE(e.has_value());
+    got.insert(got.end(), e->ids.begin(), e->ids.end());
+  }
+  scheduler_->Detach(absl::UnavailableError("stage 1 lost"));
+  SequenceRequest queued = Request(12, 5);
+  auto w = scheduler_->Submit(queued);  // waits: no pipeline
+  ASSERT_TRUE(w.ok());
+  scheduler_->HandOver(other);
+  Output rest = Drain(**s);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  got.insert(got.end(), rest.ids.begin(), rest.ids.end());
+  EXPECT_EQ(got, Expected(r, 40));  // nothing repeated, nothing missing
+  Output second = Drain(**w);
+  ASSERT_TRUE(second.status.ok()) << second.status;
+  EXPECT_EQ(second.ids, Expected(queued, 12));
+  EXPECT_EQ(scheduler_->Stats().handed_over, 2u);
+  EXPECT_TRUE(scheduler_->Idle());
+  EXPECT_EQ(other->Stats().resumed, 1u);
+  EXPECT_EQ(other->Stats().kv_blocks_reserved, 0);  // its books closed on both
+  // The moved sequence was prefilled from position 0 on the other pipeline.
+  bool reprefilled = false;
+  for (const StageFrame& f : other_pipeline.frames()) {
+    if (!f.slots.empty() && f.slots.front().pos == 0 && f.slots.size() > 10) reprefilled = true;
+  }
+  EXPECT_TRUE(reprefilled);
+  other->Stop();
+}
+
+TEST_F(SchedulerTest, ASequenceLongerThanTheOtherCacheEndsNamingIt) {
+  auto other = std::make_shared<Scheduler>(SchedulerConfig{}, *tok_, 512, 512);
+  FakePipeline other_pipeline([&](StepResult r) { other->OnResult(r); });
+  other->Start();
+  PipelineSpec p;
+  p.plan_id = 9;
+  p.kv_blocks = 2;  // 32 positions
+  p.kv_block_size = 16;
+  p.first_stage = other_pipeline.MakeSender(9);
+  other->Attach(std::move(p));
+  pipeline_->PauseAfter(2);
+  auto s = scheduler_->Submit(Request(60, 3, 10));
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Next(std::chrono::seconds(30)).has_value());
+  scheduler_->HandOver(other);
+  Output o = Drain(**s);
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kResourceExhausted) << o.status;
+  EXPECT_THAT(std::string(o.status.message()), HasSubstr("KV blocks"));
+  EXPECT_TRUE(other->Idle());
+  pipeline_->Resume();
+  other->Stop();
+}
+
 TEST_F(SchedulerTest, FailAllEndsEverySequenceWithTheReason) {
   pipeline_->Pause();
   auto a = scheduler_->Submit(Request(50, 1));

@@ -36,6 +36,16 @@ class ServingMetrics {
     Histogram time_to_first_token, inter_token, end_to_end, queue;
     Histogram result_hop;  // last stage -> coordinator, by the sender's clock
     double recent_tokens_per_s = 0;  // generated, over the last minute (or since start)
+    // Adds another's counts (another replica's scheduler): the sums of both.
+    void Add(const Snapshot& o) {
+      for (size_t i = 0; i < requests.size(); ++i) requests[i] += o.requests[i];
+      time_to_first_token.Merge(o.time_to_first_token);
+      inter_token.Merge(o.inter_token);
+      end_to_end.Merge(o.end_to_end);
+      queue.Merge(o.queue);
+      result_hop.Merge(o.result_hop);
+      recent_tokens_per_s += o.recent_tokens_per_s;
+    }
   };
 
   ServingMetrics();

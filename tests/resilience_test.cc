@@ -203,6 +203,64 @@ TEST_F(Resilience, AKilledStageIsReplacedByASpareWhileEightClientsStream) {
             << load.LongestPauseAfter(killed) << " s; " << load.completed() << " requests\n";
 }
 
+// Two replicas of one stage each (--replicas 2): killing one's only worker leaves no plan
+// for it, so its streams move to the other replica, which serves throughout.
+TEST_F(Resilience, AKilledWorkerInOneOfTwoReplicasCostsNoRequest) {
+  ClusterOptions o = Options();
+  o.workers = 2;
+  o.min_stages = 1;
+  o.coordinator_flags.insert(o.coordinator_flags.end(), {"--replicas", "2", "--routing",
+                                                         "least-loaded"});
+  Make(o);
+  ASSERT_EQ(cluster_->Status().replicas_size(), 2);
+  Load load(*cluster_, 8);
+  const int total = SoakSeconds(24);
+  std::this_thread::sleep_for(seconds(total / 3));
+  // Both replicas serve the load.
+  v1::ClusterStatusResponse before = cluster_->Status();
+  ASSERT_EQ(before.replicas_size(), 2);
+  for (const auto& r : before.replicas()) {
+    EXPECT_GT(r.scheduler().completed() + r.scheduler().running(), 0u) << "replica " << r.index();
+  }
+  // Which replica w1 serves: the other must serve throughout.
+  int victim = -1;
+  for (const auto& st : before.stages()) {
+    if (st.worker_id() == "w1") victim = st.replica();
+  }
+  ASSERT_GE(victim, 0);
+  std::atomic<bool> watching{true};
+  std::atomic<int> not_serving{0};
+  std::thread health([&] {
+    while (watching.load()) {
+      if (cluster_->Health() != grpc::health::v1::HealthCheckResponse::SERVING) ++not_serving;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  });
+  const auto killed = Clock::now();
+  cluster_->worker(1).Signal(SIGKILL);
+  std::this_thread::sleep_for(seconds(total - total / 3));
+  load.Stop();
+  watching.store(false);
+  health.join();
+  EXPECT_THAT(load.failures(), ::testing::IsEmpty());
+  EXPECT_EQ(not_serving.load(), 0) << "health left SERVING while the other replica served";
+  EXPECT_LT(load.LongestPauseAfter(killed), 10.0) << "streams paused too long";
+  const v1::ClusterStatusResponse after = cluster_->Status();
+  ASSERT_EQ(after.replicas_size(), 2);
+  EXPECT_NE(after.replicas(victim).state(), "serving");
+  EXPECT_EQ(after.replicas(1 - victim).state(), "serving");
+  EXPECT_EQ(after.scheduler().failed(), 0u);
+  // The victim's streams went on on the survivor.
+  EXPECT_GT(after.replicas(victim).scheduler().handed_over(), 0u);
+  EXPECT_GT(after.replicas(1 - victim).scheduler().resumed(), 0u);
+  // The survivor finished requests after the kill: those it took over and new ones.
+  EXPECT_GT(after.replicas(1 - victim).scheduler().completed(),
+            before.replicas(1 - victim).scheduler().completed());
+  std::cerr << load.completed() << " requests; longest pause "
+            << load.LongestPauseAfter(killed) << " s; "
+            << after.replicas(victim).scheduler().handed_over() << " handed over\n";
+}
+
 TEST_F(Resilience, WithoutASpareTheRemainingWorkersCarryOn) {
   Make(Options());
   const uint64_t plan = cluster_->Status().plan_id();
