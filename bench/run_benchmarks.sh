@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
-#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|prefix|dataplane|moe|types|all]  (default: all)
+#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|prefix|replicas|dataplane|moe|types|all]  (default: all)
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh prefix    # multi-turn chat, side by side
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh moe       # (f): Qwen3-30B-A3B layers, side by side
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
@@ -382,6 +382,80 @@ cmp("off", 5, 2)
 cmp("peer", 3, 1.5)
 PY
   rm -f "$results"
+fi
+
+if [[ $WHAT == replicas || $WHAT == all ]]; then
+  echo
+  echo "== (h) replicas: the chat load of (g) on 2 replicas (two network-namespace hosts, one thread each) against 1 =="
+  # A coordinator in this namespace and one cascade-worker (1 thread) in each of two hosts
+  # made here (ip netns, a bridge; removed at the end). 1 replica: one worker serves
+  # (--replicas 1). 2 replicas: both, each a whole pipeline (--replicas 2), routed
+  # cache-aware and then round-robin. The same chat text for every run (chat_bench.py).
+  if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null; then
+    echo "(needs root and ip(8) for network namespaces: skipped)"
+  else
+    M=$(model tinyllama-1.1b Q4_0)
+    results=$(mktemp)
+    tag=cb$$
+    ip link add "br$tag" type bridge && ip addr add 10.78.0.1/24 dev "br$tag" && ip link set "br$tag" up
+    for h in 1 2; do
+      ip netns add "$tag-$h"
+      ip link add "v$tag$h" type veth peer name eth0 netns "$tag-$h"
+      ip link set "v$tag$h" master "br$tag" up
+      ip -n "$tag-$h" addr add "10.78.0.1$h/24" dev eth0
+      ip -n "$tag-$h" link set eth0 up
+      ip -n "$tag-$h" link set lo up
+    done
+    cleanup_ns() {
+      for h in 1 2; do ip netns pids "$tag-$h" 2>/dev/null | xargs -r kill 2>/dev/null || true; done
+      sleep 0.5
+      for h in 1 2; do ip netns del "$tag-$h" 2>/dev/null || true; done
+      ip link del "br$tag" 2>/dev/null || true
+    }
+    trap cleanup_ns EXIT
+    run_replicas() {  # run_replicas NAME REPLICAS ROUTING
+      local port control
+      port=$(free_port); control=$(free_port)
+      "$BIN/cascade-coordinator" --model "$M" --workers "$2" --replicas "$2" --routing "$3" \
+        --listen "127.0.0.1:$(free_port)" --control-listen "10.78.0.1:$control" \
+        --http-listen "127.0.0.1:$port" --max-running 16 >/dev/null 2>&1 &
+      local coord=$!
+      local pids=()
+      for h in $(seq "$2"); do
+        ip netns exec "$tag-$h" "$BIN/cascade-worker" --coordinator "10.78.0.1:$control" \
+          --listen "10.78.0.1$h:0" --threads 1 --id "host$h" >/dev/null 2>&1 &
+        pids+=($!)
+      done
+      wait_health "$port"
+      python3 bench/chat_bench.py --url "http://127.0.0.1:$port" --conversations 1 --turns 1 --seed 99 >/dev/null
+      echo "$1 $(python3 bench/chat_bench.py --url "http://127.0.0.1:$port" --conversations 16 --turns 4 --seed 7)" >> "$results"
+      kill "$coord" "${pids[@]}" 2>/dev/null || true
+      wait "$coord" "${pids[@]}" 2>/dev/null || true
+    }
+    run_replicas one 1 cache-aware
+    run_replicas two 2 cache-aware
+    run_replicas rr 2 round-robin
+    cleanup_ns
+    trap - EXIT
+    python3 - "$results" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    who, js = line.split(" ", 1)
+    rows[who] = json.loads(js)
+names = {"one": "1 replica", "two": "2, cache-aware", "rr": "2, round-robin"}
+print(f"{'':16} {'wall s':>8} {'gen tok/s':>10} {'TTFT p50 s':>11} {'turns 2-4 p50':>14} {'cached':>7}")
+for who, r in rows.items():
+    cached = "-" if r["cached_ratio"] is None else f"{100 * r['cached_ratio']:.1f}%"
+    print(f"{names[who]:16} {r['wall_s']:8.1f} {r['tokens_per_s']:10.2f} {r['ttft_p50_s']:11.2f} "
+          f"{r['ttft_later_turns_p50_s']:14.2f} {cached:>7}")
+one, two, rr = rows["one"], rows["two"], rows["rr"]
+print(f"2 replicas against 1: throughput {two['tokens_per_s'] / one['tokens_per_s']:.2f}x (target >= 1.8)")
+print(f"cache-aware against round-robin: prefix hit rate {two['cached_ratio'] / rr['cached_ratio']:.2f}x "
+      f"(target >= 1.5), TTFT p50 {rr['ttft_p50_s'] / two['ttft_p50_s']:.2f}x lower")
+PY
+    rm -f "$results"
+  fi
 fi
 
 if [[ $WHAT == longctx || $WHAT == all ]]; then

@@ -186,8 +186,10 @@ void ReplicaSet::StartReplicas(int count, const std::string& results_address) {
       o.registry = &registry_;
       o.registrar = &registrar_;
       o.index = r;
-      o.member = [this, r](const std::string& id) { return IsMember(r, id); };
-      o.hand_off = [this, r](const std::shared_ptr<Scheduler>& s) { return HandOff(r, s); };
+      if (count > 1) {  // one replica of several: its own workers; others take its requests
+        o.member = [this, r](const std::string& id) { return IsMember(r, id); };
+        o.hand_off = [this, r](const std::shared_ptr<Scheduler>& s) { return HandOff(r, s); };
+      }
       replicas_.push_back(std::make_unique<ClusterController>(c, model_, workers_, make_sender_,
                                                               results_, std::move(o)));
       started.push_back(replicas_.back().get());
@@ -292,8 +294,12 @@ absl::StatusOr<std::shared_ptr<Scheduler>> ReplicaSet::SchedulerFor(
     held[r] = *std::move(s);
     serving[r] = held[r].get();
   }
-  const int chosen = router_.Choose(prompt, serving);
-  if (chosen >= 0) return held[chosen];
+  // An empty prompt asks whether any serves (health, availability): no routing turn.
+  const int chosen = prompt.empty() ? static_cast<int>(std::find_if(serving.begin(), serving.end(),
+                                                                    [](Scheduler* s) { return s; }) -
+                                                       serving.begin())
+                                    : router_.Choose(prompt, serving);
+  if (chosen >= 0 && chosen < static_cast<int>(all.size())) return held[chosen];
   // None serves: wait on one that recovers from a lost worker, else say why.
   absl::Status why = absl::UnavailableError(reason);
   for (ClusterController* c : all) {
@@ -357,7 +363,8 @@ void ReplicaSet::SetState(ClusterState s, std::string reason) {
     state_ = s;
     reason_ = std::move(reason);
     listeners = listeners_;
-    if (several_) {
+    // One replica logs its own states; a set of several (or one still forming) its own.
+    if (several_ && replicas_.size() != 1) {
       spdlog::info("cluster: {}{}{}", ClusterStateName(s), reason_.empty() ? "" : ": ", reason_);
     }
   }

@@ -15,7 +15,7 @@
 // - SchedulerFor(prompt) picks, among the replicas that serve, the one the Router's policy
 //   (--routing; serving/router.h) names for the prompt. While none serves but one is
 //   recovering from a lost worker, requests wait there; otherwise UNAVAILABLE with the
-//   reason.
+//   reason. An empty prompt asks only whether one serves (health): it takes no routing turn.
 // - A replica that gives up its requests (no plan fits the workers it has left) hands
 //   them, with what they streamed, to the least busy replica that serves
 //   (Scheduler::HandOver): their streams go on with the same text. With none serving they

@@ -29,7 +29,8 @@ class ServingTarget {
   // the reason no replica serves.
   virtual absl::StatusOr<std::shared_ptr<Scheduler>> SchedulerFor(
       std::span<const int32_t> prompt) const = 0;
-  // Any scheduler that serves (health), as SchedulerFor an empty prompt.
+  // Any scheduler that serves (health, availability): SchedulerFor an empty prompt, which
+  // routes nothing.
   absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const { return SchedulerFor({}); }
   // The model's description with the cluster's stages and readiness.
   virtual v1::ModelInfo model_info() const = 0;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <functional>
+#include <set>
 #include <future>
 #include <thread>
 
@@ -252,6 +253,139 @@ TEST_P(ClusterTest, PromptsSharingABeginningGetTheSingleProcessTextFromThePrefix
   const v1::SchedulerStatus q = cluster_->Status().scheduler();
   EXPECT_EQ(q.prefix_hit_tokens(), 4u * 96);
 }
+
+// Two replicas of one stage each (--replicas 2): every request gets the single process's
+// text whichever replica serves it, and routing spreads requests (round-robin) or sends a
+// conversation's next turn where its beginning is cached (cache-aware).
+class ReplicaClusterTest : public ::testing::TestWithParam<Network> {
+ protected:
+  void Start(const std::string& routing) {
+    ClusterOptions o;
+    o.model = TestModel();
+    o.netns = GetParam().netns;
+    o.workers = 2;
+    o.min_stages = 1;
+    o.coordinator_flags = {"--kv-sequences", "20", "--kv-type", "f32", "--max-running", "32",
+                           "--data-plane", GetParam().data_plane, "--replicas", "2",
+                           "--routing", routing};
+    cluster_ = std::make_unique<Cluster>(o);
+    if (!cluster_->ok()) GTEST_SKIP() << cluster_->skip_reason();
+    cluster_->StartWorkers();
+    ASSERT_TRUE(cluster_->WaitServing()) << cluster_->Logs();
+    // Health says SERVING once one replica serves: wait for both.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      const v1::ClusterStatusResponse s = cluster_->Status();
+      int serving = 0;
+      for (const auto& r : s.replicas()) serving += r.state() == "serving" ? 1 : 0;
+      if (serving == 2) break;
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << cluster_->Logs();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    auto src = ModelSource::Open(TestModel());
+    ASSERT_TRUE(src.ok());
+    auto tok = Tokenizer::FromSource(**src);
+    ASSERT_TRUE(tok.ok());
+    tok_ = std::move(*tok);
+    LocalEngineOptions lo;
+    lo.scheduler.prefix_cache = false;
+    auto local = LocalEngine::Create(**src, *tok_, lo);
+    ASSERT_TRUE(local.ok()) << local.status();
+    local_ = std::move(*local);
+  }
+  void TearDown() override {
+    if (HasFailure() && cluster_) std::cerr << cluster_->Logs();
+  }
+  // The request for `prompt` on the cluster, and the single process's answer to it.
+  std::pair<v1::GenerateRequest, Generated> Case(const std::vector<int32_t>& prompt,
+                                                 uint64_t seed) {
+    SequenceRequest g;
+    g.prompt = prompt;
+    g.sampling.temperature = 0.8f;
+    g.sampling.top_k = 40;
+    g.sampling.top_p = 0.95f;
+    g.sampling.seed = seed;
+    g.max_tokens = 16;
+    g.ignore_eos = true;
+    auto one = local_->scheduler().Submit(g);
+    EXPECT_TRUE(one.ok());
+    Generated want = one.ok() ? DrainLocal(**one) : Generated{};
+    v1::GenerateRequest req = Request("", 16, 0.8f, seed);
+    req.clear_prompt();
+    for (int32_t id : prompt) req.add_prompt_ids(id);
+    req.set_ignore_eos(true);
+    return {req, want};
+  }
+  std::vector<int32_t> Tokens(const std::string& text, bool bos) {
+    return *tok_->Encode(text, bos, false);
+  }
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<LocalEngine> local_;
+};
+
+TEST_P(ReplicaClusterTest, RoundRobinSpreadsRequestsAndEachGetsTheSingleProcessText) {
+  Start("round-robin");
+  if (IsSkipped()) return;
+  ASSERT_EQ(cluster_->Status().replicas_size(), 2);
+  const char* prompts[] = {"Once upon a time", "The little dog", "In the park", "Tom said",
+                           "A big red ball", "She was happy"};
+  std::vector<std::pair<v1::GenerateRequest, Generated>> cases;
+  for (int i = 0; i < 6; ++i) cases.push_back(Case(Tokens(prompts[i], true), 40 + i));
+  std::vector<Generated> got(6);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&, i] { got[i] = Generate(*cluster_->Inference(), cases[i].first); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    EXPECT_EQ(got[i].ids, cases[i].second.ids) << "request " << i;
+    EXPECT_EQ(got[i].text, cases[i].second.text) << "request " << i;
+  }
+  const v1::ClusterStatusResponse s = cluster_->Status();
+  EXPECT_EQ(s.replicas(0).scheduler().completed(), 3u);
+  EXPECT_EQ(s.replicas(1).scheduler().completed(), 3u);
+  EXPECT_EQ(s.scheduler().completed(), 6u);
+  std::set<std::string> workers;
+  for (const auto& st : s.stages()) workers.insert(absl::StrCat(st.replica(), st.worker_id()));
+  EXPECT_EQ(workers.size(), 2u);  // one stage each, on two workers
+}
+
+TEST_P(ReplicaClusterTest, CacheAwareRoutingSendsTheNextTurnWhereItsBeginningIsCached) {
+  Start("cache-aware");
+  if (IsSkipped()) return;
+  std::vector<int32_t> history = Tokens(
+      "Once upon a time there was a little girl named Lily. She loved to play outside in the "
+      "sun with her dog.", true);
+  const size_t n = history.size();
+  while (history.size() < 100) history.push_back(history[1 + history.size() % (n - 1)]);
+  const char* turns[] = {" Lily ran", " The dog barked", " She said", " They played"};
+  auto stub = cluster_->Inference();
+  for (int turn = 0; turn < 4; ++turn) {
+    std::vector<int32_t> prompt = history;
+    const std::vector<int32_t> more = Tokens(turns[turn], false);
+    prompt.insert(prompt.end(), more.begin(), more.end());
+    auto [req, want] = Case(prompt, 70 + turn);
+    const Generated got = Generate(*stub, req);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    EXPECT_EQ(got.ids, want.ids) << "turn " << turn;
+    // From the second turn on, the replica that served the first holds the 3 full blocks.
+    EXPECT_EQ(got.usage.cached_tokens(), turn == 0 ? 0 : 96) << "turn " << turn;
+  }
+  const v1::ClusterStatusResponse s = cluster_->Status();
+  uint64_t hits = 0;
+  for (const auto& r : s.replicas()) hits += r.scheduler().prefix_hit_tokens();
+  EXPECT_EQ(hits, 3u * 96);
+}
+
+INSTANTIATE_TEST_SUITE_P(Network, ReplicaClusterTest,
+                         ::testing::Values(Network{false, "tcp"}, Network{true, "tcp"},
+                                           Network{false, "grpc"}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.netns ? "netns" : "loopback", "_",
+                                               info.param.data_plane);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Network, ClusterTest,
                          ::testing::Values(Network{false, "tcp"}, Network{true, "tcp"},

@@ -360,6 +360,33 @@ TEST(MpiLostRank, AStoppedRankEndsTheJobWithEveryRankNamingIt) {
 }
 
 // SIGUSR1 to mpirun (forwarded to every rank) drains the cluster; every rank exits 0.
+// --replicas 2 under mpirun: two single-rank pipelines, requests spread over both
+// (round-robin), each the single process's greedy text.
+TEST(MpiReplicas, TwoPipelinesOfOneRankEachServeTheSingleProcessText) {
+  const std::string model = testing::SharedPath("models/stories260K/stories260K.gguf");
+  CASCADE_REQUIRE_SHARED(model);
+  MpiJob job(2, model, {"--ranks-per-node", "1", "--replicas", "2", "--routing", "round-robin",
+                        "--kv-type", "f32"});
+  ASSERT_TRUE(job.WaitServing()) << job.Log();
+  // Serving begins with the first replica; round-robin needs both.
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (Count(job.Log(), "serving") < 2 ||
+         job.Log().find("replica 1: serving") == std::string::npos ||
+         job.Log().find("replica 0: serving") == std::string::npos) {
+    ASSERT_LT(Clock::now(), deadline) << job.Log();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Three prompts twice, in turn: each prompt once on each replica.
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 403, 407, 261, 378}, {1, 320, 289, 470}, {1, 275, 301, 280, 266}};
+  for (int round = 0; round < 2; ++round) {
+    for (const std::vector<int32_t>& p : prompts) {
+      EXPECT_EQ(RemoteGreedy(job.address(), p, 12).ids, LocalGreedy(model, p, 12).ids)
+          << job.Log();
+    }
+  }
+}
+
 TEST(MpiJobEnd, SigUsr1DrainsAndTheJobExitsZero) {
   const std::string model = testing::SharedPath("models/stories260K/stories260K.gguf");
   CASCADE_REQUIRE_SHARED(model);

@@ -184,12 +184,18 @@ for stage in ("0", "1"):
     if len(frames) != 1 or frames[0] <= 0:
         fail(f"stage {stage}: frames {frames}")
 for hop in ("coordinator->0", "0->1", "1->coordinator"):
-    if value(after, "cascade_hop_latency_seconds_count", hop=hop) <= 0:
+    if value(after, "cascade_hop_latency_seconds_count", replica="0", hop=hop) <= 0:
         fail(f"hop {hop} has no latency observations")
-if value(after, "cascade_hop_activation_bytes_total", hop="0->1") <= 0:
+if value(after, "cascade_hop_activation_bytes_total", replica="0", hop="0->1") <= 0:
     fail("no activation bytes crossed hop 0->1")
 if sum(v for (n, l), v in after.items() if n == "cascade_worker_up") != 2:
     fail("two workers should be up")
+# One replica (cascade serve makes its workers one pipeline), serving, with the load's tokens.
+if value(after, "cascade_replica_up", replica="0") != 1:
+    fail("replica 0 should be up")
+if value(after, "cascade_replica_generation_tokens_total", replica="0") != value(
+        after, "cascade_generation_tokens_total"):
+    fail("replica 0's tokens should be the cluster's")
 
 # The KV cache's use, and each worker's process CPU and memory (with its heartbeats).
 ratio = value(after, "cascade_kv_cache_usage_ratio")
