@@ -183,6 +183,25 @@ void AppendPlanningOptions(ClusterConfig* c, std::vector<ClusterOption>* out) {
                       "Queued requests beyond which new ones get RESOURCE_EXHAUSTED"));
   t.push_back(Boolean("prefix-cache", &c->scheduler.prefix_cache,
                       "Reuse the KV blocks of prompts seen before", {"on", "off"}));
+  t.push_back(Option(
+      "speculative",
+      "Speculative decoding: off, or ngram (drafts from the text so far, verified by the "
+      "pipeline in one trip; the text is the same)",
+      [c](const std::string& s) -> absl::Status {
+        if (s == "off") {
+          c->scheduler.speculative = Speculative::kOff;
+        } else if (s == "ngram") {
+          c->scheduler.speculative = Speculative::kNgram;
+        } else {
+          return Bad("speculative", s, "off or ngram");
+        }
+        return absl::OkStatus();
+      },
+      [c] {
+        return std::string(c->scheduler.speculative == Speculative::kOff ? "off" : "ngram");
+      }));
+  t.push_back(Integer("spec-tokens", &c->scheduler.spec_tokens, 1, 64,
+                      "Drafted tokens a sequence verifies per step, at most"));
   // Stages.
   t.push_back(Integer("threads-per-stage", &c->stage.threads, 0, 4096,
                       "Compute threads per stage (0: each worker's own)"));

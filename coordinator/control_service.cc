@@ -84,6 +84,8 @@ void FillScheduler(const ClusterSnapshot& s, v1::SchedulerStatus* o) {
   o->set_prefix_blocks_in_use(st.prefix_blocks_in_use);
   o->set_handed_over(st.handed_over);
   o->set_resumed(st.resumed);
+  o->set_spec_draft_tokens(st.spec_draft_tokens);
+  o->set_spec_accepted_tokens(st.spec_accepted_tokens);
   o->set_uptime_s(s.uptime_s);
 }
 
@@ -106,6 +108,8 @@ void AddScheduler(const v1::SchedulerStatus& r, v1::SchedulerStatus* o) {
   o->set_prefix_blocks_in_use(o->prefix_blocks_in_use() + r.prefix_blocks_in_use());
   o->set_handed_over(o->handed_over() + r.handed_over());
   o->set_resumed(o->resumed() + r.resumed());
+  o->set_spec_draft_tokens(o->spec_draft_tokens() + r.spec_draft_tokens());
+  o->set_spec_accepted_tokens(o->spec_accepted_tokens() + r.spec_accepted_tokens());
 }
 
 }  // namespace

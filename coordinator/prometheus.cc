@@ -176,6 +176,25 @@ std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
     w.Sample("cascade_replica_generation_tokens_total", {{"replica", r.index}},
              static_cast<double>(r.q->generated_tokens()));
   }
+  w.Family("cascade_spec_draft_tokens_total", "counter",
+           "Drafted tokens verified by speculative decoding.");
+  for (const ReplicaCounts& r : replicas) {
+    w.Sample("cascade_spec_draft_tokens_total", {{"replica", r.index}},
+             static_cast<double>(r.q->spec_draft_tokens()));
+  }
+  w.Family("cascade_spec_accepted_tokens_total", "counter",
+           "Drafted tokens accepted (each one a token without a trip of its own).");
+  for (const ReplicaCounts& r : replicas) {
+    w.Sample("cascade_spec_accepted_tokens_total", {{"replica", r.index}},
+             static_cast<double>(r.q->spec_accepted_tokens()));
+  }
+  w.Family("cascade_spec_acceptance_ratio", "gauge",
+           "Accepted over drafted tokens since start (0 before any draft).");
+  for (const ReplicaCounts& r : replicas) {
+    const double drafted = static_cast<double>(r.q->spec_draft_tokens());
+    w.Sample("cascade_spec_acceptance_ratio", {{"replica", r.index}},
+             drafted > 0 ? static_cast<double>(r.q->spec_accepted_tokens()) / drafted : 0.0);
+  }
   w.Family("cascade_prefix_cache_queried_tokens_total", "counter",
            "Prompt tokens looked up in the prefix cache.");
   for (const ReplicaCounts& r : replicas) {

@@ -126,6 +126,11 @@ std::string RenderClusterStatus(const v1::ClusterStatusResponse& s) {
                         "%d in use\n",
                         q.prefix_hit_tokens(), q.prefix_queried_tokens(), hit,
                         q.prefix_blocks_cached(), q.prefix_blocks_in_use());
+  if (q.spec_draft_tokens() > 0) {
+    absl::StrAppendFormat(&out, "speculative: %d of %d drafted tokens accepted (%.0f%%)\n",
+                          q.spec_accepted_tokens(), q.spec_draft_tokens(),
+                          100.0 * q.spec_accepted_tokens() / q.spec_draft_tokens());
+  }
   if (s.replicas_size() > 1) {
     for (const v1::ReplicaStatus& r : s.replicas()) {
       const v1::SchedulerStatus& rq = r.scheduler();

@@ -54,6 +54,7 @@ absl::StatusOr<std::vector<ChoiceRequest>> ExpandSpec(const GenerateSpec& spec,
     base.max_tokens = spec.max_tokens;
     base.stop = spec.stop;
     base.ignore_eos = spec.ignore_eos;
+    base.speculate = spec.speculate;
     base.logprobs = spec.logprobs || spec.top_logprobs > 0;
     base.top_logprobs = spec.top_logprobs;
     std::string echo;

@@ -54,6 +54,7 @@ struct GenerateSpec {
   int32_t max_tokens = 0;        // 0: up to the context
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool speculate = true;     // may be decoded speculatively (when the server does)
   bool logprobs = false;     // each generated token's log-probability
   int32_t top_logprobs = 0;  // and this many likeliest alternatives (implies logprobs)
 };

@@ -26,7 +26,7 @@ const absl::flat_hash_set<std::string>& Known(OpenAiEndpoint e) {
       "logprobs", "echo", "stop", "presence_penalty", "frequency_penalty", "best_of",
       "logit_bias", "seed", "suffix", "user",
       // Cascade's (and vLLM's) extensions
-      "top_k", "min_p", "repetition_penalty", "ignore_eos"};
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "speculative"};
   static const auto* chat = new absl::flat_hash_set<std::string>{
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
       "stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
@@ -34,7 +34,7 @@ const absl::flat_hash_set<std::string>& Known(OpenAiEndpoint e) {
       "parallel_tool_calls", "functions", "function_call", "store", "metadata", "modalities",
       "service_tier",
       // extensions
-      "top_k", "min_p", "repetition_penalty", "ignore_eos"};
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "speculative"};
   return e == OpenAiEndpoint::kChat ? *chat : *completions;
 }
 
@@ -63,6 +63,10 @@ class Parser {
     if (const Json* v = Get("ignore_eos")) {
       if (!v->is_boolean()) return Want("ignore_eos", "a boolean");
       g.ignore_eos = v->get<bool>();
+    }
+    if (const Json* v = Get("speculative")) {  // false: this request decodes without drafts
+      if (!v->is_boolean()) return Want("speculative", "a boolean");
+      g.speculate = v->get<bool>();
     }
     CASCADE_RETURN_IF_ERROR(Logprobs(&g));
     CASCADE_RETURN_IF_ERROR(Choices(&g));

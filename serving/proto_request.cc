@@ -38,6 +38,7 @@ absl::StatusOr<GenerateSpec> SpecFromProto(const v1::GenerateRequest& req) {
   spec.max_tokens = req.max_tokens();
   spec.stop.assign(req.stop().begin(), req.stop().end());
   spec.ignore_eos = req.ignore_eos();
+  spec.speculate = !req.no_speculation();
   spec.logprobs = req.logprobs();
   spec.top_logprobs = req.top_logprobs();
   return spec;
@@ -67,6 +68,7 @@ void SpecToProto(const GenerateSpec& spec, v1::GenerateRequest* out) {
   out->set_max_tokens(spec.max_tokens);
   for (const std::string& stop : spec.stop) out->add_stop(stop);
   out->set_ignore_eos(spec.ignore_eos);
+  out->set_no_speculation(!spec.speculate);
   out->set_logprobs(spec.logprobs);
   out->set_top_logprobs(spec.top_logprobs);
 }

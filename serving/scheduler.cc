@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "serving/ngram_drafter.h"
 #include "util/logging.h"
 #include "util/status_macros.h"
 
@@ -167,6 +168,9 @@ bool Scheduler::AdmitCarried() {
     s.first_token = c.first_token;
     s.last_token = c.last_token;
     s.got_first = c.got_first;
+    s.spec_k = config_.speculative != Speculative::kOff && s.seq->request().speculate
+                   ? config_.spec_tokens
+                   : 0;
     carried_.pop_front();
     blocks_reserved_ += blocks;
     ++stats_.resumed;
@@ -309,6 +313,9 @@ void Scheduler::Admit() {
       for (const BlockName& name : s.computing) ++computing_[name];
     }
     s.stream = std::move(p.stream);
+    s.spec_k = config_.speculative != Speculative::kOff && s.seq->request().speculate
+                   ? config_.spec_tokens
+                   : 0;
     s.submitted = p.submitted;
     s.admitted = Clock::now();
     metrics_.RecordAdmitted(std::chrono::duration<double>(s.admitted - s.submitted).count());
@@ -612,7 +619,11 @@ void Scheduler::PublishFilled(SeqId id, Running& s, int32_t end, StageFrame& fra
                               Flight& flight) {
   const int bs = prefix_->block_size();
   const std::vector<int32_t>& tokens = s.seq->tokens();
-  const int32_t first = std::max(static_cast<int32_t>(s.prefix.size()), s.processed / bs);
+  // From the block it stopped offering at (after a rewind, where it is now): a step that
+  // accepted drafts filled blocks before s.processed that are offered now.
+  const int32_t first = std::max(static_cast<int32_t>(s.prefix.size()),
+                                 std::min(s.publish_from, s.processed) / bs);
+  s.publish_from = end;
   if (static_cast<int32_t>(s.names.size()) < end / bs) {  // blocks past the prompt's
     const size_t at = s.names.size();
     const std::vector<BlockName> more = PrefixCache::ChainNames(
@@ -676,9 +687,10 @@ void Scheduler::HandleResult(const StepResult& r) {
   Flight flight = std::move(fit->second);
   flights_.erase(fit);
   ApplyPublished(flight);
-  std::map<SeqId, const SampledToken*> sampled;
-  for (const SampledToken& t : r.tokens) sampled[t.seq] = &t;
+  std::map<SeqId, std::vector<const SampledToken*>> sampled;  // in slot (position) order
+  for (const SampledToken& t : r.tokens) sampled[t.seq].push_back(&t);
   ServingMetrics::Step times;
+  uint64_t drafted = 0, accepted = 0;
   for (const auto& [id, processed] : flight.seqs) {
     auto sit = running_.find(id);
     if (sit == running_.end() || sit->second.stream == nullptr) continue;
@@ -692,6 +704,45 @@ void Scheduler::HandleResult(const StepResult& r) {
     }
     auto t = sampled.find(id);
     if (t == sampled.end()) continue;  // a prefill chunk that samples nothing yet
+    auto d = flight.drafts.find(id);
+    const std::vector<int32_t>* drafts = d == flight.drafts.end() ? nullptr : &d->second;
+    const int took = AcceptSampled(s, t->second, drafts, times);
+    if (drafts != nullptr) {
+      drafted += drafts->size();
+      accepted += static_cast<uint64_t>(took);
+      s.spec_drafted += drafts->size();
+      s.spec_accepted += static_cast<uint64_t>(took);
+      // Longer drafts while they all pass, shorter when none does; off for a sequence
+      // whose drafts (16 or more so far) pass less than one time in ten.
+      if (took == static_cast<int>(drafts->size())) {
+        s.spec_k = std::min(s.spec_k + 1, config_.spec_tokens);
+      } else if (took == 0) {
+        s.spec_k = std::max(1, s.spec_k / 2);
+      }
+      if (s.spec_drafted >= 16 && s.spec_accepted * 10 < s.spec_drafted) s.spec_k = 0;
+    }
+  }
+  metrics_.RecordStep(times);
+  absl::MutexLock lock(&mu_);
+  stats_.generated_tokens += times.generated;
+  stats_.spec_draft_tokens += drafted;
+  stats_.spec_accepted_tokens += accepted;
+}
+
+int Scheduler::AcceptSampled(Running& s, std::span<const SampledToken* const> sampled,
+                             const std::vector<int32_t>* drafts, ServingMetrics::Step& times) {
+  int accepted = 0;
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    const SampledToken& t = *sampled[i];
+    if (i > 0) {
+      // The sample at a drafted position counts only when that draft was the token the
+      // sequence really had there (the sample before it): then its KV entry stays too.
+      if (drafts == nullptr || i > drafts->size() || (*drafts)[i - 1] != sampled[i - 1]->token) {
+        break;
+      }
+      ++accepted;
+      ++s.processed;
+    }
     const Clock::time_point now = Clock::now();
     if (!s.got_first) {
       s.got_first = true;
@@ -701,23 +752,24 @@ void Scheduler::HandleResult(const StepResult& r) {
       times.inter_token_s.push_back(std::chrono::duration<double>(now - s.last_token).count());
     }
     s.last_token = now;
-    const Sequence::Step step = s.seq->Accept(t->second->token);
+    const Sequence::Step step = s.seq->Accept(t.token);
     if (step.appended) {
       StreamEvent e;
       e.text = step.text;
-      e.ids.push_back(t->second->token);
+      e.ids.push_back(t.token);
       if (s.seq->request().logprobs) {
-        e.logprobs.push_back(t->second->logprob);
-        if (s.seq->request().top_logprobs > 0) e.top_logprobs.push_back(t->second->top);
+        e.logprobs.push_back(t.logprob);
+        if (s.seq->request().top_logprobs > 0) e.top_logprobs.push_back(t.top);
       }
       s.stream->Push(std::move(e));
       ++times.generated;
     }
-    if (step.finished) Finish(s, step.reason, absl::OkStatus());
+    if (step.finished) {
+      Finish(s, step.reason, absl::OkStatus());
+      break;
+    }
   }
-  metrics_.RecordStep(times);
-  absl::MutexLock lock(&mu_);
-  stats_.generated_tokens += times.generated;
+  return accepted;
 }
 
 namespace {
@@ -812,6 +864,18 @@ SequenceSampling SamplingOf(SeqId id, const SequenceRequest& req) {
 
 }  // namespace
 
+std::vector<int32_t> Scheduler::Draft(const Running& s, int64_t active, int64_t budget) const {
+  if (s.spec_k <= 0 || active > kSpecMaxRunning || s.seq->generated() == 0) return {};
+  // The drafts' positions stay within what admission reserved (prompt + max_tokens) and
+  // the context; the last sample may complete the sequence.
+  const int64_t room = std::min<int64_t>(
+      int64_t{s.seq->max_tokens()} - s.seq->generated() - 1,
+      context_length_ - static_cast<int64_t>(s.seq->tokens().size()));
+  const int64_t k = std::min<int64_t>({s.spec_k, room, budget});
+  if (k <= 0) return {};
+  return DraftByLookup(s.seq->tokens(), static_cast<int>(k));
+}
+
 bool Scheduler::SendBatch() {
   std::vector<std::pair<SeqId, Running*>> ready;
   int64_t active = 0;
@@ -858,8 +922,16 @@ bool Scheduler::SendBatch() {
     for (int32_t pos = s.processed; pos < end; ++pos) {
       frame.slots.push_back({tokens[pos], id, pos, samples && pos + 1 == end});
     }
-    if (prefix_) PublishFilled(id, s, end, frame, flight);
+    if (prefix_) PublishFilled(id, s, end, frame, flight);  // confirmed tokens only
     budget -= chunk;
+    if (samples) {  // drafted tokens after it, each sampled too
+      std::vector<int32_t> drafts = Draft(s, active, budget);
+      for (size_t i = 0; i < drafts.size(); ++i) {
+        frame.slots.push_back({drafts[i], id, end + static_cast<int32_t>(i), true});
+      }
+      budget -= static_cast<int64_t>(drafts.size());
+      if (!drafts.empty()) flight.drafts.emplace(id, std::move(drafts));
+    }
     s.in_flight = true;
     flight.seqs.emplace_back(id, end);
   }

@@ -46,6 +46,15 @@
 //   takes them up as a new pipeline would, so each stream continues with the same text.
 //   The carried sequences are admitted there before its own waiting requests, as its KV
 //   budget allows; one longer than its whole cache ends with RESOURCE_EXHAUSTED.
+// - Speculative decoding (config.speculative): a decoding sequence may send, after its last
+//   token, up to spec_tokens drafted tokens (prompt lookup, serving/ngram_drafter.h) as one
+//   chunk; the last stage samples every position, and the scheduler keeps the samples while
+//   each draft equals the sample before it, so the text is exactly the one without
+//   speculation (draws are counter-based: a position's sample depends only on the seed, the
+//   position and the logits). Its next frame starts after the accepted tokens: every stage
+//   rewinds its cache past them. A sequence's draft length adapts to what it has accepted
+//   (it stops drafting below 10% after 16 drafts); batches of more than kSpecMaxRunning
+//   sequences draft nothing (compute-bound). Only confirmed blocks are published.
 // - Logs at info one line per finished request (id, prompt and output tokens, time to
 //   first token, decode tokens/s, finish reason) and, every kThroughputLogInterval while
 //   there is activity, prompt and generation throughput, running, waiting and KV use.
@@ -111,6 +120,9 @@ struct SchedulerStats {
   uint64_t lost_batches = 0;  // timed out and sent again
   uint64_t resumed = 0;       // sequences carried over to a new pipeline
   uint64_t handed_over = 0;   // sequences and requests moved to another replica
+  // Speculative decoding: tokens drafted and verified, and of those accepted.
+  uint64_t spec_draft_tokens = 0;
+  uint64_t spec_accepted_tokens = 0;
   // Prefix cache: prompt tokens looked up and found cached, since start; blocks cached
   // now, and of those the ones running sequences use.
   uint64_t prefix_queried_tokens = 0;
@@ -182,6 +194,12 @@ class Scheduler {
     std::shared_ptr<RequestStream> stream;  // null once finished
     Clock::time_point submitted, admitted, first_token, last_token;
     bool got_first = false;
+    // Blocks ending before this position were offered for publication (PublishFilled).
+    int32_t publish_from = 0;
+    // Speculative decoding: tokens it drafts per step now (adaptive; 0: off for it), and
+    // what it drafted and had accepted so far.
+    int spec_k = 0;
+    uint64_t spec_drafted = 0, spec_accepted = 0;
   };
   struct Pending {
     std::shared_ptr<RequestStream> stream;
@@ -193,6 +211,9 @@ class Scheduler {
   };
   struct Flight {
     std::vector<std::pair<SeqId, int32_t>> seqs;  // sequence, processed after this batch
+    // Speculative decoding: each speculating sequence's drafted tokens (its slots after its
+    // last token); processed grows by those accepted.
+    std::map<SeqId, std::vector<int32_t>> drafts;
     std::vector<BlockPublish> publish;            // blocks cached once the result is in
     bool attaches = false;                        // carries a prefix attachment
     Clock::time_point deadline;
@@ -268,6 +289,14 @@ class Scheduler {
   // generation tokens/s over the interval, running, waiting, KV cache use.
   void LogThroughput(Clock::time_point now) ABSL_LOCKS_EXCLUDED(mu_);
   bool SendBatch();
+  // The tokens `s` drafts for this step (none unless it decodes and speculation is on for
+  // it), at most `budget` of them.
+  std::vector<int32_t> Draft(const Running& s, int64_t active, int64_t budget) const;
+  // A result's tokens for one sequence, in position order: the first is its next token;
+  // each later one counts while the draft before it matched. Returns how many drafts
+  // were accepted.
+  int AcceptSampled(Running& s, std::span<const SampledToken* const> sampled,
+                    const std::vector<int32_t>* drafts, ServingMetrics::Step& times);
   void OnSendFailed(uint64_t batch_id, const absl::Status& st);
   void SendReleases();
   void CheckCancellations();

@@ -9,11 +9,23 @@
 
 namespace cascade {
 
+// Speculative decoding (serving/scheduler.h): how drafts are made.
+enum class Speculative {
+  kOff,
+  kNgram,  // prompt lookup (serving/ngram_drafter.h): no draft model
+};
+
+// Batches with more running sequences than this draft nothing: they are compute-bound, and
+// a rejected draft costs a position's compute.
+inline constexpr int kSpecMaxRunning = 8;
+
 struct SchedulerConfig {
   int64_t prefill_chunk = 256;  // prompt tokens of one sequence per micro-batch
   int max_running = 64;         // sequences admitted at once
   int max_waiting = 256;        // queued requests beyond which Submit refuses
   bool prefix_cache = true;     // reuse the KV blocks of prompts seen before (prefix_cache.h)
+  Speculative speculative = Speculative::kOff;
+  int spec_tokens = 4;  // drafted tokens a sequence verifies per trip, at most
 };
 
 }  // namespace cascade

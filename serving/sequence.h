@@ -50,6 +50,7 @@ struct SequenceRequest {
   bool ignore_eos = false;
   bool logprobs = false;     // report each generated token's log-probability
   int32_t top_logprobs = 0;  // and this many most likely alternatives (<= kMaxTopLogprobs)
+  bool speculate = true;     // may be decoded speculatively (when the server does)
 };
 
 constexpr size_t kMaxStopStrings = 16;

@@ -254,6 +254,80 @@ TEST_P(ClusterTest, PromptsSharingABeginningGetTheSingleProcessTextFromThePrefix
   EXPECT_EQ(q.prefix_hit_tokens(), 4u * 96);
 }
 
+// Speculative decoding through 3 worker processes (--speculative ngram): drafted tokens
+// are verified in one trip, and every stream gets the single process's text, greedy and
+// seeded, alone and 6 at once.
+class SpeculativeClusterTest : public ::testing::TestWithParam<Network> {};
+
+TEST_P(SpeculativeClusterTest, StreamsGetTheSingleProcessTextAndDraftsAreAccepted) {
+  ClusterOptions o;
+  o.model = TestModel();
+  o.netns = GetParam().netns;
+  o.coordinator_flags = {"--kv-sequences", "20", "--kv-type", "f32", "--data-plane",
+                         GetParam().data_plane, "--speculative", "ngram", "--spec-tokens", "4"};
+  Cluster cluster(o);
+  if (!cluster.ok()) GTEST_SKIP() << cluster.skip_reason();
+  cluster.StartWorkers();
+  ASSERT_TRUE(cluster.WaitServing()) << cluster.Logs();
+  auto src = ModelSource::Open(TestModel());
+  ASSERT_TRUE(src.ok());
+  auto tok = Tokenizer::FromSource(**src);
+  ASSERT_TRUE(tok.ok());
+  auto local = LocalEngine::Create(**src, **tok, LocalEngineOptions{});
+  ASSERT_TRUE(local.ok()) << local.status();
+  const char* prompts[] = {
+      "Lily had a red ball. Lily had a red ball. Lily had a red ball. Lily had",
+      "Tom and Sam went to the park. Tom and Sam went to the park. Tom and", "Once upon a time",
+      "One day a little bird sang. One day a little bird sang. One day", "The sun was hot",
+      "Mom said no. Mom said no. Mom said"};
+  for (int batch : {1, 6}) {
+    std::vector<v1::GenerateRequest> reqs;
+    std::vector<Generated> want;
+    for (int i = 0; i < batch; ++i) {
+      const float temperature = i % 2 ? 0.8f : 0.0f;
+      v1::GenerateRequest req = Request(prompts[i], 32, temperature, 900 + i);
+      req.set_ignore_eos(true);
+      reqs.push_back(req);
+      SequenceRequest g;
+      g.prompt = *(*tok)->Encode(prompts[i], true, false);
+      g.sampling = temperature > 0 ? SamplingParams() : SamplingParams::Greedy();
+      g.sampling.temperature = temperature;
+      g.sampling.top_k = temperature > 0 ? 40 : 0;
+      g.sampling.top_p = 0.95f;
+      g.sampling.seed = 900 + i;
+      g.max_tokens = 32;
+      g.ignore_eos = true;
+      auto one = (*local)->scheduler().Submit(g);
+      ASSERT_TRUE(one.ok());
+      want.push_back(DrainLocal(**one));
+    }
+    std::vector<Generated> got(batch);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < batch; ++i) {
+      threads.emplace_back([&, i] { got[i] = Generate(*cluster.Inference(), reqs[i]); });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < batch; ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+      EXPECT_EQ(got[i].ids, want[i].ids) << "batch " << batch << ", request " << i;
+      EXPECT_EQ(got[i].text, want[i].text) << "batch " << batch << ", request " << i;
+    }
+  }
+  const v1::SchedulerStatus q = cluster.Status().scheduler();
+  EXPECT_GT(q.spec_draft_tokens(), 0u);
+  EXPECT_GT(q.spec_accepted_tokens(), 0u);
+  std::cerr << q.spec_accepted_tokens() << " of " << q.spec_draft_tokens()
+            << " drafted tokens accepted\n";
+  if (HasFailure()) std::cerr << cluster.Logs();
+}
+
+INSTANTIATE_TEST_SUITE_P(Network, SpeculativeClusterTest,
+                         ::testing::Values(Network{false, "tcp"}, Network{false, "grpc"}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.netns ? "netns" : "loopback", "_",
+                                               info.param.data_plane);
+                         });
+
 // Two replicas of one stage each (--replicas 2): every request gets the single process's
 // text whichever replica serves it, and routing spreads requests (round-robin) or sends a
 // conversation's next turn where its beginning is cached (cache-aware).

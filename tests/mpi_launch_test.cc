@@ -387,6 +387,25 @@ TEST(MpiReplicas, TwoPipelinesOfOneRankEachServeTheSingleProcessText) {
   }
 }
 
+// Speculative decoding under mpirun with TP 2 (2 nodes x 2 ranks): the drafted tokens are
+// sampled by both ranks' last stage, and the greedy text is the single process's.
+TEST(MpiSpeculative, TwoNodesOfTp2GiveTheSingleProcessGreedyText) {
+  const std::string model = testing::SharedPath("models/stories260K/stories260K.gguf");
+  CASCADE_REQUIRE_SHARED(model);
+  MpiJob job(4, model, {"--ranks-per-node", "2", "--tp", "2", "--kv-type", "f32",
+                        "--speculative", "ngram"});
+  ASSERT_TRUE(job.WaitServing()) << job.Log();
+  // Text that repeats, so that the drafts are often right.
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 403, 407, 261, 378, 403, 407};
+  const Expected want = LocalGreedy(model, prompt, 24);
+  const Expected got = RemoteGreedy(job.address(), prompt, 24);
+  EXPECT_EQ(got.ids, want.ids) << job.Log();
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+  for (size_t i = 0; i < got.logprobs.size(); ++i) {
+    EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << "token " << i;
+  }
+}
+
 TEST(MpiJobEnd, SigUsr1DrainsAndTheJobExitsZero) {
   const std::string model = testing::SharedPath("models/stories260K/stories260K.gguf");
   CASCADE_REQUIRE_SHARED(model);

@@ -58,6 +58,7 @@ struct CacheOptions {
   bool prefix_cache = true;
   int block_size = kDefaultKvBlockSize;
   int64_t blocks = 0;  // 0: 16 sequences' worth
+  Speculative speculative = Speculative::kOff;
 };
 
 class PipelineTest : public ::testing::Test {
@@ -79,6 +80,7 @@ class PipelineTest : public ::testing::Test {
     o.stage.kv_blocks = cache.blocks;
     o.scheduler.prefill_chunk = prefill_chunk;
     o.scheduler.prefix_cache = cache.prefix_cache;
+    o.scheduler.speculative = cache.speculative;
     auto e = LocalEngine::Create(*src_, *tok_, o);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
@@ -464,6 +466,92 @@ TEST_F(PrefixCacheTest, RoutingAvoidsABusyReplicaAndSkipsOnesNotServing) {
   EXPECT_FALSE(Router::ParsePolicy("random").has_value());
   (*running)->Cancel();
   Drain(**running);
+}
+
+}  // namespace
+}  // namespace cascade
+
+namespace cascade {
+namespace {
+
+// Speculative decoding through 3 in-process stages: drafts from the text so far, verified
+// in one trip, give exactly the text, ids and logprobs of plain decoding.
+class SpeculativeTest : public PipelineTest {
+ protected:
+  std::vector<Output> RunAll(LocalEngine& engine, const std::vector<SequenceRequest>& reqs) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const SequenceRequest& r : reqs) {
+      auto s = engine.scheduler().Submit(r);
+      EXPECT_TRUE(s.ok()) << s.status();
+      if (s.ok()) streams.push_back(*s);
+    }
+    std::vector<Output> out;
+    for (auto& s : streams) out.push_back(Drain(*s));
+    return out;
+  }
+  std::vector<SequenceRequest> Requests(int n, float temperature) {
+    // Text that repeats (drafts pass) and text that does not.
+    const char* prompts[] = {
+        "Lily had a red ball. Lily had a red ball. Lily had a red ball. Lily had",
+        "Once upon a time", "Tom and Sam went to the park. Tom and Sam went to the",
+        "The sun was hot", "One day a little bird sang. One day a little bird",
+        "She was happy"};
+    std::vector<SequenceRequest> reqs;
+    for (int i = 0; i < n; ++i) {
+      SequenceRequest r = Request(prompts[i % 6], 40, temperature, 300 + i);
+      r.logprobs = true;
+      r.ignore_eos = true;
+      reqs.push_back(r);
+    }
+    return reqs;
+  }
+};
+
+TEST_F(SpeculativeTest, TextAndLogprobsAreByteIdenticalWithAndWithoutSpeculation) {
+  for (float temperature : {0.0f, 0.9f}) {
+    for (int batch : {1, 6}) {
+      auto spec = Engine(3, 256, {.block_size = 8, .speculative = Speculative::kNgram});
+      auto plain = Engine(3, 256, {.block_size = 8});
+      const std::vector<SequenceRequest> reqs = Requests(batch, temperature);
+      const std::vector<Output> a = RunAll(*spec, reqs), b = RunAll(*plain, reqs);
+      ASSERT_EQ(a.size(), reqs.size());
+      ASSERT_EQ(b.size(), reqs.size());
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_TRUE(a[i].status.ok() && b[i].status.ok()) << a[i].status << b[i].status;
+        EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i << ", temperature " << temperature;
+        EXPECT_EQ(a[i].text, b[i].text) << "request " << i;
+        EXPECT_EQ(a[i].logprobs, b[i].logprobs) << "request " << i;  // bit for bit
+        EXPECT_EQ(a[i].ids.size(), 40u);
+      }
+      const SchedulerStats st = spec->scheduler().Stats();
+      EXPECT_GT(st.spec_draft_tokens, 0u) << "batch " << batch;
+      if (temperature == 0.0f) {
+        EXPECT_GT(st.spec_accepted_tokens, 0u) << "batch " << batch;
+      }
+      EXPECT_LE(st.spec_accepted_tokens, st.spec_draft_tokens);
+      EXPECT_EQ(plain->scheduler().Stats().spec_draft_tokens, 0u);
+      // A later turn (the prompt and its answer, then more) starts from the blocks the
+      // speculating run published, accepted drafts included, with the same text.
+      SequenceRequest next = reqs[0];
+      next.prompt.insert(next.prompt.end(), a[0].ids.begin(), a[0].ids.end());
+      next.prompt.push_back(reqs[0].prompt[1]);
+      const Output c = RunAll(*spec, {next})[0];
+      const Output d = RunAll(*plain, {next})[0];
+      ASSERT_TRUE(c.status.ok()) << c.status;
+      EXPECT_EQ(c.ids, d.ids);
+      EXPECT_EQ(c.logprobs, d.logprobs);
+      EXPECT_GE(c.usage.cached_tokens, static_cast<int32_t>(reqs[0].prompt.size()) / 8 * 8 + 32);
+    }
+  }
+}
+
+TEST_F(SpeculativeTest, ARequestThatOptsOutDraftsNothing) {
+  auto spec = Engine(3, 256, {.speculative = Speculative::kNgram});
+  std::vector<SequenceRequest> reqs = Requests(1, 0.0f);
+  reqs[0].speculate = false;
+  const Output o = RunAll(*spec, reqs)[0];
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(spec->scheduler().Stats().spec_draft_tokens, 0u);
 }
 
 }  // namespace

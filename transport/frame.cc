@@ -258,8 +258,13 @@ absl::StatusOr<StageFrame> DecodeFrame(const v1::ActivationFrame& in, const Fram
       return Bad(absl::StrCat("tokens[", i, "]"),
                  absl::StrCat(s.token, " is outside the vocabulary of ", e.vocab_size));
     }
-    if (s.want_logits && !wanting.insert(s.seq).second) {
-      return Bad("want_logits", absl::StrCat("sequence ", s.seq, " asks for two samples"));
+    // A sequence samples at its last slot, or (verifying drafted tokens) at each of its
+    // last few: once it samples, every later slot of it in the frame does too.
+    if (s.want_logits) {
+      wanting.insert(s.seq);
+    } else if (wanting.contains(s.seq)) {
+      return Bad("want_logits", absl::StrCat("sequence ", s.seq, " samples at a position before ",
+                                             s.pos, " but not at ", s.pos));
     }
   }
   // Admissions and the prefix cache's attach and publish entries name sequences with a

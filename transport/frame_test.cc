@@ -100,6 +100,17 @@ void ExpectRejected(const std::function<void(v1::ActivationFrame*)>& mutate,
   EXPECT_THAT(std::string(f.status().message()), HasSubstr(problem));
 }
 
+TEST(Frame, ASequenceVerifyingDraftsSamplesAtEachOfItsLastSlots) {
+  StageFrame f = Sample();
+  f.slots[0].want_logits = true;  // sequence 11: positions 0 and 1 both sampled
+  v1::ActivationFrame wire;
+  EncodeFrame(f, "", &wire);
+  auto d = DecodeFrame(wire, Middle());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->slots[0].want_logits);
+  EXPECT_TRUE(d->slots[1].want_logits);
+}
+
 TEST(Frame, RejectsEveryKindOfBadField) {
   ExpectRejected([](auto* w) { w->set_version(1); }, "1 is not the supported version 2");
   ExpectRejected([](auto* w) { w->set_plan_id(8); }, "plan_id");
@@ -138,7 +149,12 @@ TEST(Frame, RejectsEveryKindOfBadField) {
         }
       },
       "exceed the batch limit");
-  ExpectRejected([](auto* w) { w->set_want_logits(0, true); }, "asks for two samples");
+  ExpectRejected(
+      [](auto* w) {
+        w->set_want_logits(0, true);
+        w->set_want_logits(1, false);
+      },
+      "sequence 11 samples at a position before 1 but not at 1");
   ExpectRejected([](auto* w) { w->mutable_admit(0)->set_top_logprobs(21); }, "top_logprobs 21");
   ExpectRejected(
       [](auto* w) {
