@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
-#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|prefix|replicas|dataplane|moe|types|all]  (default: all)
+#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|prefix|replicas|spec|dataplane|moe|types|all]  (default: all)
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh prefix    # multi-turn chat, side by side
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh moe       # (f): Qwen3-30B-A3B layers, side by side
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
@@ -453,6 +453,100 @@ one, two, rr = rows["one"], rows["two"], rows["rr"]
 print(f"2 replicas against 1: throughput {two['tokens_per_s'] / one['tokens_per_s']:.2f}x (target >= 1.8)")
 print(f"cache-aware against round-robin: prefix hit rate {two['cached_ratio'] / rr['cached_ratio']:.2f}x "
       f"(target >= 1.5), TTFT p50 {rr['ttft_p50_s'] / two['ttft_p50_s']:.2f}x lower")
+PY
+    rm -f "$results"
+  fi
+fi
+
+if [[ $WHAT == spec || $WHAT == all ]]; then
+  echo
+  echo "== (i) speculative decoding: one stream through 3 stages on 3 network-namespace hosts, 1 ms added per hop =="
+  # A coordinator here and a cascade-worker (1 thread) in each of three hosts made here;
+  # in front of each worker's data port a user-space proxy (bench/delay_proxy.py) adds
+  # 1 ms each way (no netem in this kernel), and the worker advertises the proxy
+  # (--data-advertise). Batch 1, 128 tokens, greedy: --speculative ngram against off, on
+  # a prompt that asks the model to go on repeating text it was given and on plain story
+  # text; then 16 streams at once (bench/serving_bench.py) to check a busy server loses
+  # nothing.
+  if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null; then
+    echo "(needs root and ip(8) for network namespaces: skipped)"
+  else
+    results=$(mktemp)
+    tag=cs$$
+    ip link add "br$tag" type bridge && ip addr add 10.79.0.1/24 dev "br$tag" && ip link set "br$tag" up
+    for h in 1 2 3; do
+      ip netns add "$tag-$h"
+      ip link add "v$tag$h" type veth peer name eth0 netns "$tag-$h"
+      ip link set "v$tag$h" master "br$tag" up
+      ip -n "$tag-$h" addr add "10.79.0.1$h/24" dev eth0
+      ip -n "$tag-$h" link set eth0 up
+      ip -n "$tag-$h" link set lo up
+    done
+    cleanup_spec() {
+      for h in 1 2 3; do ip netns pids "$tag-$h" 2>/dev/null | xargs -r kill 2>/dev/null || true; done
+      sleep 0.5
+      for h in 1 2 3; do ip netns del "$tag-$h" 2>/dev/null || true; done
+      ip link del "br$tag" 2>/dev/null || true
+    }
+    trap cleanup_spec EXIT
+    REPEAT="Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. One day, she saw a big red ball in the park. Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. One day, she saw a big red ball in the park. Once upon a time, there was a little girl"
+    PLAIN="Once upon a time"
+    run_spec() {  # run_spec MODEL NAME off|ngram
+      local port control pids=()
+      port=$(free_port); control=$(free_port)
+      "$BIN/cascade-coordinator" --model "$1" --workers 3 --min-stages 3 --replicas 1 \
+        --speculative "$3" --listen "127.0.0.1:$(free_port)" --control-listen "10.79.0.1:$control" \
+        --http-listen "127.0.0.1:$port" --max-running 16 >/dev/null 2>&1 &
+      local coord=$!
+      for h in 1 2 3; do
+        ip netns exec "$tag-$h" python3 bench/delay_proxy.py --listen "10.79.0.1$h:7101" \
+          --to "10.79.0.1$h:7100" --delay-ms 1 >/dev/null 2>&1 &
+        pids+=($!)
+        ip netns exec "$tag-$h" "$BIN/cascade-worker" --coordinator "10.79.0.1:$control" \
+          --listen "10.79.0.1$h:0" --data-listen "10.79.0.1$h:7100" \
+          --data-advertise "10.79.0.1$h:7101" --threads 1 --id "host$h" >/dev/null 2>&1 &
+        pids+=($!)
+      done
+      wait_health "$port"
+      echo "$2 $3 repeat $(python3 bench/spec_bench.py --url "http://127.0.0.1:$port" --prompt "$REPEAT")" >> "$results"
+      echo "$2 $3 plain $(python3 bench/spec_bench.py --url "http://127.0.0.1:$port" --prompt "$PLAIN")" >> "$results"
+      local acc
+      acc=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^cascade_spec_acceptance_ratio/ {print $2}')
+      echo "$2 $3 accept {\"ratio\": ${acc:-0}}" >> "$results"
+      if [[ $2 == stories260K ]]; then
+        echo "$2 $3 busy $(python3 bench/serving_bench.py --url "http://127.0.0.1:$port" --streams 16 \
+          --prompt-tokens 64 --max-tokens 128 --vocab 512 --seed 3)" >> "$results"
+      fi
+      kill "$coord" "${pids[@]}" 2>/dev/null || true
+      wait "$coord" "${pids[@]}" 2>/dev/null || true
+    }
+    for m in models/stories260K.gguf "$(model tinyllama-1.1b Q4_0)"; do
+      name=$(basename "$m" .gguf)
+      run_spec "$m" "$name" off
+      run_spec "$m" "$name" ngram
+    done
+    cleanup_spec
+    trap - EXIT
+    python3 - "$results" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    model, mode, load, js = line.split(" ", 3)
+    rows[(model, mode, load)] = json.loads(js)
+for model in dict.fromkeys(k[0] for k in rows):
+    for load in ("repeat", "plain"):
+        off, on = rows[(model, "off", load)], rows[(model, "ngram", load)]
+        r = on["decode_tokens_per_s"] / off["decode_tokens_per_s"]
+        target = ">= 2" if load == "repeat" else ">= 0.95"
+        print(f"{model:24} {load:7} off {off['decode_tokens_per_s']:7.1f} tok/s, ngram "
+              f"{on['decode_tokens_per_s']:7.1f} tok/s: {r:.2f}x (target {target}); same text: "
+              f"{off['text'] == on['text']}")
+    print(f"{model:24} drafts accepted (both prompts): "
+          f"{100 * rows[(model, 'ngram', 'accept')]['ratio']:.0f}%")
+    if (model, "off", "busy") in rows:
+        off, on = rows[(model, "off", "busy")], rows[(model, "ngram", "busy")]
+        print(f"{model:24} 16 streams: off {off['tokens_per_s']:.1f} tok/s, ngram {on['tokens_per_s']:.1f} "
+              f"tok/s: {on['tokens_per_s'] / off['tokens_per_s']:.2f}x (target >= 0.95)")
 PY
     rm -f "$results"
   fi

@@ -737,7 +737,8 @@ int Scheduler::AcceptSampled(Running& s, std::span<const SampledToken* const> sa
     if (i > 0) {
       // The sample at a drafted position counts only when that draft was the token the
       // sequence really had there (the sample before it): then its KV entry stays too.
-      if (drafts == nullptr || i > drafts->size() || (*drafts)[i - 1] != sampled[i - 1]->token) {
+      if (drafts == nullptr || i > drafts->size() || (*drafts)[i - 1] != sampled[i - 1]->token ||
+          t.position != s.processed + 1) {  // not the sample after the kept ones: ignored
         break;
       }
       ++accepted;

@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   app.add_option("--data-listen", o.data_listen,
                  "TCP data plane address (default: the listen host, a free port; off: gRPC "
                  "only)");
+  app.add_option("--data-advertise", o.data_advertise,
+                 "Address others send this worker's frames to (host:port; default: the data "
+                 "plane's own, e.g. a proxy or NAT in front of it)");
   app.add_option("--id", o.worker_id, "Stable worker name (default: the advertised address)");
   app.add_option("--node", o.node, "Node name (default: host name)");
   app.add_option("--threads,-t", o.threads, "Compute threads")

@@ -125,6 +125,14 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
     if (!data.ok()) return data.status();
     w->data_ = std::move(*data);
     w->data_advertise_ = w->data_->tcp_address();
+    if (!w->options_.data_advertise.empty()) {
+      const std::string& a = w->options_.data_advertise;
+      w->data_advertise_ = a.rfind("tcp://", 0) == 0 ? a : "tcp://" + a;
+      if (!ParseHostPort(w->data_advertise_.substr(6)).ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--data-advertise: '", a, "' is not host:port"));
+      }
+    }
   }
   spdlog::info("worker {} listening on {} (data plane: {})", w->options_.worker_id, w->advertise_,
                w->data_advertise_.empty() ? "gRPC only" : w->data_advertise_);

@@ -54,6 +54,9 @@ struct WorkerOptions {
   // gRPC only; "mpi" = the MPI data plane instead). Its advertised host is the advertise
   // address's.
   std::string data_listen;
+  // Where other processes send this worker's frames ("" = the data plane's own address);
+  // e.g. a NAT or proxy in front of it: tcp://host:port or host:port.
+  std::string data_advertise;
   std::string coordinator;  // register here ("" = wait to be called)
   std::string worker_id;    // default: the advertised address
   std::string node;         // default: the host name
