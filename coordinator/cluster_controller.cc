@@ -183,14 +183,18 @@ ClusterState ClusterController::state() const {
   return state_;
 }
 
+bool AwaitClusterState(absl::Mutex& mu, const ClusterState* state,
+                       std::initializer_list<ClusterState> states,
+                       std::chrono::milliseconds timeout) {
+  std::vector<ClusterState> want(states);
+  absl::MutexLock lock(&mu);
+  auto reached = [&] { return std::find(want.begin(), want.end(), *state) != want.end(); };
+  return mu.AwaitWithTimeout(absl::Condition(&reached), absl::FromChrono(timeout));
+}
+
 bool ClusterController::WaitForState(std::initializer_list<ClusterState> states,
                                      std::chrono::milliseconds timeout) {
-  std::vector<ClusterState> want(states);
-  absl::MutexLock lock(&mu_);
-  auto reached = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::find(want.begin(), want.end(), state_) != want.end();
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::FromChrono(timeout));
+  return AwaitClusterState(mu_, &state_, states, timeout);
 }
 
 void ClusterController::OnStateChange(std::function<void(ClusterState)> fn) {

@@ -86,6 +86,12 @@ enum class ClusterState {
 };
 const char* ClusterStateName(ClusterState s);
 
+// Waits on `mu` (not held by the caller) until *state, which `mu` guards, is one of
+// `states`; false on timeout. The controller's and the replica set's WaitForState.
+bool AwaitClusterState(absl::Mutex& mu, const ClusterState* state,
+                       std::initializer_list<ClusterState> states,
+                       std::chrono::milliseconds timeout);
+
 // What the planner knows of a registered worker.
 WorkerSpec PlannerSpec(const WorkerRecord& w);
 

@@ -378,12 +378,7 @@ ClusterState ReplicaSet::state() const {
 
 bool ReplicaSet::WaitForState(std::initializer_list<ClusterState> states,
                               std::chrono::milliseconds timeout) {
-  std::vector<ClusterState> want(states);
-  absl::MutexLock lock(&mu_);
-  auto reached = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::find(want.begin(), want.end(), state_) != want.end();
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::FromChrono(timeout));
+  return AwaitClusterState(mu_, &state_, states, timeout);
 }
 
 void ReplicaSet::OnStateChange(std::function<void(ClusterState)> fn) {

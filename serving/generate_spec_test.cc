@@ -147,11 +147,13 @@ TEST_F(GenerateSpecTest, ExpandGivesOneRequestPerChoiceWithItsSeed) {
   spec.seed = 1000;
   spec.echo = true;
   spec.top_logprobs = 2;
+  spec.speculate = false;
   auto out = ExpandSpec(spec, *tokenizer_);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), 6u);
   for (size_t i = 0; i < out->size(); ++i) {
     const ChoiceRequest& c = (*out)[i];
+    EXPECT_FALSE(c.request.speculate);  // the request's opt-out reaches every choice
     EXPECT_EQ(c.prompt_index, static_cast<int>(i / 3));
     EXPECT_EQ(c.choice, static_cast<int>(i % 3));
     EXPECT_EQ(c.request.sampling.seed, 1000 + i);

@@ -50,6 +50,12 @@ TEST(OpenAiRequest, CompletionDefaultsAndFields) {
   auto c = ParseOpenAiRequest(R"({"messages":[{"role":"user","content":"Hi"}]})", kChat);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->spec.max_tokens, 0);  // chat: up to the context
+  // Speculative decoding, per request (an extension): on unless the request opts out.
+  EXPECT_TRUE(d->spec.speculate);
+  auto off = ParseOpenAiRequest(R"({"prompt":"Hi","speculative":false})", kCompl);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->spec.speculate);
+  EXPECT_EQ(RefusedParam(R"({"prompt":"Hi","speculative":"no"})", kCompl), "speculative");
 }
 
 TEST(OpenAiRequest, PromptShapes) {

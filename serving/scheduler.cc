@@ -84,13 +84,8 @@ void Scheduler::ApplyHandOver(std::shared_ptr<Scheduler> to) {
     if (s.stream == nullptr) continue;
     DoneComputing(s, nullptr);
     Carried c;
-    c.seq = std::move(s.seq);
-    c.stream = std::move(s.stream);
-    c.submitted = s.submitted;
-    c.admitted = s.admitted;
-    c.first_token = s.first_token;
-    c.last_token = s.last_token;
-    c.got_first = s.got_first;
+    c.running = std::move(s);
+    c.running.Rewind();
     out.push_back(std::move(c));
   }
   running_.clear();
@@ -119,7 +114,7 @@ void Scheduler::ApplyAdopt(std::vector<Carried> carried) {
   absl::MutexLock lock(&mu_);
   std::deque<Pending> requests;
   for (Carried& c : carried) {
-    if (c.seq != nullptr) {
+    if (c.is_sequence()) {
       carried_.push_back(std::move(c));
     } else {
       requests.push_back(std::move(c.pending));
@@ -133,7 +128,7 @@ void Scheduler::ApplyAdopt(std::vector<Carried> carried) {
 
 bool Scheduler::AdmitCarried() {
   while (!carried_.empty() && running_count_ < config_.max_running) {
-    Carried& c = carried_.front();
+    Running& c = carried_.front().running;
     const int64_t blocks = BlocksFor(c.seq->prompt_len(), c.seq->max_tokens());
     if (blocks > kv_blocks_ || c.stream->cancelled()) {
       StreamEvent e;
@@ -158,19 +153,9 @@ bool Scheduler::AdmitCarried() {
       const std::vector<BlockName> evicted = prefix_->EvictIdle(over);
       evict_.insert(evict_.end(), evicted.begin(), evicted.end());
     }
-    Running s;
+    Running s = std::move(c);
     s.id = next_seq_++;
-    s.seq = std::move(c.seq);
     s.blocks = blocks;
-    s.stream = std::move(c.stream);
-    s.submitted = c.submitted;
-    s.admitted = c.admitted;
-    s.first_token = c.first_token;
-    s.last_token = c.last_token;
-    s.got_first = c.got_first;
-    s.spec_k = config_.speculative != Speculative::kOff && s.seq->request().speculate
-                   ? config_.spec_tokens
-                   : 0;
     carried_.pop_front();
     blocks_reserved_ += blocks;
     ++stats_.resumed;
@@ -377,7 +362,7 @@ void Scheduler::DoneComputing(Running& s, const BlockName* name) {
 void Scheduler::EndWaiting(const absl::Status& why) {
   // Carried sequences (admitted or posted) end as waiting requests do.
   for (Carried& c : inbox_.adopted) {
-    if (c.seq != nullptr) {
+    if (c.is_sequence()) {
       carried_.push_back(std::move(c));
     } else {
       waiting_.push_back(std::move(c.pending));
@@ -388,7 +373,7 @@ void Scheduler::EndWaiting(const absl::Status& why) {
     StreamEvent e;
     e.last = true;
     e.status = why;
-    c.stream->Push(std::move(e));
+    c.running.stream->Push(std::move(e));
     ++stats_.failed;
     metrics_.RecordEnded(RequestOutcome::kFailed, -1);
   }
@@ -489,12 +474,7 @@ void Scheduler::ApplyAttach(PipelineSpec p) {
     blocks_reserved_ = 0;
     for (auto& [id, s] : running_) {
       if (s.stream == nullptr) continue;
-      s.prefix.clear();
-      s.cached_tokens = 0;
-      s.uses.clear();
-      s.names.clear();
-      s.computing.clear();
-      s.resent = false;
+      s.Rewind();
       s.blocks = BlocksFor(s.seq->prompt_len(), s.seq->max_tokens());
       blocks_reserved_ += s.blocks;
     }
@@ -526,11 +506,7 @@ void Scheduler::ApplyDetach(const absl::Status& why) {
   flights_.clear();
   release_.clear();      // the stages that held them are gone
   ResetPrefixCache(0);  // and their caches with them
-  for (auto& [id, s] : running_) {
-    s.in_flight = false;
-    s.announced = false;
-    s.processed = 0;  // prefilled again (prompt + generated) on the next pipeline
-  }
+  for (auto& [id, s] : running_) s.Rewind();  // prefilled again on the next pipeline
   spdlog::warn("scheduler: pipeline detached ({}); {} sequence(s) wait for the next one",
                why.message(), running_.size());
 }
@@ -713,13 +689,14 @@ void Scheduler::HandleResult(const StepResult& r) {
       s.spec_drafted += drafts->size();
       s.spec_accepted += static_cast<uint64_t>(took);
       // Longer drafts while they all pass, shorter when none does; off for a sequence
-      // whose drafts (16 or more so far) pass less than one time in ten.
+      // whose drafts (16 or more so far) pass less than one time in five: a rejected draft
+      // costs a position's compute, which a compute-bound stage feels.
       if (took == static_cast<int>(drafts->size())) {
         s.spec_k = std::min(s.spec_k + 1, config_.spec_tokens);
       } else if (took == 0) {
         s.spec_k = std::max(1, s.spec_k / 2);
       }
-      if (s.spec_drafted >= 16 && s.spec_accepted * 10 < s.spec_drafted) s.spec_k = 0;
+      if (s.spec_drafted >= 16 && s.spec_accepted * 5 < s.spec_drafted) s.spec_k = 0;
     }
   }
   metrics_.RecordStep(times);

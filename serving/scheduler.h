@@ -53,7 +53,7 @@
 //   speculation (draws are counter-based: a position's sample depends only on the seed, the
 //   position and the logits). Its next frame starts after the accepted tokens: every stage
 //   rewinds its cache past them. A sequence's draft length adapts to what it has accepted
-//   (it stops drafting below 10% after 16 drafts); batches of more than kSpecMaxRunning
+//   (it stops drafting below 20% after 16 drafts); batches of more than kSpecMaxRunning
 //   sequences draft nothing (compute-bound). Only confirmed blocks are published.
 // - Logs at info one line per finished request (id, prompt and output tokens, time to
 //   first token, decode tokens/s, finish reason) and, every kThroughputLogInterval while
@@ -200,6 +200,20 @@ class Scheduler {
     // what it drafted and had accepted so far.
     int spec_k = 0;
     uint64_t spec_drafted = 0, spec_accepted = 0;
+    // Forgets what it had on a pipeline (its KV entries, cached blocks, flights) so that
+    // it is prefilled again, prompt and generated tokens, on the next one.
+    void Rewind() {
+      processed = 0;
+      in_flight = false;
+      announced = false;
+      resent = false;
+      prefix.clear();
+      cached_tokens = 0;
+      uses.clear();
+      names.clear();
+      computing.clear();
+      publish_from = 0;
+    }
   };
   struct Pending {
     std::shared_ptr<RequestStream> stream;
@@ -221,11 +235,9 @@ class Scheduler {
   // A sequence or waiting request moved from another scheduler (HandOver): a sequence
   // (seq set) resumes from its start; a request (seq null) waits as if submitted here.
   struct Carried {
-    std::unique_ptr<Sequence> seq;
-    Pending pending;
-    std::shared_ptr<RequestStream> stream;
-    Clock::time_point submitted, admitted, first_token, last_token;
-    bool got_first = false;
+    Running running;  // a sequence (running.seq set), rewound
+    Pending pending;  // or a request
+    bool is_sequence() const { return running.seq != nullptr; }
   };
   // What other threads post to the scheduler thread.
   struct Inbox {
