@@ -111,6 +111,27 @@ TEST(Cli, SameSeedSameTextAcrossRuns) {
   EXPECT_NE(a.out, c.out);
 }
 
+// --speculative ngram: the same text, seeded and greedy, and the acceptance at info.
+TEST(Cli, SpeculativeGenerateGivesTheSameTextAndLogsTheAcceptance) {
+  const std::string bundled = std::string(CASCADE_SOURCE_DIR) + "/models/stories260K.gguf";
+  const std::string base = Bin() + " generate --model " + bundled +
+                           " --prompt 'Lily had a red ball. Lily had a red ball. Lily had'"
+                           " --max-tokens 60";
+  for (const char* sampling : {" --temperature 0", " --temperature 0.8 --seed 5"}) {
+    RunResult plain = RunCmd(base + sampling);
+    RunResult spec = RunCmd(base + sampling + " --speculative ngram");
+    ASSERT_EQ(plain.exit_code, 0) << plain.out;
+    ASSERT_EQ(spec.exit_code, 0) << spec.out;
+    EXPECT_EQ(spec.out, plain.out) << sampling;
+  }
+  RunResult logged = RunCmd(base + " --temperature 0 --speculative ngram --log-level info 2>&1");
+  EXPECT_THAT(logged.out, ::testing::ContainsRegex("speculative: [0-9]+ of [0-9]+ drafted tokens "
+                                                   "accepted"));
+  RunResult bad = RunCmd(base + " --speculative maybe 2>&1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.out, HasSubstr("--speculative"));
+}
+
 TEST(Cli, TokenizeDetokenizeRoundTripGgufAndHf) {
   const std::string gguf = testing::SharedPath("models/stories260K/stories260K.gguf");
   const std::string hf = testing::SharedPath("models/stories260K/hf");

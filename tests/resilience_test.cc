@@ -175,6 +175,9 @@ class Resilience : public ::testing::Test {
 TEST_F(Resilience, AKilledStageIsReplacedByASpareWhileEightClientsStream) {
   ClusterOptions o = Options();
   o.spares = 1;
+  // Speculative decoding on (8 clients draft: kSpecMaxRunning): drafts across the re-plan
+  // keep the text the reference run gave.
+  o.coordinator_flags.insert(o.coordinator_flags.end(), {"--speculative", "ngram"});
   Make(o);
   cluster_->StartWorker(3);  // registers after the plan: a spare
   const uint64_t plan = cluster_->Status().plan_id();
@@ -209,8 +212,10 @@ TEST_F(Resilience, AKilledWorkerInOneOfTwoReplicasCostsNoRequest) {
   ClusterOptions o = Options();
   o.workers = 2;
   o.min_stages = 1;
+  // Speculative decoding on: the streams that move go on drafting on the other replica.
   o.coordinator_flags.insert(o.coordinator_flags.end(), {"--replicas", "2", "--routing",
-                                                         "least-loaded"});
+                                                         "least-loaded", "--speculative",
+                                                         "ngram"});
   Make(o);
   ASSERT_EQ(cluster_->Status().replicas_size(), 2);
   Load load(*cluster_, 8);

@@ -29,6 +29,9 @@ struct GenerateFlags {
   std::string device = "auto";
   std::vector<std::string> stop;
   std::string server;
+  // auto: off here, the server's choice with --server; off: none (a server's too); ngram.
+  std::string speculative = "auto";
+  int spec_tokens = SchedulerConfig().spec_tokens;
 };
 
 // The request the flags describe, in the serving core's model.
@@ -39,6 +42,8 @@ GenerateSpec SpecOf(const GenerateFlags& f) {
   if (f.seed >= 0) spec.seed = static_cast<uint64_t>(f.seed);
   spec.max_tokens = f.max_tokens;
   spec.stop = f.stop;
+  // On a server, "--speculative off" opts this request out of the server's speculation.
+  spec.speculate = f.speculative != "off";
   return spec;
 }
 
@@ -126,6 +131,8 @@ int RunGenerate(const GenerateFlags& f) {
   eo.scheduler.prefill_chunk = so.max_batch_tokens;
   eo.scheduler.max_running = 1;
   eo.scheduler.max_waiting = 1;
+  eo.scheduler.speculative = f.speculative == "ngram" ? Speculative::kNgram : Speculative::kOff;
+  eo.scheduler.spec_tokens = f.spec_tokens;
   auto engine = LocalEngine::Create(*model->source, tok, eo);
   if (!engine.ok()) {
     std::cerr << "cascade generate: " << engine.status().message() << "\n";
@@ -144,7 +151,14 @@ int RunGenerate(const GenerateFlags& f) {
     std::fflush(stdout);
   }
   const StreamEvent last = PrintStream(**stream, f.ids);
+  const SchedulerStats stats = (*engine)->scheduler().Stats();
   engine->reset();
+  if (stats.spec_draft_tokens > 0) {
+    spdlog::info("speculative: {} of {} drafted tokens accepted ({:.0f}%)",
+                 stats.spec_accepted_tokens, stats.spec_draft_tokens,
+                 100.0 * static_cast<double>(stats.spec_accepted_tokens) /
+                     static_cast<double>(stats.spec_draft_tokens));
+  }
   if (!last.status.ok()) {
     std::cerr << "cascade generate: " << last.status.message() << "\n";
     return 1;
@@ -187,6 +201,16 @@ void AddGenerate(CLI::App& app, Action* action) {
                   "KV cache elements: f32, or f16 (half the memory; keys and values rounded)");
   cmd->add_option("--threads", f->threads, "Compute threads (default: all cores)");
   cmd->add_option("--device", f->device, "auto (GPU if usable, else CPU), cpu, cuda or cuda:N");
+  cmd->add_option("--speculative", f->speculative,
+                  "auto, off or ngram: ngram decodes speculatively with drafts from the text "
+                  "so far (the same text; --log-level info shows how many were accepted); "
+                  "auto is off here and the server's choice with --server, where off opts "
+                  "this request out")
+      ->check(CLI::IsMember({"auto", "off", "ngram"}))
+      ->capture_default_str();
+  cmd->add_option("--spec-tokens", f->spec_tokens, "Drafted tokens per step, at most")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->callback([f, action] { *action = [f] { return RunGenerate(*f); }; });
 }
 
