@@ -298,9 +298,9 @@ void Scheduler::Admit() {
       for (const BlockName& name : s.computing) ++computing_[name];
     }
     s.stream = std::move(p.stream);
-    s.spec_k = config_.speculative != Speculative::kOff && s.seq->request().speculate
-                   ? config_.spec_tokens
-                   : 0;
+    // Speculating sequences start with one draft a step and earn more (see HandleResult):
+    // a draft that fails costs a position's compute.
+    s.spec_k = config_.speculative != Speculative::kOff && s.seq->request().speculate ? 1 : 0;
     s.submitted = p.submitted;
     s.admitted = Clock::now();
     metrics_.RecordAdmitted(std::chrono::duration<double>(s.admitted - s.submitted).count());

@@ -53,7 +53,8 @@
 //   speculation (draws are counter-based: a position's sample depends only on the seed, the
 //   position and the logits). Its next frame starts after the accepted tokens: every stage
 //   rewinds its cache past them. A sequence's draft length adapts to what it has accepted
-//   (it stops drafting below 20% after 16 drafts); batches of more than kSpecMaxRunning
+//   (it starts at 1, grows by one after a step that kept every draft up to spec_tokens,
+//   halves after one that kept none, and stops below 20% after 16 drafts); batches of more than kSpecMaxRunning
 //   sequences draft nothing (compute-bound). Only confirmed blocks are published.
 // - Logs at info one line per finished request (id, prompt and output tokens, time to
 //   first token, decode tokens/s, finish reason) and, every kThroughputLogInterval while
