@@ -96,7 +96,7 @@ TEST(ClusterConfig, EveryFlagHasAYamlKeyAndTheReverse) {
     std::string value;
     const std::string def = entry.show();
     for (const char* v : {"7", "0.25", "true", "false", "grpc", "tcp", "cpu", "cuda:2", "x.gguf",
-                          "10.0.0.1:7000", "f16", "f32", "round-robin", "ngram"}) {
+                          "10.0.0.1:7000", "f16", "f32", "round-robin", "ngram", "off"}) {
       ClusterConfig probe;
       for (ClusterOption& o : ClusterOptions(&probe)) {
         if (o.flag == entry.flag && o.set(v).ok() && o.show() != def) value = v;

@@ -24,7 +24,9 @@ struct SchedulerConfig {
   int max_running = 64;         // sequences admitted at once
   int max_waiting = 256;        // queued requests beyond which Submit refuses
   bool prefix_cache = true;     // reuse the KV blocks of prompts seen before (prefix_cache.h)
-  Speculative speculative = Speculative::kOff;
+  // On by default: drafts that fail cost a stream nothing measurable and busy batches
+  // draft nothing (docs/benchmarks.md, issue 44); the text is the same either way.
+  Speculative speculative = Speculative::kNgram;
   int spec_tokens = 4;  // drafted tokens a sequence verifies per trip, at most
 };
 

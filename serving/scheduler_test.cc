@@ -134,6 +134,7 @@ TEST_F(SchedulerTest, ManyStreamsEachGetTheirTokensInTheirOrder) {
 TEST_F(SchedulerTest, APromptLongerThanTheChunkIsPrefilledInChunks) {
   SchedulerConfig c;
   c.prefill_chunk = 16;
+  c.speculative = Speculative::kOff;  // decode steps one position each, never rewound
   Make(c);
   SequenceRequest r = Request(4, 7, /*prompt_len=*/100);
   Output o = Run(r);
