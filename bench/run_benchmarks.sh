@@ -264,6 +264,25 @@ fi
 # Servers for (e) and (f): a free port, and waiting until one answers /health.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_health() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
+# make_hosts TAG NET N: N network-namespace hosts TAG-1..TAG-N on a bridge brTAG, this
+# namespace at NET.1 and host h at NET.1h (NET: the first three octets, e.g. 10.78.0).
+make_hosts() {
+  ip link add "br$1" type bridge && ip addr add "$2.1/24" dev "br$1" && ip link set "br$1" up
+  for h in $(seq "$3"); do
+    ip netns add "$1-$h"
+    ip link add "v$1$h" type veth peer name eth0 netns "$1-$h"
+    ip link set "v$1$h" master "br$1" up
+    ip -n "$1-$h" addr add "$2.1$h/24" dev eth0
+    ip -n "$1-$h" link set eth0 up
+    ip -n "$1-$h" link set lo up
+  done
+}
+remove_hosts() {  # remove_hosts TAG N: their processes, the hosts and the bridge
+  for h in $(seq "$2"); do ip netns pids "$1-$h" 2>/dev/null | xargs -r kill 2>/dev/null || true; done
+  sleep 0.5
+  for h in $(seq "$2"); do ip netns del "$1-$h" 2>/dev/null || true; done
+  ip link del "br$1" 2>/dev/null || true
+}
 
 if [[ $WHAT == serving || $WHAT == all ]]; then
   echo
@@ -397,22 +416,8 @@ if [[ $WHAT == replicas || $WHAT == all ]]; then
     M=$(model tinyllama-1.1b Q4_0)
     results=$(mktemp)
     tag=cb$$
-    ip link add "br$tag" type bridge && ip addr add 10.78.0.1/24 dev "br$tag" && ip link set "br$tag" up
-    for h in 1 2; do
-      ip netns add "$tag-$h"
-      ip link add "v$tag$h" type veth peer name eth0 netns "$tag-$h"
-      ip link set "v$tag$h" master "br$tag" up
-      ip -n "$tag-$h" addr add "10.78.0.1$h/24" dev eth0
-      ip -n "$tag-$h" link set eth0 up
-      ip -n "$tag-$h" link set lo up
-    done
-    cleanup_ns() {
-      for h in 1 2; do ip netns pids "$tag-$h" 2>/dev/null | xargs -r kill 2>/dev/null || true; done
-      sleep 0.5
-      for h in 1 2; do ip netns del "$tag-$h" 2>/dev/null || true; done
-      ip link del "br$tag" 2>/dev/null || true
-    }
-    trap cleanup_ns EXIT
+    make_hosts "$tag" 10.78.0 2
+    trap 'remove_hosts "$tag" 2' EXIT
     run_replicas() {  # run_replicas NAME REPLICAS ROUTING
       local port control
       port=$(free_port); control=$(free_port)
@@ -435,7 +440,7 @@ if [[ $WHAT == replicas || $WHAT == all ]]; then
     run_replicas one 1 cache-aware
     run_replicas two 2 cache-aware
     run_replicas rr 2 round-robin
-    cleanup_ns
+    remove_hosts "$tag" 2
     trap - EXIT
     python3 - "$results" <<'PY'
 import json, sys
@@ -473,22 +478,8 @@ if [[ $WHAT == spec || $WHAT == all ]]; then
   else
     results=$(mktemp)
     tag=cs$$
-    ip link add "br$tag" type bridge && ip addr add 10.79.0.1/24 dev "br$tag" && ip link set "br$tag" up
-    for h in 1 2 3; do
-      ip netns add "$tag-$h"
-      ip link add "v$tag$h" type veth peer name eth0 netns "$tag-$h"
-      ip link set "v$tag$h" master "br$tag" up
-      ip -n "$tag-$h" addr add "10.79.0.1$h/24" dev eth0
-      ip -n "$tag-$h" link set eth0 up
-      ip -n "$tag-$h" link set lo up
-    done
-    cleanup_spec() {
-      for h in 1 2 3; do ip netns pids "$tag-$h" 2>/dev/null | xargs -r kill 2>/dev/null || true; done
-      sleep 0.5
-      for h in 1 2 3; do ip netns del "$tag-$h" 2>/dev/null || true; done
-      ip link del "br$tag" 2>/dev/null || true
-    }
-    trap cleanup_spec EXIT
+    make_hosts "$tag" 10.79.0 3
+    trap 'remove_hosts "$tag" 3' EXIT
     REPEAT="Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. One day, she saw a big red ball in the park. Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. One day, she saw a big red ball in the park. Once upon a time, there was a little girl"
     PLAIN="Once upon a time"
     run_spec() {  # run_spec MODEL NAME off|ngram
@@ -525,7 +516,7 @@ if [[ $WHAT == spec || $WHAT == all ]]; then
       run_spec "$m" "$name" off
       run_spec "$m" "$name" ngram
     done
-    cleanup_spec
+    remove_hosts "$tag" 3
     trap - EXIT
     python3 - "$results" <<'PY'
 import json, sys
