@@ -1,5 +1,6 @@
 #include "coordinator/cluster_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -92,6 +93,11 @@ ClusterOption Boolean(const std::string& name, bool* v, std::string help,
 }
 
 }  // namespace
+
+void StageEveryWorker(int workers, ClusterConfig* c) {
+  if (c->plan.min_stages != 1 || workers <= 1) return;
+  c->plan.min_stages = std::max(1, workers / std::max(1, c->replicas.count));
+}
 
 const char* DataPlaneName(DataPlane d) {
   switch (d) {

@@ -109,6 +109,11 @@ struct ClusterOption {
   std::string type = "TEXT";  // what --help calls the value: INT, FLOAT, BOOL, TEXT
 };
 
+// The launchers that start every worker themselves (cascade serve: local workers;
+// cascade-mpi: one per rank group) make them one pipeline, or R with --replicas R, unless
+// --min-stages says otherwise: min_stages becomes workers / R.
+void StageEveryWorker(int workers, ClusterConfig* c);
+
 // The table, bound to *c.
 std::vector<ClusterOption> ClusterOptions(ClusterConfig* c);
 

@@ -1,6 +1,5 @@
 #include "coordinator/cluster_controller.h"
 
-#include <random>
 #include <set>
 #include <utility>
 
@@ -13,14 +12,6 @@
 #include "util/status_macros.h"
 
 namespace cascade {
-namespace {
-
-uint64_t NewId() {
-  std::random_device rd;
-  return ((uint64_t{rd()} << 32) ^ rd()) | 1;
-}
-
-}  // namespace
 
 WorkerSpec PlannerSpec(const WorkerRecord& w) {
   WorkerSpec s;
@@ -60,24 +51,6 @@ const char* ClusterStateName(ClusterState s) {
 
 ClusterController::ClusterController(const ClusterConfig& config, const ServedModel& model,
                                      WorkerClient* workers, SenderFactory make_sender,
-                                     ResultRouter* results, std::string join_token)
-    : config_(config),
-      model_(model),
-      workers_(workers),
-      make_sender_(std::move(make_sender)),
-      results_(results),
-      own_registry_(std::make_unique<WorkerRegistry>(NewId(), config.bring_up.heartbeat_interval_s)),
-      own_registrar_(
-          std::make_unique<Registrar>(own_registry_.get(), std::move(join_token), RandomSecret())),
-      registry_(*own_registry_),
-      registrar_(own_registrar_.get()),
-      log_prefix_("cluster: "),
-      scheduler_(std::make_shared<Scheduler>(config.scheduler, model.tokenizer(),
-                                             model.config().context_length,
-                                             model.config().vocab_size)) {}
-
-ClusterController::ClusterController(const ClusterConfig& config, const ServedModel& model,
-                                     WorkerClient* workers, SenderFactory make_sender,
                                      ResultRouter* results, ReplicaOptions replica)
     : config_(config),
       model_(model),
@@ -85,7 +58,6 @@ ClusterController::ClusterController(const ClusterConfig& config, const ServedMo
       make_sender_(std::move(make_sender)),
       results_(results),
       registry_(*replica.registry),
-      registrar_(replica.registrar),
       replica_(std::move(replica)),
       log_prefix_(replica_.member ? absl::StrCat("replica ", replica_.index, ": ") : "cluster: "),
       scheduler_(std::make_shared<Scheduler>(config.scheduler, model.tokenizer(),
@@ -374,7 +346,7 @@ ClusterState ClusterController::PlanPipeline() {
   }
   spdlog::info("{}plan:\n{}", replica_.member ? log_prefix_ : "", plan->Table(model_.profile(), specs));
   absl::MutexLock lock(&mu_);
-  plan_ = {NewId(), *std::move(plan), std::move(specs)};
+  plan_ = {RandomId(), *std::move(plan), std::move(specs)};
   return ClusterState::kLoading;
 }
 

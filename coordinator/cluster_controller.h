@@ -66,7 +66,6 @@
 #include "coordinator/cluster_config.h"
 #include "coordinator/pipeline_loader.h"
 #include "coordinator/planner.h"
-#include "coordinator/registrar.h"
 #include "coordinator/registry.h"
 #include "coordinator/result_router.h"
 #include "serving/scheduler.h"
@@ -119,22 +118,18 @@ class ClusterController {
   static constexpr std::chrono::milliseconds kFirstRetryBackoff{500};
   static constexpr std::chrono::milliseconds kMaxRetryBackoff{30000};
 
-  // `model`, `workers` and `results` must outlive the controller. Workers may register
-  // before Start. The controller adds its pipeline to `results` while it is attached.
-  // `join_token`: what a worker must present to register ("" = anyone may, with a warning).
-  ClusterController(const ClusterConfig& config, const ServedModel& model, WorkerClient* workers,
-                    SenderFactory make_sender, ResultRouter* results,
-                    std::string join_token = "");
-  // One replica of several (coordinator/replica_set.h): it plans over the workers of the
-  // set's registry that `replica.member` names, and when it gives its requests up (no plan
-  // fits the workers left) offers them to `replica.hand_off` first (true: another replica
-  // took them; false: they fail, as without replicas).
+  // The controller of one pipeline (coordinator/replica_set.h runs one per replica). It
+  // plans over the workers of `replica.registry` (those `replica.member` names; every one
+  // when it is null), which register (coordinator/registrar.h) before or after Start.
+  // When it gives its requests up (no plan fits the workers left) it offers them to
+  // `replica.hand_off` first (true: another replica took them; false, or none: they fail).
+  // `model`, `workers`, `results` and the registry must outlive it; it adds
+  // its pipeline to `results` while attached.
   struct ReplicaOptions {
-    WorkerRegistry* registry = nullptr;  // the set's; outlives the controller
-    Registrar* registrar = nullptr;      // the set's
+    WorkerRegistry* registry = nullptr;
     std::function<bool(const std::string& worker_id)> member;
     std::function<bool(const std::shared_ptr<Scheduler>&)> hand_off;
-    int index = 0;  // named in its log lines and status
+    int index = 0;  // named in its log lines when a member of several
   };
   ClusterController(const ClusterConfig& config, const ServedModel& model, WorkerClient* workers,
                     SenderFactory make_sender, ResultRouter* results, ReplicaOptions replica);
@@ -147,18 +142,6 @@ class ClusterController {
   // UNAVAILABLE, then stops. Returns when stopped.
   void Drain(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The control plane (coordinator/registrar.h): Register needs the join token (when one
-  // is set). The response carries the worker's session secret and the coordinator's.
-  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req,
-                                                const std::string& presented_token) {
-    return registrar_->Register(req, presented_token);
-  }
-  absl::StatusOr<bool> Heartbeat(const v1::HeartbeatRequest& req) {
-    return registrar_->Heartbeat(req);
-  }
-  bool MayQuery(const std::string& presented) const { return registrar_->MayQuery(presented); }
-  // What the coordinator presents to workers' control services.
-  const std::string& coordinator_secret() const { return registrar_->coordinator_secret(); }
   absl::StatusOr<std::shared_ptr<Scheduler>> scheduler() const ABSL_LOCKS_EXCLUDED(mu_);
   ClusterState state() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the state is one of `states`; false on timeout.
@@ -169,7 +152,6 @@ class ClusterController {
   ClusterSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
   // The scheduler's request metrics (whatever the state; counted since start).
   ServingMetrics::Snapshot ServingMetricsSnapshot() const { return scheduler_->Metrics(); }
-  const WorkerRegistry& registry() const { return registry_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -227,11 +209,7 @@ class ClusterController {
   WorkerClient* const workers_;
   const SenderFactory make_sender_;
   ResultRouter* const results_;
-  // Standalone, the controller's own registry and registrar; a replica uses the set's.
-  std::unique_ptr<WorkerRegistry> own_registry_;
-  std::unique_ptr<Registrar> own_registrar_;
   WorkerRegistry& registry_;
-  Registrar* const registrar_;
   const ReplicaOptions replica_;
   const std::string log_prefix_;  // "cluster: " or "replica N: "
   std::unique_ptr<const PipelineLoader> loader_;  // made by Start, before the thread

@@ -5,6 +5,8 @@
 // heartbeats stopping or by its own report), drain (finishing or timing out) and shutdown.
 #include "coordinator/cluster_controller.h"
 
+#include "coordinator/registrar.h"
+
 #include <future>
 #include <set>
 
@@ -117,6 +119,11 @@ class ControllerTest : public ::testing::Test {
   }
 
   void Start() {
+    // The door and the registry a coordinator puts in front of its controllers.
+    registry_ = std::make_unique<WorkerRegistry>(1, config_.bring_up.heartbeat_interval_s);
+    registrar_ = std::make_unique<Registrar>(registry_.get(), join_token_, "coordinator secret");
+    ClusterController::ReplicaOptions one;
+    one.registry = registry_.get();
     controller_ = std::make_unique<ClusterController>(
         config_, *model_, &workers_,
         [this](const std::string& address, const SenderOptions& options) {
@@ -125,7 +132,7 @@ class ControllerTest : public ::testing::Test {
           return absl::StatusOr<std::unique_ptr<ActivationSender>>(
               pipeline_.MakeSender(controller_->Snapshot().plan_id));
         },
-        &results_, join_token_);
+        &results_, std::move(one));
     controller_->OnStateChange([this](ClusterState s) {
       absl::MutexLock l(&mu_);
       states_.push_back(s);
@@ -146,7 +153,7 @@ class ControllerTest : public ::testing::Test {
     r.mutable_resources()->set_node_id(node_id);
     r.mutable_resources()->set_node_memory(!node_id.empty());
     r.mutable_resources()->set_gflops(1);
-    auto resp = controller_->Register(r, join_token_);
+    auto resp = registrar_->Register(r, join_token_);
     ASSERT_TRUE(resp.ok()) << resp.status();
     {
       absl::MutexLock l(&mu_);
@@ -165,7 +172,7 @@ class ControllerTest : public ::testing::Test {
         hb.set_worker_id(id);
         hb.set_session(session);
         hb.set_session_secret(secret);
-        EXPECT_TRUE(controller_->Heartbeat(hb).ok());
+        EXPECT_TRUE(registrar_->Heartbeat(hb).ok());
         std::this_thread::sleep_for(milliseconds(20));
       }
     });
@@ -203,8 +210,10 @@ class ControllerTest : public ::testing::Test {
   ClusterConfig config_;
   std::unique_ptr<ServedModel> model_;
   FakeWorkers workers_;
-  std::string join_token_;  // what workers present (the controller is made with it)
+  std::string join_token_;  // what workers present (the registrar is made with it)
   ResultRouter results_;    // outlives the controller, which routes its pipelines here
+  std::unique_ptr<WorkerRegistry> registry_;  // made by Start; outlive the controller
+  std::unique_ptr<Registrar> registrar_;
   std::unique_ptr<ClusterController> controller_;
   // Destroyed before the controller: its thread calls into it.
   FakePipeline pipeline_{[this](StepResult r) {
@@ -592,15 +601,15 @@ TEST_F(ControllerTest, WithAJoinTokenOnlyWorkersThatPresentItJoin) {
   r.set_listen_address("stranger:1");
   r.mutable_resources()->set_memory_bytes(1 << 30);
   // Refused, saying whether a token was missing or wrong.
-  const absl::Status none = controller_->Register(r, "").status();
+  const absl::Status none = registrar_->Register(r, "").status();
   EXPECT_EQ(none.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(none.message()), HasSubstr("no join token was sent"));
-  const absl::Status wrong = controller_->Register(r, "wrong").status();
+  const absl::Status wrong = registrar_->Register(r, "wrong").status();
   EXPECT_EQ(wrong.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(wrong.message()), HasSubstr("does not match"));
-  EXPECT_TRUE(controller_->registry().All().empty());
-  EXPECT_FALSE(controller_->MayQuery(""));
-  EXPECT_TRUE(controller_->MayQuery(join_token_));
+  EXPECT_TRUE(registry_->All().empty());
+  EXPECT_FALSE(registrar_->MayQuery(""));
+  EXPECT_TRUE(registrar_->MayQuery(join_token_));
   AddWorker("w0");
   AddWorker("w1");
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
@@ -613,11 +622,11 @@ TEST_F(ControllerTest, RegistrationIsCheckedAndForgedResultsAreRefused) {
   Start();
   v1::RegisterRequest r;
   r.set_protocol_version(kFrameVersion);
-  EXPECT_EQ(controller_->Register(r, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registrar_->Register(r, "").status().code(), absl::StatusCode::kInvalidArgument);
   r.set_worker_id("x");
   r.set_listen_address("x:1");
   r.set_protocol_version(kFrameVersion + 1);
-  EXPECT_EQ(controller_->Register(r, "").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registrar_->Register(r, "").status().code(), absl::StatusCode::kFailedPrecondition);
   AddWorker("w0");
   AddWorker("w1");
   ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));

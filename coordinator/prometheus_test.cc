@@ -21,6 +21,18 @@
 namespace cascade {
 namespace {
 
+// One pipeline's snapshot as the snapshot of a set of one.
+ReplicaSetSnapshot SetOfOne(const ClusterSnapshot& s) {
+  ReplicaSetSnapshot out;
+  out.state = s.state;
+  out.reason = s.reason;
+  out.workers = s.workers;
+  out.alive = s.alive;
+  out.uptime_s = s.uptime_s;
+  out.replicas.push_back(s);
+  return out;
+}
+
 using ::testing::HasSubstr;
 using ::testing::Not;
 

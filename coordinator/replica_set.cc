@@ -1,7 +1,6 @@
 #include "coordinator/replica_set.h"
 
 #include <algorithm>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,11 +10,6 @@
 
 namespace cascade {
 namespace {
-
-uint64_t NewSession() {
-  std::random_device rd;
-  return ((uint64_t{rd()} << 32) ^ rd()) | 1;
-}
 
 // How good a state is for clients: the set takes its best replica's.
 int Rank(ClusterState s) {
@@ -42,18 +36,6 @@ int Rank(ClusterState s) {
 
 }  // namespace
 
-ReplicaSetSnapshot SetOfOne(const ClusterSnapshot& s) {
-  ReplicaSetSnapshot out;
-  out.state = s.state;
-  out.reason = s.reason;
-  out.workers = s.workers;
-  out.alive = s.alive;
-  out.replica_of.assign(s.workers.size(), 0);
-  out.uptime_s = s.uptime_s;
-  out.replicas.push_back(s);
-  return out;
-}
-
 ReplicaSet::ReplicaSet(const ClusterConfig& config, const ServedModel& model,
                        WorkerClient* workers, SenderFactory make_sender, ResultRouter* results,
                        std::string join_token)
@@ -63,7 +45,7 @@ ReplicaSet::ReplicaSet(const ClusterConfig& config, const ServedModel& model,
       make_sender_(std::move(make_sender)),
       results_(results),
       several_(config.replicas.count != 1),
-      registry_(NewSession(), config.bring_up.heartbeat_interval_s),
+      registry_(RandomId(), config.bring_up.heartbeat_interval_s),
       registrar_(&registry_, std::move(join_token), RandomSecret()),
       router_(config.replicas.routing) {
   if (several_) return;
@@ -71,7 +53,6 @@ ReplicaSet::ReplicaSet(const ClusterConfig& config, const ServedModel& model,
   // Start), its spares the workers beyond its plan.
   ClusterController::ReplicaOptions one;
   one.registry = &registry_;
-  one.registrar = &registrar_;
   absl::MutexLock lock(&mu_);
   replicas_.push_back(std::make_unique<ClusterController>(config_, model_, workers_, make_sender_,
                                                           results_, std::move(one)));
@@ -184,7 +165,6 @@ void ReplicaSet::StartReplicas(int count, const std::string& results_address) {
       c.plan.auto_kv_sequences = 1;  // as MakeReplicaPlans plans each replica
       ClusterController::ReplicaOptions o;
       o.registry = &registry_;
-      o.registrar = &registrar_;
       o.index = r;
       if (count > 1) {  // one replica of several: its own workers; others take its requests
         o.member = [this, r](const std::string& id) { return IsMember(r, id); };
@@ -214,20 +194,12 @@ void ReplicaSet::Shutdown() {
     stop_ = true;
   }
   if (bring_up_.joinable()) bring_up_.join();
-  std::vector<ClusterController*> all;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& r : replicas_) all.push_back(r.get());
-  }
+  const std::vector<ClusterController*> all = Replicas();
   for (ClusterController* c : all) c->Shutdown();
 }
 
 void ReplicaSet::Drain(std::chrono::milliseconds timeout) {
-  std::vector<ClusterController*> all;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& r : replicas_) all.push_back(r.get());
-  }
+  const std::vector<ClusterController*> all = Replicas();
   std::vector<std::thread> draining;
   for (ClusterController* c : all) draining.emplace_back([c, timeout] { c->Drain(timeout); });
   for (std::thread& t : draining) t.join();
@@ -238,19 +210,14 @@ absl::StatusOr<v1::RegisterResponse> ReplicaSet::Register(const v1::RegisterRequ
                                                           const std::string& presented_token) {
   absl::StatusOr<v1::RegisterResponse> resp = registrar_.Register(req, presented_token);
   if (!resp.ok() || !several_) return resp;
-  std::vector<ClusterController*> all;
-  {
-    absl::MutexLock lock(&mu_);
-    if (replica_of_.contains(req.worker_id())) return resp;  // back to its replica
-    for (auto& r : replicas_) all.push_back(r.get());
-  }
+  const std::vector<ClusterController*> all = Replicas();
   if (all.empty()) return resp;  // divided at bring-up
   // A newcomer goes where it is needed most: a replica that does not serve, else the
   // smallest.
   std::vector<bool> serving;
   for (ClusterController* c : all) serving.push_back(c->state() == ClusterState::kServing);
   absl::MutexLock lock(&mu_);
-  if (replica_of_.contains(req.worker_id())) return resp;
+  if (replica_of_.contains(req.worker_id())) return resp;  // back to its replica
   std::vector<int> members(all.size(), 0);
   for (const auto& [id, r] : replica_of_) ++members[r];
   int best = 0;
@@ -276,11 +243,10 @@ const std::string& ReplicaSet::coordinator_secret() const {
 
 absl::StatusOr<std::shared_ptr<Scheduler>> ReplicaSet::SchedulerFor(
     std::span<const int32_t> prompt) const {
-  std::vector<ClusterController*> all;
+  const std::vector<ClusterController*> all = Replicas();
   std::string reason;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& r : replicas_) all.push_back(r.get());
     reason = reason_;
   }
   if (all.empty()) return absl::UnavailableError(absl::StrCat("the model is loading: ", reason));
@@ -311,12 +277,8 @@ absl::StatusOr<std::shared_ptr<Scheduler>> ReplicaSet::SchedulerFor(
 }
 
 bool ReplicaSet::HandOff(int from, const std::shared_ptr<Scheduler>& scheduler) {
-  std::vector<ClusterController*> all;
-  {
-    absl::MutexLock lock(&mu_);
-    if (stop_) return false;
-    for (auto& r : replicas_) all.push_back(r.get());
-  }
+  if (Stopping()) return false;
+  const std::vector<ClusterController*> all = Replicas();
   std::shared_ptr<Scheduler> to;
   int64_t least = 0;
   int chosen = -1;
@@ -338,11 +300,7 @@ bool ReplicaSet::HandOff(int from, const std::shared_ptr<Scheduler>& scheduler) 
 }
 
 void ReplicaSet::Recompute() {
-  std::vector<ClusterController*> all;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& r : replicas_) all.push_back(r.get());
-  }
+  const std::vector<ClusterController*> all = Replicas();
   if (all.empty()) return;
   ClusterState best = ClusterState::kStopped;
   std::string reason;
@@ -386,39 +344,31 @@ void ReplicaSet::OnStateChange(std::function<void(ClusterState)> fn) {
   listeners_.push_back(std::move(fn));
 }
 
-int ReplicaSet::size() const {
+std::vector<ClusterController*> ReplicaSet::Replicas() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(replicas_.size());
+  std::vector<ClusterController*> out;
+  for (const auto& r : replicas_) out.push_back(r.get());
+  return out;
 }
 
 ReplicaSetSnapshot ReplicaSet::Snapshot() const {
-  std::vector<ClusterController*> all;
+  const std::vector<ClusterController*> all = Replicas();
   ReplicaSetSnapshot out;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& r : replicas_) all.push_back(r.get());
     out.state = state_;
     out.reason = state_ == ClusterState::kServing ? "" : reason_;
   }
   for (ClusterController* c : all) out.replicas.push_back(c->Snapshot());
   out.workers = registry_.All();
   const auto now = Clock::now();
-  absl::MutexLock lock(&mu_);
-  for (const WorkerRecord& w : out.workers) {
-    out.alive.push_back(registry_.IsAlive(w, now));
-    auto it = replica_of_.find(w.id);
-    out.replica_of.push_back(!several_ ? 0 : it == replica_of_.end() ? -1 : it->second);
-  }
+  for (const WorkerRecord& w : out.workers) out.alive.push_back(registry_.IsAlive(w, now));
   out.uptime_s = std::chrono::duration<double>(now - started_).count();
   return out;
 }
 
 ServingMetrics::Snapshot ReplicaSet::ServingMetricsSnapshot() const {
-  std::vector<ClusterController*> all;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& r : replicas_) all.push_back(r.get());
-  }
+  const std::vector<ClusterController*> all = Replicas();
   ServingMetrics::Snapshot out = ServingMetrics().Take();  // empty, with the buckets
   for (ClusterController* c : all) out.Add(c->ServingMetricsSnapshot());
   return out;

@@ -50,12 +50,8 @@ struct ReplicaSetSnapshot {
   std::vector<ClusterSnapshot> replicas;  // each with its own workers
   std::vector<WorkerRecord> workers;      // every registered worker
   std::vector<bool> alive;                // per entry of `workers`
-  std::vector<int> replica_of;            // per entry of `workers`; -1: none yet
   double uptime_s = 0;
 };
-
-// One pipeline's snapshot as the snapshot of a set of one (its workers all its own).
-ReplicaSetSnapshot SetOfOne(const ClusterSnapshot& s);
 
 class ReplicaSet {
  public:
@@ -86,8 +82,6 @@ class ReplicaSet {
   ReplicaSetSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
   // Every replica's request metrics, summed.
   ServingMetrics::Snapshot ServingMetricsSnapshot() const ABSL_LOCKS_EXCLUDED(mu_);
-  // The replicas running now (0 while a set of several waits for its workers).
-  int size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -98,6 +92,9 @@ class ReplicaSet {
   std::vector<int> Divide(const std::vector<WorkerRecord>& workers, int* count) const;
   void StartReplicas(int count, const std::string& results_address) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsMember(int replica, const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The controllers, copied under the lock: they are called without it (they call back
+  // into the set, IsMember and HandOff, under locks of their own).
+  std::vector<ClusterController*> Replicas() const ABSL_LOCKS_EXCLUDED(mu_);
   bool HandOff(int from, const std::shared_ptr<Scheduler>& scheduler) ABSL_LOCKS_EXCLUDED(mu_);
   // The set's state from its replicas'; tells the listeners when it changed.
   void Recompute() ABSL_LOCKS_EXCLUDED(mu_);

@@ -31,6 +31,15 @@ const char* StateName(v1::WorkerState s) {
   }
 }
 
+// Generated tokens per second since start, and the share of prompt tokens found cached.
+double TokensPerSecond(const v1::SchedulerStatus& q) {
+  return q.uptime_s() > 0 ? q.generated_tokens() / q.uptime_s() : 0;
+}
+double PrefixHitPercent(const v1::SchedulerStatus& q) {
+  return q.prefix_queried_tokens() > 0 ? 100.0 * q.prefix_hit_tokens() / q.prefix_queried_tokens()
+                                       : 0.0;
+}
+
 void AppendStages(const v1::ClusterStatusResponse& s, std::string* out) {
   absl::StrAppendFormat(out, "\n%-5s %-22s %-9s %-9s %10s %12s %14s %9s %9s  %s\n", "stage",
                         "worker", "layers", "state", "frames", "tokens", "kv blocks", "busy s",
@@ -106,7 +115,7 @@ std::string RenderClusterStatus(const v1::ClusterStatusResponse& s) {
   AppendStages(s, &out);
   AppendWorkers(s, &out);
   const v1::SchedulerStatus& q = s.scheduler();
-  const double tps = q.uptime_s() > 0 ? q.generated_tokens() / q.uptime_s() : 0;
+  const double tps = TokensPerSecond(q);
   absl::StrAppendFormat(&out,
                         "\nrequests: %d running, %d waiting; ended: %d completed, %d failed, "
                         "%d cancelled, %d rejected\n",
@@ -118,9 +127,7 @@ std::string RenderClusterStatus(const v1::ClusterStatusResponse& s) {
   absl::StrAppendFormat(&out, "kv cache: %d of %d blocks reserved (%.0f%%); %d batches in flight\n",
                         q.kv_blocks_reserved(), q.kv_blocks_total(), 100 * KvUsageRatio(q),
                         q.in_flight_batches());
-  const double hit = q.prefix_queried_tokens() > 0
-                         ? 100.0 * q.prefix_hit_tokens() / q.prefix_queried_tokens()
-                         : 0.0;
+  const double hit = PrefixHitPercent(q);
   absl::StrAppendFormat(&out,
                         "prefix cache: %d of %d prompt tokens cached (%.0f%%); %d blocks cached, "
                         "%d in use\n",
@@ -134,10 +141,8 @@ std::string RenderClusterStatus(const v1::ClusterStatusResponse& s) {
   if (s.replicas_size() > 1) {
     for (const v1::ReplicaStatus& r : s.replicas()) {
       const v1::SchedulerStatus& rq = r.scheduler();
-      const double rtps = rq.uptime_s() > 0 ? rq.generated_tokens() / rq.uptime_s() : 0;
-      const double rhit = rq.prefix_queried_tokens() > 0
-                              ? 100.0 * rq.prefix_hit_tokens() / rq.prefix_queried_tokens()
-                              : 0.0;
+      const double rtps = TokensPerSecond(rq);
+      const double rhit = PrefixHitPercent(rq);
       absl::StrAppendFormat(&out,
                             "replica %d: %s, %d stage(s); %d running, %d waiting; %.1f generated "
                             "tokens/s; prefix cache %.0f%% of %d prompt tokens%s%s\n",

@@ -311,10 +311,7 @@ absl::Status MpiJob::StartRoles() {
 // Rank 0: the coordinator, as cascade-coordinator runs it, for every group as a worker.
 absl::StatusOr<std::string> MpiJob::StartCoordinator() {
   config_.bring_up.workers = topo_.groups;
-  // Every group a stage of one pipeline, or of each of --replicas R pipelines.
-  if (config_.plan.min_stages == 1) {
-    config_.plan.min_stages = std::max(1, topo_.groups / std::max(1, config_.replicas.count));
-  }
+  StageEveryWorker(topo_.groups, &config_);  // every group a stage
   CASCADE_ASSIGN_OR_RETURN(coordinator_, CoordinatorServer::Start(config_));
   if (!config_.server.advertise.empty()) return config_.server.advertise;
   return Reachable(coordinator_->control_address(), one_machine_);

@@ -146,13 +146,7 @@ bool Scheduler::AdmitCarried() {
       carried_.pop_front();
       continue;
     }
-    const int64_t cached = prefix_ ? prefix_->blocks() : 0;
-    const int64_t over = blocks_reserved_ + cached + blocks - kv_blocks_;
-    if (over > 0) {
-      if (!prefix_ || over > prefix_->idle_blocks()) return false;
-      const std::vector<BlockName> evicted = prefix_->EvictIdle(over);
-      evict_.insert(evict_.end(), evicted.begin(), evicted.end());
-    }
+    if (!MakeRoom(blocks)) return false;
     Running s = std::move(c);
     s.id = next_seq_++;
     s.blocks = blocks;
@@ -334,16 +328,20 @@ Scheduler::PrefixLookup Scheduler::PrefixFor(Pending& p, int64_t blocks) {
     prefix_->Release(hits);
     return {PrefixLookup::kComputing, 0};
   }
-  const int64_t over = blocks_reserved_ + prefix_->blocks() + blocks - out.hits - kv_blocks_;
-  if (over > 0) {
-    if (over > prefix_->idle_blocks()) {
-      prefix_->Release(hits);
-      return {PrefixLookup::kNoRoom, 0};
-    }
-    const std::vector<BlockName> evicted = prefix_->EvictIdle(over);
-    evict_.insert(evict_.end(), evicted.begin(), evicted.end());
+  if (!MakeRoom(blocks - out.hits)) {
+    prefix_->Release(hits);
+    return {PrefixLookup::kNoRoom, 0};
   }
   return out;
+}
+
+bool Scheduler::MakeRoom(int64_t blocks) {
+  const int64_t over = blocks_reserved_ + (prefix_ ? prefix_->blocks() : 0) + blocks - kv_blocks_;
+  if (over <= 0) return true;
+  if (!prefix_ || over > prefix_->idle_blocks()) return false;
+  const std::vector<BlockName> evicted = prefix_->EvictIdle(over);
+  evict_.insert(evict_.end(), evicted.begin(), evicted.end());
+  return true;
 }
 
 void Scheduler::DoneComputing(Running& s, const BlockName* name) {
@@ -663,8 +661,15 @@ void Scheduler::HandleResult(const StepResult& r) {
   Flight flight = std::move(fit->second);
   flights_.erase(fit);
   ApplyPublished(flight);
-  std::map<SeqId, std::vector<const SampledToken*>> sampled;  // in slot (position) order
-  for (const SampledToken& t : r.tokens) sampled[t.seq].push_back(&t);
+  // Each sequence's samples, in slot (position) order: its slots are contiguous, so are
+  // they (a later run of a sequence already seen is not one the scheduler sent: ignored).
+  std::map<SeqId, std::span<const SampledToken>> sampled;
+  for (size_t i = 0; i < r.tokens.size();) {
+    size_t end = i + 1;
+    while (end < r.tokens.size() && r.tokens[end].seq == r.tokens[i].seq) ++end;
+    sampled.try_emplace(r.tokens[i].seq, std::span(r.tokens).subspan(i, end - i));
+    i = end;
+  }
   ServingMetrics::Step times;
   uint64_t drafted = 0, accepted = 0;
   for (const auto& [id, processed] : flight.seqs) {
@@ -706,15 +711,15 @@ void Scheduler::HandleResult(const StepResult& r) {
   stats_.spec_accepted_tokens += accepted;
 }
 
-int Scheduler::AcceptSampled(Running& s, std::span<const SampledToken* const> sampled,
+int Scheduler::AcceptSampled(Running& s, std::span<const SampledToken> sampled,
                              const std::vector<int32_t>* drafts, ServingMetrics::Step& times) {
   int accepted = 0;
   for (size_t i = 0; i < sampled.size(); ++i) {
-    const SampledToken& t = *sampled[i];
+    const SampledToken& t = sampled[i];
     if (i > 0) {
       // The sample at a drafted position counts only when that draft was the token the
       // sequence really had there (the sample before it): then its KV entry stays too.
-      if (drafts == nullptr || i > drafts->size() || (*drafts)[i - 1] != sampled[i - 1]->token ||
+      if (drafts == nullptr || i > drafts->size() || (*drafts)[i - 1] != sampled[i - 1].token ||
           t.position != s.processed + 1) {  // not the sample after the kept ones: ignored
         break;
       }

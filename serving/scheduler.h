@@ -283,6 +283,9 @@ class Scheduler {
     int64_t hits = 0;  // leading blocks of p.names (PrefixFor names the prompt's blocks)
   };
   PrefixLookup PrefixFor(Pending& p, int64_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `blocks` more fit the KV budget beside the reservations and the cached blocks,
+  // evicting unused cached blocks (least recently used first) to make them fit.
+  bool MakeRoom(int64_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `s` no longer computes block `name` (all of its blocks when null) for others to wait on.
   void DoneComputing(Running& s, const BlockName* name);
   // Adds the blocks a chunk [s.processed, end) fills to `frame` and `flight` as
@@ -308,7 +311,7 @@ class Scheduler {
   // A result's tokens for one sequence, in position order: the first is its next token;
   // each later one counts while the draft before it matched. Returns how many drafts
   // were accepted.
-  int AcceptSampled(Running& s, std::span<const SampledToken* const> sampled,
+  int AcceptSampled(Running& s, std::span<const SampledToken> sampled,
                     const std::vector<int32_t>* drafts, ServingMetrics::Step& times);
   void OnSendFailed(uint64_t batch_id, const absl::Status& st);
   void SendReleases();

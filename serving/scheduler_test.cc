@@ -311,19 +311,30 @@ TEST_F(SchedulerTest, DetachedSequencesResumeOnTheNextPipelineWithTheSameText) {
   EXPECT_EQ(admitted, (std::map<Key, int>{{{1, 77}, 1}, {{2, 77}, 1}, {{2, 1}, 1}}));
 }
 
+// A second replica for hand-over: its own scheduler over its own fake pipeline (plan 9,
+// 2 stages, blocks of 16), stopped before the pipeline goes.
+struct OtherReplica {
+  OtherReplica(const Tokenizer& tok, int64_t kv_blocks)
+      : scheduler(std::make_shared<Scheduler>(SchedulerConfig{}, tok, 512, 512)),
+        pipeline(std::make_unique<FakePipeline>([s = scheduler](StepResult r) { s->OnResult(r); })) {
+    scheduler->Start();
+    PipelineSpec p;
+    p.plan_id = 9;
+    p.num_stages = 2;
+    p.kv_blocks = kv_blocks;
+    p.kv_block_size = 16;
+    p.max_batch_tokens = 64;
+    p.first_stage = pipeline->MakeSender(9);
+    scheduler->Attach(std::move(p));
+  }
+  ~OtherReplica() { scheduler->Stop(); }
+  std::shared_ptr<Scheduler> scheduler;
+  std::unique_ptr<FakePipeline> pipeline;
+};
+
 TEST_F(SchedulerTest, HandedOverSequencesGoOnInAnotherSchedulerWithTheSameText) {
-  // A second replica: its own scheduler over its own pipeline.
-  auto other = std::make_shared<Scheduler>(SchedulerConfig{}, *tok_, 512, 512);
-  FakePipeline other_pipeline([&](StepResult r) { other->OnResult(r); });
-  other->Start();
-  PipelineSpec p;
-  p.plan_id = 9;
-  p.num_stages = 2;
-  p.kv_blocks = 256;
-  p.kv_block_size = 16;
-  p.max_batch_tokens = 64;
-  p.first_stage = other_pipeline.MakeSender(9);
-  other->Attach(std::move(p));
+  OtherReplica replica(*tok_, 256);
+  const std::shared_ptr<Scheduler>& other = replica.scheduler;
 
   SequenceRequest r = Request(40, 77, 10);
   pipeline_->PauseAfter(5);
@@ -353,23 +364,15 @@ TEST_F(SchedulerTest, HandedOverSequencesGoOnInAnotherSchedulerWithTheSameText) 
   EXPECT_EQ(other->Stats().kv_blocks_reserved, 0);  // its books closed on both
   // The moved sequence was prefilled from position 0 on the other pipeline.
   bool reprefilled = false;
-  for (const StageFrame& f : other_pipeline.frames()) {
+  for (const StageFrame& f : replica.pipeline->frames()) {
     if (!f.slots.empty() && f.slots.front().pos == 0 && f.slots.size() > 10) reprefilled = true;
   }
   EXPECT_TRUE(reprefilled);
-  other->Stop();
 }
 
 TEST_F(SchedulerTest, ASequenceLongerThanTheOtherCacheEndsNamingIt) {
-  auto other = std::make_shared<Scheduler>(SchedulerConfig{}, *tok_, 512, 512);
-  FakePipeline other_pipeline([&](StepResult r) { other->OnResult(r); });
-  other->Start();
-  PipelineSpec p;
-  p.plan_id = 9;
-  p.kv_blocks = 2;  // 32 positions
-  p.kv_block_size = 16;
-  p.first_stage = other_pipeline.MakeSender(9);
-  other->Attach(std::move(p));
+  OtherReplica replica(*tok_, /*kv_blocks=*/2);  // 32 positions
+  const std::shared_ptr<Scheduler>& other = replica.scheduler;
   pipeline_->PauseAfter(2);
   auto s = scheduler_->Submit(Request(60, 3, 10));
   ASSERT_TRUE(s.ok());
@@ -380,7 +383,6 @@ TEST_F(SchedulerTest, ASequenceLongerThanTheOtherCacheEndsNamingIt) {
   EXPECT_THAT(std::string(o.status.message()), HasSubstr("KV blocks"));
   EXPECT_TRUE(other->Idle());
   pipeline_->Resume();
-  other->Stop();
 }
 
 TEST_F(SchedulerTest, FailAllEndsEverySequenceWithTheReason) {

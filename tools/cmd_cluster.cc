@@ -39,11 +39,7 @@ struct ServeFlags {
 int RunServe(ServeFlags f) {
   BlockTerminationSignals();
   const int n = f.config.bring_up.workers;
-  // The local workers form a pipeline (or, with --replicas R, R pipelines) over all of
-  // them, unless --min-stages says otherwise: one process shows pipeline parallelism.
-  if (f.config.plan.min_stages == 1 && n > 1) {
-    f.config.plan.min_stages = std::max(1, n / std::max(1, f.config.replicas.count));
-  }
+  StageEveryWorker(n, &f.config);  // one process shows pipeline parallelism
   auto coordinator = CoordinatorServer::Start(f.config);
   if (!coordinator.ok()) {
     std::cerr << "cascade serve: " << coordinator.status().message() << "\n";

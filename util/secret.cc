@@ -12,17 +12,31 @@
 
 namespace cascade {
 
-std::string RandomSecret(size_t bytes) {
-  std::string raw(bytes, '\0');
+namespace {
+
+void FillRandom(char* out, size_t bytes) {
   size_t done = 0;
   while (done < bytes) {
-    const ssize_t got = ::getrandom(raw.data() + done, bytes - done, 0);
+    const ssize_t got = ::getrandom(out + done, bytes - done, 0);
     if (got < 0) {
       if (errno == EINTR) continue;
       std::abort();  // no randomness from the kernel: nothing secure can be made
     }
     done += static_cast<size_t>(got);
   }
+}
+
+}  // namespace
+
+uint64_t RandomId() {
+  uint64_t id = 0;
+  FillRandom(reinterpret_cast<char*>(&id), sizeof(id));
+  return id | 1;
+}
+
+std::string RandomSecret(size_t bytes) {
+  std::string raw(bytes, '\0');
+  FillRandom(raw.data(), bytes);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(2 * bytes);

@@ -8,6 +8,7 @@
 #define CASCADE_UTIL_SECRET_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -18,6 +19,8 @@ namespace cascade {
 // `bytes` random bytes, written as 2 * bytes lowercase hex digits (text that may travel
 // anywhere text goes: gRPC metadata, files, logs never see it).
 std::string RandomSecret(size_t bytes = 16);
+// A random 64-bit id, never 0 (plan ids, registry sessions), from the same source.
+uint64_t RandomId();
 bool SecretsEqual(absl::string_view a, absl::string_view b);
 // Whether an HTTP or gRPC "authorization" value is "Bearer <key>" (the scheme in any
 // case, RFC 7235; the key compared as SecretsEqual does; nothing is allocated). Never for
