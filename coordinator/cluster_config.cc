@@ -264,6 +264,25 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
   t.push_back(Text("advertise", &c->server.advertise,
                    "Control address workers use to reach the coordinator (default: "
                    "control-listen's host:port)"));
+  // Standby coordinators.
+  t.push_back(Text("etcd", &c->ha.etcd,
+                   "etcd endpoints (host:port,...): elect one leader among the coordinators "
+                   "of the cluster; the others stand by and take over (\"\": run alone)"));
+  t.push_back(Option(
+      "cluster-name", "The cluster's name in etcd (its keys are under /cascade/NAME/)",
+      [c](const std::string& s) -> absl::Status {
+        const bool ok = !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char ch) {
+          return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+                 ch == '.';
+        });
+        if (!ok) return Bad("cluster-name", s, "1 to 128 of A-Z, a-z, 0-9, '-', '_', '.'");
+        c->ha.cluster_name = s;
+        return absl::OkStatus();
+      },
+      [c] { return c->ha.cluster_name; }));
+  t.push_back(Integer("lease-ttl-s", &c->ha.lease_ttl_s, 2, 60,
+                      "Seconds the leader's etcd lease lasts: a standby takes over this long "
+                      "after the leader is lost"));
   // Security.
   t.push_back(Text("join-token-file", &c->security.join_token_file,
                    "File holding the token workers must present to join"));

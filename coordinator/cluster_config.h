@@ -77,6 +77,14 @@ struct ReplicaConfig {
   Router::Policy routing = Router::Policy::kCacheAware;
 };
 
+// A standby coordinator (coordinator/leader_election.h): coordinators given the same etcd
+// and cluster name elect one leader; the others stand by and take over when it is lost.
+struct HaConfig {
+  std::string etcd;                 // etcd endpoints, comma-separated ("" = run alone)
+  std::string cluster_name = "default";  // the cluster's keys: /cascade/<name>/
+  int lease_ttl_s = 2;              // the leader's lease: a standby takes over this long after
+};
+
 struct StageConfig {
   int threads = 0;                    // compute threads per stage (0: each worker's own)
   std::optional<DeviceSpec> device;   // none: each worker's own
@@ -95,6 +103,7 @@ struct ClusterConfig {
   BringUpConfig bring_up;
   PlanLimits plan;
   ReplicaConfig replicas;
+  HaConfig ha;
   SchedulerConfig scheduler;
   StageConfig stage;
 };

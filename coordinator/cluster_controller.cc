@@ -91,6 +91,16 @@ void ClusterController::Shutdown() {
   scheduler_->Stop();
 }
 
+void ClusterController::Abandon(const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    keep_stages_ = true;
+  }
+  scheduler_->StopAdmitting(why);
+  scheduler_->FailAll(why);
+  Shutdown();
+}
+
 void ClusterController::Drain(std::chrono::milliseconds timeout) {
   {
     absl::MutexLock lock(&mu_);
@@ -245,12 +255,15 @@ void ClusterController::Run() {
         break;
     }
   }
-  // Stopping (or failed): wait for the stop, then give the workers their memory back.
+  // Stopping (or failed): wait for the stop, then give the workers their memory back
+  // (unless abandoned: a successor adopts them).
+  bool keep = false;
   {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&stop_));
+    keep = keep_stages_;
   }
-  UnloadPlan();
+  if (!keep) UnloadPlan();
   if (state() != ClusterState::kStopped) SetState(ClusterState::kStopped, "the server is shutting down");
 }
 

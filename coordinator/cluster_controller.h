@@ -138,6 +138,10 @@ class ClusterController {
   // `results_address` is where the last stage is told to send results.
   void Start(std::string results_address);
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops at once as Shutdown() does, its requests ending with `why`, but leaves the
+  // workers' stages loaded: a coordinator that lost the leadership, whose successor adopts
+  // the workers as they are (coordinator/leader_election.h).
+  void Abandon(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Stops admitting, lets running requests finish for up to `timeout`, ends the rest with
   // UNAVAILABLE, then stops. Returns when stopped.
   void Drain(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
@@ -222,6 +226,7 @@ class ClusterController {
   std::string reason_ ABSL_GUARDED_BY(mu_) = "starting";
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool keep_stages_ ABSL_GUARDED_BY(mu_) = false;  // Abandon(): stop without unloading
   PipelineTarget plan_ ABSL_GUARDED_BY(mu_);  // the current plan (id 0: none yet)
   uint64_t attached_plan_ ABSL_GUARDED_BY(mu_) = 0;  // routed and attached now; 0: none
   std::vector<std::function<void(ClusterState)>> listeners_ ABSL_GUARDED_BY(mu_);

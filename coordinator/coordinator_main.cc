@@ -2,6 +2,8 @@
 // stages, and serves the Inference API (gRPC, with health and reflection). SIGTERM or
 // SIGINT drains: no new requests (health NOT_SERVING at once), running ones get
 // --drain-timeout-s to finish, then the stages are unloaded and the process exits 0.
+// With --etcd it is one of several coordinators: it serves once elected leader, and one
+// that loses the leadership starts again (the same binary and arguments) as a standby.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -36,12 +38,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   cascade::RouteGrpcLogsToSpdlog();
-  auto server = cascade::CoordinatorServer::Start(config);
+  // A coordinator that loses the leadership (--etcd) starts again, as a standby.
+  auto server = cascade::CoordinatorServer::Start(
+      config, [](const std::string&) { cascade::RequestRestart(); });
   if (!server.ok()) {
     std::cerr << "cascade-coordinator: " << server.status().message() << "\n";
     return 1;
   }
   const int sig = cascade::WaitForTerminationSignal();
+  if (sig == cascade::kRestartSignal) {
+    spdlog::warn("lost the leadership: starting again as a standby");
+    (*server)->Shutdown();
+    server->reset();
+    spdlog::default_logger()->flush();
+    cascade::ReExec(argv);
+  }
   spdlog::info("signal {}: draining (up to {} s)", sig, config.bring_up.drain_timeout_s);
   (*server)->Drain(std::chrono::milliseconds(
       static_cast<int64_t>(1000 * config.bring_up.drain_timeout_s)));

@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/replica_set.h"
+#include "coordinator/etcd_client.h"
+#include "coordinator/leader_election.h"
 #include "coordinator/control_service.h"
 #include "coordinator/http_api.h"
 #include "grpc/health/v1/health.pb.h"
@@ -27,11 +29,14 @@ namespace cascade {
 // What the API adapters see of the coordinator.
 class ClusterServingTarget : public ServingTarget {
  public:
-  ClusterServingTarget(const ServedModel& model, ReplicaSet& replicas)
-      : model_(model), replicas_(replicas) {}
+  // `leading()`: OK while this coordinator may serve (it leads, or runs alone), else why not.
+  ClusterServingTarget(const ServedModel& model, ReplicaSet& replicas,
+                       std::function<absl::Status()> leading)
+      : model_(model), replicas_(replicas), leading_(std::move(leading)) {}
   const ServedModel& model() const override { return model_; }
   absl::StatusOr<std::shared_ptr<Scheduler>> SchedulerFor(
       std::span<const int32_t> prompt) const override {
+    if (absl::Status st = leading_(); !st.ok()) return st;
     return replicas_.SchedulerFor(prompt);
   }
   v1::ModelInfo model_info() const override {
@@ -49,11 +54,13 @@ class ClusterServingTarget : public ServingTarget {
  private:
   const ServedModel& model_;
   ReplicaSet& replicas_;
+  const std::function<absl::Status()> leading_;
 };
 
 class CoordinatorServer::Impl {
  public:
-  explicit Impl(const ClusterConfig& config) : config_(config) {}
+  Impl(const ClusterConfig& config, std::function<void(const std::string&)> on_lost)
+      : config_(config), on_lost_(std::move(on_lost)) {}
   ~Impl() { Shutdown(); }
 
   absl::Status Start() {
@@ -88,7 +95,8 @@ class CoordinatorServer::Impl {
         },
         &results_, join_token_);
     worker_client_.SetCoordinatorSecret(replicas_->coordinator_secret());
-    serving_target_ = std::make_unique<ClusterServingTarget>(*model_, *replicas_);
+    serving_target_ = std::make_unique<ClusterServingTarget>(*model_, *replicas_,
+                                                             [this] { return Leading(); });
     control_ = std::make_unique<ControlService>(replicas_.get(), model_->id());
     result_sink_ = std::make_unique<ResultSinkService>(
         [r = &results_](const v1::StepResult& result, const std::string& peer) {
@@ -159,8 +167,85 @@ class CoordinatorServer::Impl {
     }
     spdlog::info("coordinator: {} (workers send results to {}){}", Addresses(), results_address,
                  TlsEnabled() ? "; mTLS" : "");
-    replicas_->Start(results_address);
+    if (config_.ha.etcd.empty()) {
+      replicas_->Start(results_address);
+      return absl::OkStatus();
+    }
+    return Campaign(advertise, results_address);
+  }
+
+  // With --etcd: stand by until elected, then bring the cluster up.
+  absl::Status Campaign(const std::string& advertise, const std::string& results_address) {
+    CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd,
+                             EtcdClient::Create(config_.ha.etcd));
+    {
+      absl::MutexLock lock(&mu_);
+      role_ = Role::kStandby;
+    }
+    LeaderElectionOptions o;
+    o.prefix = absl::StrCat("/cascade/", config_.ha.cluster_name, "/");
+    o.identity = advertise;
+    o.ttl = std::chrono::seconds(config_.ha.lease_ttl_s);
+    o.on_elected = [this, results_address](int64_t epoch) {
+      replicas_->registrar().Lead(static_cast<uint64_t>(epoch));
+      {
+        absl::MutexLock lock(&mu_);
+        role_ = Role::kLeader;
+      }
+      PublishAddresses();
+      replicas_->Start(results_address);
+    };
+    o.on_lost = [this](const std::string& why) { LostLeadership(why); };
+    election_ = std::make_unique<LeaderElection>(std::move(etcd), std::move(o));
+    replicas_->registrar().StandBy([e = election_.get()] { return e->leader(); });
+    spdlog::info("coordinator: standing by for the leadership of cluster '{}' (etcd {})",
+                 config_.ha.cluster_name, config_.ha.etcd);
+    election_->Start();
     return absl::OkStatus();
+  }
+
+  // OK while this coordinator may serve clients: it leads, or runs without etcd.
+  absl::Status Leading() const {
+    absl::MutexLock lock(&mu_);
+    switch (role_) {
+      case Role::kLeader:
+        return absl::OkStatus();
+      case Role::kStandby: {
+        const std::string leader = election_ ? election_->leader() : "";
+        return absl::UnavailableError(absl::StrCat(
+            "this coordinator is a standby",
+            leader.empty() ? std::string(" (no leader yet)")
+                           : absl::StrCat("; the leader's control address is ", leader),
+            ": send requests to the leader"));
+      }
+      case Role::kDeposed:
+        return absl::UnavailableError(absl::StrCat(
+            "this coordinator lost the leadership (", lost_reason_,
+            "); resume the request on the new leader"));
+    }
+    return absl::InternalError("unknown role");
+  }
+
+  // What clients of a standby are told: the leader's public addresses, beside its key.
+  void PublishAddresses() {
+    std::string value = absl::StrCat("grpc=", address_);
+    if (http_) absl::StrAppend(&value, " http=", AdvertisedHostPort(config_.server.http.listen, http_->port()));
+    if (absl::Status st = election_->Publish("leader-api", value); !st.ok()) {
+      spdlog::warn("election: could not publish the API addresses: {}", st.message());
+    }
+  }
+
+  void LostLeadership(const std::string& why) {
+    {
+      absl::MutexLock lock(&mu_);
+      role_ = Role::kDeposed;
+      lost_reason_ = why;
+    }
+    SetHealth(false);
+    // At once: a successor may already drive the workers. Their stages stay loaded for it.
+    replicas_->Abandon(absl::UnavailableError(absl::StrCat(
+        "this coordinator lost the leadership (", why, "); resume on the new leader")));
+    if (on_lost_) std::thread([fn = on_lost_, why] { fn(why); }).detach();
   }
 
   std::string Addresses() const {
@@ -194,6 +279,7 @@ class CoordinatorServer::Impl {
   void Shutdown() {
     if (shut_down_.exchange(true)) return;
     if (replicas_) replicas_->Shutdown();
+    if (election_) election_->Resign();  // a standby need not wait for the lease
     if (http_) http_->Stop();
     if (server_) {
       SetHealth(false);
@@ -231,15 +317,21 @@ class CoordinatorServer::Impl {
   std::string address_, control_address_;
   std::string join_token_;  // "" when any worker may register
   std::atomic<bool> shut_down_{false};
+  const std::function<void(const std::string&)> on_lost_;
+  std::unique_ptr<LeaderElection> election_;  // with --etcd
+  enum class Role { kLeader, kStandby, kDeposed };
+  mutable absl::Mutex mu_;
+  Role role_ ABSL_GUARDED_BY(mu_) = Role::kLeader;  // kStandby from Campaign() on
+  std::string lost_reason_ ABSL_GUARDED_BY(mu_);
 };
 
 CoordinatorServer::CoordinatorServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const ClusterConfig& config) {
+    const ClusterConfig& config, std::function<void(const std::string&)> on_lost_leadership) {
   if (config.model.empty()) return absl::InvalidArgumentError("coordinator: no model given (--model)");
-  auto impl = std::make_unique<Impl>(config);
+  auto impl = std::make_unique<Impl>(config, std::move(on_lost_leadership));
   if (absl::Status st = impl->Start(); !st.ok()) return st;
   return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(std::move(impl)));
 }

@@ -7,13 +7,22 @@
 // cluster is the ClusterController's business (coordinator/cluster_controller.h); this
 // class only wires servers to it.
 //
+// With --etcd it is one of the cluster's coordinators (coordinator/leader_election.h): it
+// serves everything but stands by, refusing workers' registrations and clients' requests
+// (Unavailable, naming the leader) and reporting NOT_SERVING, until it is elected; then it
+// brings the cluster up as a coordinator alone does, adopting the workers as they are.
+// Should it lose the leadership it stops at once (requests end Unavailable, the workers'
+// stages stay loaded for the successor) and calls `on_lost_leadership` (cascade-coordinator
+// then starts again as a standby).
+//
 // Contract: Start() returns once everything listens (a bad model or a taken port is an
 // error then); WaitUntilServing() reports bring-up's outcome. Drain() and Shutdown() stop
-// it (see ClusterController). Thread-safe.
+// it (see ClusterController); a leader then gives the leadership up at once. Thread-safe.
 #ifndef CASCADE_COORDINATOR_COORDINATOR_SERVER_H_
 #define CASCADE_COORDINATOR_COORDINATOR_SERVER_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,7 +33,10 @@ namespace cascade {
 
 class CoordinatorServer {
  public:
-  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(const ClusterConfig& config);
+  // `on_lost_leadership(reason)` is called on a thread of its own, after serving stopped.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const ClusterConfig& config,
+      std::function<void(const std::string& reason)> on_lost_leadership = nullptr);
   ~CoordinatorServer();
 
   // The public gRPC API's address (host:port).

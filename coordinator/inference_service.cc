@@ -131,7 +131,8 @@ absl::Status InferenceServiceImpl::CheckModel(const std::string& model) {
 }
 
 grpc::Status InferenceServiceImpl::Run(grpc::ServerContext* ctx, const v1::GenerateRequest& req,
-                                       const std::function<bool(const StreamEvent&)>& on_event) {
+                                       const std::function<bool(const StreamEvent&)>& on_event,
+                                       StreamHeader* header) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (absl::Status st = CheckModel(req.model()); !st.ok()) return ToGrpc(st);
   if (auto serving = target_->scheduler(); !serving.ok()) return ToGrpc(serving.status());
@@ -141,6 +142,10 @@ grpc::Status InferenceServiceImpl::Run(grpc::ServerContext* ctx, const v1::Gener
   if (!expanded.ok()) return ToGrpc(expanded.status());
   auto scheduler = target_->SchedulerFor(expanded->front().request.prompt);
   if (!scheduler.ok()) return ToGrpc(scheduler.status());
+  if (header != nullptr) {
+    header->request_id = absl::StrCat("gen-", absl::Hex(RandomId(), absl::kZeroPad16));
+    header->seed = expanded->front().request.sampling.seed;
+  }
   auto stream = (*scheduler)->Submit(std::move(expanded->front().request));
   if (!stream.ok()) return ToGrpc(stream.status());
   std::optional<std::chrono::steady_clock::time_point> cancelled_at;
@@ -169,8 +174,15 @@ grpc::Status InferenceServiceImpl::Run(grpc::ServerContext* ctx, const v1::Gener
 grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* ctx,
                                             const v1::GenerateRequest* req,
                                             grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  StreamHeader header;
+  bool first = true;
   return Run(ctx, *req, [&](const StreamEvent& e) {
     v1::GenerateResponse r;
+    if (first) {
+      r.set_request_id(header.request_id);
+      r.set_seed(header.seed);
+      first = false;
+    }
     r.set_text(e.text);
     for (int32_t id : e.ids) r.add_token_ids(id);
     for (float lp : e.logprobs) r.add_logprobs(lp);
@@ -180,7 +192,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* ctx,
       FillUsage(e.usage, r.mutable_usage());
     }
     return writer->Write(r);
-  });
+  }, &header);
 }
 
 grpc::Status InferenceServiceImpl::Complete(grpc::ServerContext* ctx,

@@ -52,9 +52,16 @@ class InferenceServiceImpl final : public grpc::Service {
                             v1::ModelInfo* resp);
 
  private:
+  // What a stream's first message tells the client, so it can resume the stream.
+  struct StreamHeader {
+    std::string request_id;
+    uint64_t seed = 0;
+  };
   // Submits and calls `on_event` for each event until the last; handles cancellation.
+  // `header` is filled before the first event.
   grpc::Status Run(grpc::ServerContext* ctx, const v1::GenerateRequest& req,
-                   const std::function<bool(const StreamEvent&)>& on_event);
+                   const std::function<bool(const StreamEvent&)>& on_event,
+                   StreamHeader* header = nullptr);
   absl::Status CheckModel(const std::string& model);
   // UNAUTHENTICATED unless the call carries the API key (when one is set).
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;

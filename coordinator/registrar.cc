@@ -8,8 +8,36 @@
 
 namespace cascade {
 
+void Registrar::StandBy(std::function<std::string()> leader) {
+  absl::MutexLock lock(&mu_);
+  standby_ = true;
+  leader_ = std::move(leader);
+}
+
+void Registrar::Lead(uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  standby_ = false;
+  leader_ = nullptr;
+  epoch_ = epoch;
+}
+
 absl::StatusOr<v1::RegisterResponse> Registrar::Register(const v1::RegisterRequest& req,
                                                          const std::string& presented_token) {
+  uint64_t epoch = 0;
+  std::function<std::string()> leader;
+  bool standby = false;
+  {
+    absl::MutexLock lock(&mu_);
+    standby = standby_;
+    leader = leader_;
+    epoch = epoch_;
+  }
+  if (standby) {
+    const std::string who = leader ? leader() : "";
+    return absl::UnavailableError(absl::StrCat(
+        "this coordinator is a standby; register with the leader",
+        who.empty() ? std::string(" (not known yet)") : absl::StrCat(" at ", who)));
+  }
   if (!join_token_.empty() && !SecretsEqual(presented_token, join_token_)) {
     const bool none = presented_token.empty();
     const std::string why =
@@ -33,6 +61,7 @@ absl::StatusOr<v1::RegisterResponse> Registrar::Register(const v1::RegisterReque
                HumanBytes(req.resources().memory_bytes()));
   v1::RegisterResponse resp = registry_->Register(req);
   resp.set_coordinator_secret(coordinator_secret_);
+  resp.set_epoch(epoch);
   return resp;
 }
 

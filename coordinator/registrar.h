@@ -10,6 +10,7 @@
 #define CASCADE_COORDINATOR_REGISTRAR_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -40,6 +41,12 @@ class Registrar {
   absl::StatusOr<bool> Heartbeat(const v1::HeartbeatRequest& req) {
     return registry_->Heartbeat(req);
   }
+  // Coordinators that elect a leader (coordinator/leader_election.h): a standby refuses
+  // registrations (Unavailable, naming the leader it knows so the worker tries it); the
+  // leader's registrations carry its epoch. A coordinator alone leads at epoch 0.
+  // `leader()` names the leader as far as known ("" when not).
+  void StandBy(std::function<std::string()> leader) ABSL_LOCKS_EXCLUDED(mu_);
+  void Lead(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `presented` is the join token (always, when none is set): for status queries.
   bool MayQuery(const std::string& presented) const;
   const std::string& coordinator_secret() const { return coordinator_secret_; }
@@ -53,6 +60,9 @@ class Registrar {
   const std::string coordinator_secret_;
   absl::Mutex mu_;
   std::map<std::string, Clock::time_point> refusals_logged_ ABSL_GUARDED_BY(mu_);
+  bool standby_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<std::string()> leader_ ABSL_GUARDED_BY(mu_);  // while standing by
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cascade

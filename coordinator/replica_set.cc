@@ -198,6 +198,16 @@ void ReplicaSet::Shutdown() {
   for (ClusterController* c : all) c->Shutdown();
 }
 
+void ReplicaSet::Abandon(const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (bring_up_.joinable()) bring_up_.join();
+  const std::vector<ClusterController*> all = Replicas();
+  for (ClusterController* c : all) c->Abandon(why);
+}
+
 void ReplicaSet::Drain(std::chrono::milliseconds timeout) {
   const std::vector<ClusterController*> all = Replicas();
   std::vector<std::thread> draining;

@@ -62,6 +62,8 @@ class ReplicaSet {
 
   void Start(std::string results_address) ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+  // Every replica stops at once, leaving the stages loaded (ClusterController::Abandon).
+  void Abandon(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Every replica drains at once (ClusterController::Drain).
   void Drain(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -71,6 +73,7 @@ class ReplicaSet {
   absl::StatusOr<bool> Heartbeat(const v1::HeartbeatRequest& req);
   bool MayQuery(const std::string& presented) const;
   const std::string& coordinator_secret() const;
+  Registrar& registrar() { return registrar_; }
 
   absl::StatusOr<std::shared_ptr<Scheduler>> SchedulerFor(std::span<const int32_t> prompt) const
       ABSL_LOCKS_EXCLUDED(mu_);

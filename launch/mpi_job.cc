@@ -310,6 +310,11 @@ absl::Status MpiJob::StartRoles() {
 
 // Rank 0: the coordinator, as cascade-coordinator runs it, for every group as a worker.
 absl::StatusOr<std::string> MpiJob::StartCoordinator() {
+  if (!config_.ha.etcd.empty()) {
+    return absl::InvalidArgumentError(
+        "--etcd is for cascade-coordinator: under cascade-mpi rank 0 is the coordinator, and "
+        "a standby would die with the job");
+  }
   config_.bring_up.workers = topo_.groups;
   StageEveryWorker(topo_.groups, &config_);  // every group a stage
   CASCADE_ASSIGN_OR_RETURN(coordinator_, CoordinatorServer::Start(config_));

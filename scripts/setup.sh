@@ -13,7 +13,7 @@ PACKAGES=(
   libabsl-dev libopenmpi-dev openmpi-bin slurm-wlm munge
   nlohmann-json3-dev libpcre2-dev libcli11-dev libspdlog-dev libfmt-dev
   libyaml-cpp-dev libmicrohttpd-dev libcpp-httplib-dev libxxhash-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev etcd-server
   clang libclang-rt-14-dev
   python3 python3-grpcio python3-grpc-tools python3-numpy python3-prometheus-client
   iproute2 procps nftables openssl libssl-dev curl

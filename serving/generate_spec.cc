@@ -42,6 +42,19 @@ absl::StatusOr<std::vector<ChoiceRequest>> ExpandSpec(const GenerateSpec& spec,
                                                    spec.prompts.size(),
                                                    " prompt(s) must be in [1, ", kMaxChoices, "]"));
   }
+  if (spec.resume_after_tokens < 0) {
+    return absl::InvalidArgumentError("resume_after_tokens must not be negative");
+  }
+  if (spec.resume_after_tokens > 0) {
+    if (spec.n * spec.prompts.size() != 1) {
+      return absl::InvalidArgumentError("resume_after_tokens takes one prompt and one choice");
+    }
+    if (!spec.seed && spec.sampling.temperature > 0) {
+      return absl::InvalidArgumentError(
+          "resume_after_tokens needs the seed the stream's first response reported (a "
+          "sampled text depends on it)");
+    }
+  }
   std::vector<ChoiceRequest> out;
   std::random_device random_seed;
   for (size_t p = 0; p < spec.prompts.size(); ++p) {
@@ -55,6 +68,7 @@ absl::StatusOr<std::vector<ChoiceRequest>> ExpandSpec(const GenerateSpec& spec,
     base.stop = spec.stop;
     base.ignore_eos = spec.ignore_eos;
     base.speculate = spec.speculate;
+    base.resume_after = spec.resume_after_tokens;
     base.logprobs = spec.logprobs || spec.top_logprobs > 0;
     base.top_logprobs = spec.top_logprobs;
     std::string echo;

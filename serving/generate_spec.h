@@ -15,7 +15,8 @@
 //   gives one SequenceRequest per (prompt, choice), in that order. Seeds: choice k of
 //   prompt p draws from seed + p * n + k when the spec has a seed (so choice 0 is the text
 //   a single choice with that seed gives); otherwise each choice gets a random seed, which
-//   its usage reports. Errors are InvalidArgument naming the prompt. The requests are
+//   its usage reports. A resumed request (resume_after_tokens > 0) must have one prompt,
+//   one choice and, unless greedy, its seed. Errors are InvalidArgument naming the prompt. The requests are
 //   checked against the model's vocabulary and context when submitted
 //   (ValidateSequenceRequest, Scheduler::Submit).
 // - Plain data and pure functions (but for the random seeds); thread-safe.
@@ -55,6 +56,9 @@ struct GenerateSpec {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool speculate = true;     // may be decoded speculatively (when the server does)
+  // A broken stream resumed: its first this-many tokens are generated again but not sent
+  // (one prompt, one choice, and the seed of the first run unless greedy).
+  int32_t resume_after_tokens = 0;
   bool logprobs = false;     // each generated token's log-probability
   int32_t top_logprobs = 0;  // and this many likeliest alternatives (implies logprobs)
 };

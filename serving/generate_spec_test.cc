@@ -168,6 +168,46 @@ TEST_F(GenerateSpecTest, ExpandGivesOneRequestPerChoiceWithItsSeed) {
   EXPECT_EQ((*out)[3].echo, tokenizer_->Decode(std::vector<int32_t>{1, 403, 407}));
 }
 
+TEST_F(GenerateSpecTest, AResumedRequestNeedsItsSeedOnePromptAndOneChoice) {
+  GenerateSpec spec;
+  spec.prompts.push_back({"Once upon a time", {}});
+  spec.sampling.temperature = 0.7f;
+  spec.resume_after_tokens = 5;
+  auto no_seed = ExpandSpec(spec, *tokenizer_);
+  ASSERT_FALSE(no_seed.ok());
+  EXPECT_NE(no_seed.status().message().find("seed"), std::string::npos) << no_seed.status();
+  spec.seed = 42;
+  auto ok = ExpandSpec(spec, *tokenizer_);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->front().request.resume_after, 5);
+  EXPECT_EQ(ok->front().request.sampling.seed, 42u);
+  GenerateSpec greedy = spec;  // greedy text needs no seed
+  greedy.seed.reset();
+  greedy.sampling.temperature = 0;
+  EXPECT_TRUE(ExpandSpec(greedy, *tokenizer_).ok());
+  GenerateSpec two = spec;
+  two.n = 2;
+  EXPECT_EQ(ExpandSpec(two, *tokenizer_).status().code(), absl::StatusCode::kInvalidArgument);
+  GenerateSpec negative = spec;
+  negative.resume_after_tokens = -1;
+  EXPECT_EQ(ExpandSpec(negative, *tokenizer_).status().code(), absl::StatusCode::kInvalidArgument);
+  // Both APIs carry it.
+  v1::GenerateRequest proto;
+  SpecToProto(spec, &proto);
+  EXPECT_EQ(proto.resume_after_tokens(), 5);
+  auto back = SpecFromProto(proto);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->resume_after_tokens, 5);
+  auto http = ParseOpenAiRequest(
+      R"({"prompt":"Hi","seed":3,"temperature":0.5,"resume_after_tokens":7})",
+      OpenAiEndpoint::kCompletions);
+  ASSERT_TRUE(http.ok()) << http.status();
+  EXPECT_EQ(http->spec.resume_after_tokens, 7);
+  EXPECT_FALSE(ParseOpenAiRequest(R"({"prompt":"Hi","resume_after_tokens":-2})",
+                                  OpenAiEndpoint::kCompletions)
+                   .ok());
+}
+
 TEST_F(GenerateSpecTest, ExpandRefusesBadPromptsAndCounts) {
   GenerateSpec spec;
   auto st = ExpandSpec(spec, *tokenizer_).status();

@@ -26,7 +26,8 @@ const absl::flat_hash_set<std::string>& Known(OpenAiEndpoint e) {
       "logprobs", "echo", "stop", "presence_penalty", "frequency_penalty", "best_of",
       "logit_bias", "seed", "suffix", "user",
       // Cascade's (and vLLM's) extensions
-      "top_k", "min_p", "repetition_penalty", "ignore_eos", "speculative"};
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "speculative",
+      "resume_after_tokens"};
   static const auto* chat = new absl::flat_hash_set<std::string>{
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
       "stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
@@ -34,7 +35,8 @@ const absl::flat_hash_set<std::string>& Known(OpenAiEndpoint e) {
       "parallel_tool_calls", "functions", "function_call", "store", "metadata", "modalities",
       "service_tier",
       // extensions
-      "top_k", "min_p", "repetition_penalty", "ignore_eos", "speculative"};
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "speculative",
+      "resume_after_tokens"};
   return e == OpenAiEndpoint::kChat ? *chat : *completions;
 }
 
@@ -67,6 +69,12 @@ class Parser {
     if (const Json* v = Get("speculative")) {  // false: this request decodes without drafts
       if (!v->is_boolean()) return Want("speculative", "a boolean");
       g.speculate = v->get<bool>();
+    }
+    if (const Json* v = Get("resume_after_tokens")) {  // a broken stream resumed (with "seed")
+      if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > kMaxTokensLimit) {
+        return Want("resume_after_tokens", "a non-negative integer");
+      }
+      g.resume_after_tokens = static_cast<int32_t>(v->get<int64_t>());
     }
     CASCADE_RETURN_IF_ERROR(Logprobs(&g));
     CASCADE_RETURN_IF_ERROR(Choices(&g));

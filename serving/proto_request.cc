@@ -39,6 +39,7 @@ absl::StatusOr<GenerateSpec> SpecFromProto(const v1::GenerateRequest& req) {
   spec.stop.assign(req.stop().begin(), req.stop().end());
   spec.ignore_eos = req.ignore_eos();
   spec.speculate = !req.no_speculation();
+  spec.resume_after_tokens = req.resume_after_tokens();
   spec.logprobs = req.logprobs();
   spec.top_logprobs = req.top_logprobs();
   return spec;
@@ -69,6 +70,7 @@ void SpecToProto(const GenerateSpec& spec, v1::GenerateRequest* out) {
   for (const std::string& stop : spec.stop) out->add_stop(stop);
   out->set_ignore_eos(spec.ignore_eos);
   out->set_no_speculation(!spec.speculate);
+  out->set_resume_after_tokens(spec.resume_after_tokens);
   out->set_logprobs(spec.logprobs);
   out->set_top_logprobs(spec.top_logprobs);
 }

@@ -736,7 +736,8 @@ int Scheduler::AcceptSampled(Running& s, std::span<const SampledToken> sampled,
     }
     s.last_token = now;
     const Sequence::Step step = s.seq->Accept(t.token);
-    if (step.appended) {
+    // A resumed stream's first tokens: generated again, the client has them already.
+    if (step.appended && s.seq->generated() > s.seq->request().resume_after) {
       StreamEvent e;
       e.text = step.text;
       e.ids.push_back(t.token);

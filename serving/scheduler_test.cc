@@ -175,6 +175,42 @@ TEST_F(SchedulerTest, StopStringsEosAndLimits) {
   EXPECT_EQ(a.finish, FinishReason::kContextFull);
 }
 
+TEST_F(SchedulerTest, AResumedStreamSendsOnlyWhatFollowsTheTokensTheClientHas) {
+  // The undisturbed run, and where a client's stream may have broken: after every count
+  // of token ids, the resumed stream's ids and text are exactly the rest, and the two
+  // together are the whole, byte for byte (held-back text included: a stop string).
+  SequenceRequest whole = Request(24, 31);
+  auto stream = scheduler_->Submit(whole);
+  ASSERT_TRUE(stream.ok());
+  std::vector<std::string> texts;  // each token event's text, as a client received it
+  Output all;
+  for (;;) {
+    auto e = (*stream)->Next(std::chrono::seconds(30));
+    ASSERT_TRUE(e.has_value());
+    if (!e->ids.empty()) texts.push_back(e->text);
+    all.text += e->text;
+    all.ids.insert(all.ids.end(), e->ids.begin(), e->ids.end());
+    if (e->last) {
+      all.finish = e->finish;
+      break;
+    }
+  }
+  ASSERT_EQ(all.ids.size(), 24u);
+  ASSERT_EQ(texts.size(), 24u) << "one event per token";
+  for (int n : {0, 1, 7, 23, 24}) {
+    SequenceRequest resumed = whole;
+    resumed.resume_after = n;
+    const Output rest = Run(resumed);
+    ASSERT_TRUE(rest.status.ok()) << rest.status;
+    EXPECT_EQ(rest.ids, std::vector<int32_t>(all.ids.begin() + n, all.ids.end())) << n;
+    std::string had;  // what the client received before its stream broke
+    for (int i = 0; i < n; ++i) had += texts[i];
+    EXPECT_EQ(had + rest.text, all.text) << n;
+    EXPECT_EQ(rest.finish, all.finish);
+    EXPECT_EQ(rest.usage.completion_tokens, 24) << "usage counts the whole completion";
+  }
+}
+
 TEST_F(SchedulerTest, RefusesBadRequestsAndAFullQueueAtOnce) {
   SchedulerConfig c;
   c.max_running = 1;

@@ -51,6 +51,8 @@ struct SequenceRequest {
   bool logprobs = false;     // report each generated token's log-probability
   int32_t top_logprobs = 0;  // and this many most likely alternatives (<= kMaxTopLogprobs)
   bool speculate = true;     // may be decoded speculatively (when the server does)
+  // Generated tokens not streamed: a resumed stream's, which the client already has.
+  int32_t resume_after = 0;
 };
 
 constexpr size_t kMaxStopStrings = 16;

@@ -8,8 +8,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "cascade/v1/control_plane.grpc.pb.h"
+#include "client/resuming_stream.h"
 #include "coordinator/cluster_config.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/planner.h"
@@ -38,6 +40,12 @@ struct ServeFlags {
 
 int RunServe(ServeFlags f) {
   BlockTerminationSignals();
+  if (!f.config.ha.etcd.empty()) {
+    std::cerr << "cascade serve: --etcd needs coordinators of their own: run "
+                 "cascade-coordinator --etcd on two machines and cascade-worker --coordinator "
+                 "A,B (docs/architecture.md, \"Standby coordinators\")\n";
+    return 2;
+  }
   const int n = f.config.bring_up.workers;
   StageEveryWorker(n, &f.config);  // one process shows pipeline parallelism
   auto coordinator = CoordinatorServer::Start(f.config);
@@ -217,31 +225,38 @@ int RunPlan(const PlanFlags& f) {
 
 int RunRemoteGenerate(const std::string& server, const v1::GenerateRequest& req, bool ids,
                       bool echo) {
-  auto stub = v1::Inference::NewStub(MakeChannel(server));
-  grpc::ClientContext ctx;
-  auto reader = stub->Generate(&ctx, req);
+  // One coordinator, or the cluster's several: the stream resumes on whichever serves
+  // when its own is lost (client/resuming_stream.h).
+  const std::vector<std::string> servers = absl::StrSplit(server, ',', absl::SkipWhitespace());
   if (echo && !ids) {
     const std::string& prompt = req.prompt();
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::fflush(stdout);
   }
   std::vector<int32_t> all;
-  v1::GenerateResponse r;
-  while (reader->Read(&r)) {
-    if (ids) {
-      all.insert(all.end(), r.token_ids().begin(), r.token_ids().end());
-    } else {
-      std::fwrite(r.text().data(), 1, r.text().size(), stdout);
-      std::fflush(stdout);
-    }
-  }
-  grpc::Status st = reader->Finish();
+  ResumeStats stats;
+  absl::Status st = GenerateResuming(
+      servers, req,
+      [&](const v1::GenerateResponse& r) {
+        if (ids) {
+          all.insert(all.end(), r.token_ids().begin(), r.token_ids().end());
+        } else {
+          std::fwrite(r.text().data(), 1, r.text().size(), stdout);
+          std::fflush(stdout);
+        }
+        return true;
+      },
+      {}, &stats);
   if (ids) std::cout << absl::StrJoin(all, " ");
   std::cout << "\n";
+  if (stats.resumes > 0) {
+    spdlog::info("the stream resumed {} time(s), the longest gap {:.2f} s ({})", stats.resumes,
+                 stats.longest_resume_s, stats.last_error);
+  }
   if (!st.ok()) {
-    std::cerr << "cascade generate: " << server << ": "
-              << (st.error_message().empty() ? "the call failed" : st.error_message());
-    if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    std::cerr << "cascade generate: "
+              << (st.message().empty() ? "the call failed" : std::string(st.message()));
+    if (st.code() == absl::StatusCode::kUnimplemented) {
       std::cerr << " (UNIMPLEMENTED); this is not the public API: --server takes the "
                    "coordinator's public address (--listen, "
                 << kDefaultPublicAddress << " by default), not its control address, which is "

@@ -175,7 +175,8 @@ void AddGenerate(CLI::App& app, Action* action) {
   cmd->add_option("--model,-m", f->model, "GGUF file or Hugging Face folder");
   cmd->add_option("--server", f->server,
                   "Generate on a running cluster: the coordinator's public address (its "
-                  "--listen, e.g. 127.0.0.1:50051)");
+                  "--listen, e.g. 127.0.0.1:50051), or every coordinator's, comma-separated: "
+                  "the stream resumes on the leader when its coordinator is lost");
   cmd->add_option("--prompt,-p", f->prompt, "Prompt text (BOS is added as the model asks)");
   cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate (0: none)")
       ->check(CLI::Range(0, 1 << 24));

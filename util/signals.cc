@@ -2,6 +2,11 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 namespace cascade {
 namespace {
@@ -11,6 +16,7 @@ sigset_t TerminationSet() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, kRestartSignal);
   return set;
 }
 
@@ -26,6 +32,17 @@ int WaitForTerminationSignal() {
   int sig = 0;
   sigwait(&set, &sig);
   return sig;
+}
+
+void RequestRestart() { kill(getpid(), kRestartSignal); }
+
+void ReExec(char** argv) {
+  // The new image starts with the signals unblocked, as a process started by hand does.
+  sigset_t set = TerminationSet();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "cannot start again (exec /proc/self/exe): %s\n", std::strerror(errno));
+  _exit(3);
 }
 
 }  // namespace cascade

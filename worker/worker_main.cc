@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   cascade::TlsFiles tls;
   o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("--coordinator,-c", o.coordinator,
-                 "The coordinator's control address (host:port, its --control-listen)")
+                 "The coordinator's control address (host:port, its --control-listen), or "
+                 "every coordinator's, comma-separated: it follows whichever leads")
       ->required();
   app.add_option("--listen,-l", o.listen, "Address to listen on (port 0 picks one)")
       ->capture_default_str();

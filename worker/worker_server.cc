@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/gpu.h"
@@ -283,13 +286,21 @@ grpc::Status WorkerServer::SendHeartbeat(v1::Coordinator::Stub& stub, uint64_t s
   for (v1::GpuStats& g : gpus_.Sample()) *hb.add_gpus() = std::move(g);
   *hb.mutable_process() = process_.Sample();
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ctx.set_deadline(std::chrono::system_clock::now() + heartbeat_deadline_);
   return stub.Heartbeat(&ctx, hb, resp);
 }
 
 void WorkerServer::RegistrationLoop() {
   using Clock = std::chrono::steady_clock;
-  auto stub = v1::Coordinator::NewStub(MakeChannel(options_.coordinator));
+  // Every coordinator of the cluster (one, or the leader and its standbys): registration
+  // goes round them until one accepts; only the leader does.
+  const std::vector<std::string> addresses =
+      absl::StrSplit(options_.coordinator, ',', absl::SkipWhitespace());
+  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
+  for (const std::string& a : addresses) stubs.push_back(v1::Coordinator::NewStub(MakeChannel(a)));
+  size_t current = 0;        // the coordinator tried or followed now
+  size_t tried_in_round = 0;  // failed registrations since the last success or full round
+  uint64_t epoch = 0;         // the newest leader's epoch this worker has followed
   uint64_t session = 0;
   std::string session_secret;
   double interval = 1.0;
@@ -315,15 +326,62 @@ void WorkerServer::RegistrationLoop() {
     host_->Unload(0).IgnoreError();
     if (exit_on_loss && options_.on_coordinator_lost) options_.on_coordinator_lost();
   };
+  // The next coordinator of the list; true when a whole round has failed (back off then).
+  auto next = [&] {
+    current = (current + 1) % stubs.size();
+    if (++tried_in_round < stubs.size()) return false;
+    tried_in_round = 0;
+    return true;
+  };
+  // A registration with a leader of an older epoch than this worker has followed is a
+  // deposed leader's (it has not noticed yet): refused, never gone back to.
+  auto stale = [&](grpc::Status st, const v1::RegisterResponse& resp, size_t from) {
+    if (!st.ok() || resp.epoch() >= epoch) return st;
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat(addresses[from], " leads an older epoch (", resp.epoch(),
+                                     ") than this worker has followed (", epoch, ")"));
+  };
+  auto accept = [&](size_t from, const v1::RegisterResponse& resp) {
+    current = from;
+    log.Registered();
+    registered = true;
+    ever_registered = true;
+    tried_in_round = 0;
+    epoch = resp.epoch();
+    silent_since.reset();
+    if (orphaned) {
+      orphaned = false;
+      spdlog::info("a coordinator answers again at {}", addresses[current]);
+    }
+    session = resp.session();
+    session_secret = resp.session_secret();
+    {
+      absl::MutexLock lock(&mu_);
+      coordinator_secret_ = resp.coordinator_secret();
+      registered_ = true;
+    }
+    interval = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1.0;
+    // A coordinator that stops answering (stopped, cut off) is noticed within an
+    // interval, not gRPC's 5 s; never under 1 s, for a busy one.
+    heartbeat_deadline_ =
+        std::clamp(std::chrono::milliseconds(static_cast<int64_t>(1000 * interval)),
+                   std::chrono::milliseconds(1000), std::chrono::milliseconds(5000));
+    spdlog::info("registered with coordinator {} as {}{}", addresses[current], resp.worker_id(),
+                 epoch > 0 ? absl::StrCat(" (leader epoch ", epoch, ")") : std::string());
+  };
+  bool quick = false;  // try again soon: the next coordinator, or a heartbeat that failed
   for (;;) {
     std::chrono::milliseconds wait = log.backoff();
-    if (registered) {
+    if (quick) {
+      wait = kFirstRegisterBackoff;
+    } else if (registered) {
       wait = std::chrono::milliseconds(static_cast<int64_t>(1000 * interval));
     } else if (exit_on_loss && !ever_registered && !gave_up) {
       wait = std::min(wait, std::max(std::chrono::milliseconds(0),
                                      std::chrono::duration_cast<std::chrono::milliseconds>(
                                          give_up_at - Clock::now())));
     }
+    quick = false;
     {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&shutdown_), absl::FromChrono(wait))) return;
@@ -341,40 +399,42 @@ void WorkerServer::RegistrationLoop() {
     }
     if (!registered) {
       v1::RegisterResponse resp;
-      grpc::Status st = TryRegister(*stub, &resp);
+      grpc::Status st = stale(TryRegister(*stubs[current], &resp), resp, current);
       if (!st.ok()) {
+        if (stubs.size() > 1) {
+          spdlog::debug("registering with {}: {}", addresses[current], st.error_message());
+          quick = !next();
+          if (quick) continue;  // the others first; the backoff after a whole round
+        }
         log.Failed(st);
         lost_contact(st.error_message());
         continue;
       }
-      log.Registered();
-      registered = true;
-      ever_registered = true;
-      silent_since.reset();
-      if (orphaned) {
-        orphaned = false;
-        spdlog::info("a coordinator answers again at {}", options_.coordinator);
-      }
-      session = resp.session();
-      session_secret = resp.session_secret();
-      {
-        absl::MutexLock lock(&mu_);
-        coordinator_secret_ = resp.coordinator_secret();
-        registered_ = true;
-      }
-      interval = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1.0;
-      spdlog::info("registered with coordinator {} as {}", options_.coordinator,
-                   resp.worker_id());
+      accept(current, resp);
       continue;
     }
     v1::HeartbeatResponse resp;
-    grpc::Status st = SendHeartbeat(*stub, session, session_secret, &resp);
+    grpc::Status st = SendHeartbeat(*stubs[current], session, session_secret, &resp);
     if (st.ok() && !resp.known()) {
       spdlog::warn("coordinator does not know this worker; registering again");
       registered = false;
     } else if (!st.ok()) {
       spdlog::debug("heartbeat failed: {}", st.error_message());
       lost_contact(st.error_message());
+      // With standbys: whichever leads now is asked at once. Only a leader accepts (a
+      // standby refuses while this one's leader holds its lease), so asking never takes
+      // the worker from a leader that is alive.
+      for (size_t k = 1; k < stubs.size(); ++k) {
+        const size_t other = (current + k) % stubs.size();
+        v1::RegisterResponse r;
+        if (stale(TryRegister(*stubs[other], &r), r, other).ok()) {
+          spdlog::warn("coordinator {} does not answer ({}); {} leads now", addresses[current],
+                       st.error_message(), addresses[other]);
+          accept(other, r);
+          break;
+        }
+      }
+      quick = true;
     } else {
       silent_since.reset();
     }

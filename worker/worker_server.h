@@ -4,7 +4,8 @@
 //
 // Contract:
 // - Start() binds the listen address (port 0 picks a free port; a taken port is an error)
-//   and, when a coordinator is given, registers with it and sends heartbeats; a
+//   and, when a coordinator is given, registers with it (with the leader, when several
+//   are given) and sends heartbeats; a
 //   coordinator that forgot the worker (restart) gets a new registration. A registration
 //   that fails is tried again after a backoff, kFirstRegisterBackoff doubled by each
 //   failure up to kMaxRegisterBackoff when the coordinator refused it, kMaxUnansweredBackoff
@@ -57,7 +58,11 @@ struct WorkerOptions {
   // Where other processes send this worker's frames ("" = the data plane's own address);
   // e.g. a NAT or proxy in front of it: tcp://host:port or host:port.
   std::string data_advertise;
-  std::string coordinator;  // register here ("" = wait to be called)
+  // Register here ("" = wait to be called): a control address, or every coordinator of
+  // the cluster comma-separated (the leader and its standbys): the worker registers with
+  // whichever leads, follows a new leader when the old one stops answering (its stage
+  // stays loaded), and never goes back to a leader of an older epoch.
+  std::string coordinator;
   std::string worker_id;    // default: the advertised address
   std::string node;         // default: the host name
   int threads = 1;
@@ -130,6 +135,8 @@ class WorkerServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<DataPlaneServer> data_;
   std::thread registration_;
+  // How long a heartbeat waits for its answer (the registration thread's).
+  std::chrono::milliseconds heartbeat_deadline_{5000};
   mutable absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool registered_ ABSL_GUARDED_BY(mu_) = false;

@@ -5,9 +5,11 @@
 // Service is defined, probes, resources, security settings, NetworkPolicies, and the
 // flags given to the binaries. Run by validate_kubernetes.sh; exits 1 on any error.
 //
-//   node validate.mjs --modules DIR --repo ROOT --profile cpu|gpu --rendered FILE
+//   node validate.mjs --modules DIR --repo ROOT --profile cpu|gpu|ha|gpu-ha --rendered FILE
 //                     [--extra FILE]... [--bin BIN_DIR]
 //
+// --profile: gpu* checks GPU workers; *ha checks standby coordinators (a StatefulSet
+//            electing a leader on etcd, the workers following all of them, the etcd).
 // --modules: the folder whose node_modules holds kubernetes-models and yaml.
 // --extra:   more manifests (not rendered by kustomize) checked beside the rendering.
 // --bin:     where cascade-coordinator and cascade-worker are; their --help lists the
@@ -29,7 +31,9 @@ for (let i = 2; i < process.argv.length; i++) {
   else usage(`unknown argument ${a}`);
 }
 for (const k of ["modules", "repo", "profile", "rendered"]) if (!opts[k]) usage(`--${k} is required`);
-if (!["cpu", "gpu"].includes(opts.profile)) usage("--profile is cpu or gpu");
+if (!["cpu", "gpu", "ha", "gpu-ha"].includes(opts.profile)) usage("--profile is cpu, gpu, ha or gpu-ha");
+const GPU = opts.profile.startsWith("gpu");
+const HA = opts.profile.endsWith("ha");
 function usage(msg) {
   console.error(`validate.mjs: ${msg}`);
   process.exit(2);
@@ -46,8 +50,9 @@ const EXTERNAL_SECRETS = {
   "cascade-join-token": "kubectl create secret generic cascade-join-token",
 };
 
-// Flags whose value is the address of another process (NAME:PORT).
-const ADDRESS_FLAGS = ["--coordinator", "--advertise", "--server"];
+// Flags whose value is the address of another process (NAME:PORT), or a comma-separated
+// list of them (--coordinator of standby coordinators, --etcd).
+const ADDRESS_FLAGS = ["--coordinator", "--advertise", "--server", "--etcd"];
 
 const errors = [];
 const notes = [];
@@ -355,6 +360,10 @@ let clusterFile = null; // the coordinator's --config, parsed
 for (const w of workloads) {
   const wid = id(w.o);
   const volumes = Object.fromEntries((w.spec.volumes ?? []).map((v) => [v.name, v]));
+  // A StatefulSet's volumeClaimTemplates are volumes of its pods too.
+  for (const t of w.o.kind === "StatefulSet" ? w.o.spec?.volumeClaimTemplates ?? [] : []) {
+    if (t.metadata?.name) volumes[t.metadata.name] = { name: t.metadata.name, claimTemplate: t };
+  }
   // Volumes: every PVC, ConfigMap and Secret they name.
   for (const v of w.spec.volumes ?? []) {
     const where = `${wid} volume ${v.name}`;
@@ -439,30 +448,47 @@ for (const w of workloads) {
       // Other addresses name a Service (NAME:PORT) or a StatefulSet pod behind a
       // headless Service (POD.SERVICE:PORT); the Service must define the port and
       // publish pods before they are ready (workers and coordinator reach each other
-      // during bring-up, before the coordinator is ready).
+      // during bring-up, before the coordinator is ready). A list (A,B,...) is checked
+      // address by address.
       if (!ADDRESS_FLAGS.includes(f)) continue;
-      const hp = hostPort(v);
-      if (!hp) {
-        err(where, `${f}=${v} is not HOST:PORT`);
-        continue;
-      }
-      if (isWildcardOrIp(hp.host)) continue;
-      // NAME[.NAMESPACE.svc...] or POD.NAME[...]
-      const labels = hp.host.split(".");
-      const svc = services.find((s) => s.metadata.name === labels[0]) ??
-        (labels.length > 1 ? services.find((s) => s.metadata.name === labels[1] && s.spec?.clusterIP === "None") : undefined);
-      if (!svc) {
-        err(where, `${f}=${v}: names no defined Service (${labels[0]}${labels.length > 1 ? `, or headless ${labels[1]}` : ""})`);
-        continue;
-      }
-      if (!(svc.spec?.ports ?? []).some((p) => p.port === hp.port)) {
-        err(where, `${f}=${v}: Service ${svc.metadata.name} has no port ${hp.port}`);
-      }
-      if (svc.spec?.publishNotReadyAddresses !== true) {
-        err(where, `${f}=${v}: Service ${svc.metadata.name} needs publishNotReadyAddresses: true (it is used during bring-up, before pods are ready)`);
-      }
+      for (const a of v.split(",")) checkAddress(where, f, a.trim());
     }
   }
+}
+
+function checkAddress(where, f, v) {
+  const hp = hostPort(v);
+  if (!hp) {
+    err(where, `${f}: ${v} is not HOST:PORT`);
+    return;
+  }
+  if (isWildcardOrIp(hp.host)) return;
+  // NAME[.NAMESPACE.svc...] or POD.NAME[...]
+  const labels = hp.host.split(".");
+  let svc = services.find((s) => s.metadata.name === labels[0]);
+  if (!svc && labels.length > 1) {
+    svc = services.find((s) => s.metadata.name === labels[1] && s.spec?.clusterIP === "None");
+    // POD.SERVICE: a pod of a StatefulSet governed by that Service.
+    if (svc && !statefulPods(svc.metadata.name).includes(labels[0])) {
+      err(where, `${f}: ${v}: ${labels[0]} is not a pod of a StatefulSet with serviceName ${labels[1]} (${statefulPods(labels[1]).join(", ") || "none"})`);
+    }
+  }
+  if (!svc) {
+    err(where, `${f}: ${v}: names no defined Service (${labels[0]}${labels.length > 1 ? `, or headless ${labels[1]}` : ""})`);
+    return;
+  }
+  if (!(svc.spec?.ports ?? []).some((p) => p.port === hp.port)) {
+    err(where, `${f}: ${v}: Service ${svc.metadata.name} has no port ${hp.port}`);
+  }
+  if (svc.spec?.publishNotReadyAddresses !== true) {
+    err(where, `${f}: ${v}: Service ${svc.metadata.name} needs publishNotReadyAddresses: true (it is used during bring-up, before pods are ready)`);
+  }
+}
+// The pod names of the StatefulSets whose serviceName is `service`.
+function statefulPods(service) {
+  return workloads
+    .filter((w) => w.o.kind === "StatefulSet" && w.o.spec?.serviceName === service)
+    .flatMap((w) => Array.from({ length: Number(w.o.spec?.replicas ?? 1) }, (_, i) => `${w.o.metadata.name}-${i}`));
 }
 
 // Probes on the coordinator and the workers.
@@ -613,6 +639,121 @@ for (const w of [...coordinators, ...workers]) {
   }
 }
 
+// Standby coordinators (profiles *ha): a StatefulSet of two or more that elect a leader on
+// etcd, each advertising its own name; the workers list every one of them; no Service
+// with one virtual IP in front of their control port; the etcd they name, when rendered
+// here, a quorum-sized StatefulSet whose --initial-cluster lists its pods.
+if (HA) {
+  for (const w of coordinators) {
+    const where = id(w.o);
+    const sts = w.o;
+    if (sts.kind !== "StatefulSet") {
+      err(where, "standby coordinators must be a StatefulSet (a stable name each, for the workers' --coordinator)");
+      continue;
+    }
+    const replicas = Number(sts.spec?.replicas ?? 1);
+    if (replicas < 2) err(where, `replicas ${replicas}: standby coordinators need at least 2`);
+    if ((sts.spec?.podManagementPolicy ?? "OrderedReady") !== "Parallel") {
+      err(where, "podManagementPolicy must be Parallel: a standby is never ready, so ordered start-up would stop at it");
+    }
+    if (sts.spec?.updateStrategy?.type !== "OnDelete") {
+      err(where, "updateStrategy must be OnDelete: a RollingUpdate waits for each new pod to be ready, which a standby never is");
+    }
+    const c = (w.spec.containers ?? []).find((x) => binaryOf(x) === "cascade-coordinator");
+    if (!c) continue;
+    const env = envOf(w, c);
+    const flags = flagsOf((c.args ?? []).map((a) => expand(a, env)));
+    const etcd = flagValue(flags, "--etcd");
+    if (!etcd || /\$\(|<[A-Z_]+>/.test(etcd)) err(where, `--etcd must name etcd's members (got ${etcd})`);
+    const control = hostPort(flagValue(flags, "--control-listen"));
+    const svc = services.find((x) => x.metadata.name === sts.spec?.serviceName);
+    const own = `${sts.metadata.name}-0.${sts.spec?.serviceName}:${control?.port}`;
+    if (flagValue(flags, "--advertise") !== own) {
+      err(where, `--advertise must be the pod's own name, $(POD_NAME).${sts.spec?.serviceName}:${control?.port} (for the first pod ${own}; got ${flagValue(flags, "--advertise")})`);
+    }
+    if (svc && control && !(svc.spec?.ports ?? []).some((p) => p.port === control.port)) {
+      err(where, `headless Service ${svc.metadata.name} has no control port ${control.port}`);
+    }
+    // Every coordinator, in the workers' --coordinator.
+    const wanted = Array.from({ length: replicas }, (_, i) => `${sts.metadata.name}-${i}.${sts.spec?.serviceName}:${control?.port}`);
+    for (const ww of workers) {
+      const wc = (ww.spec.containers ?? []).find((x) => binaryOf(x) === "cascade-worker");
+      const list = (flagValue(flagsOf((wc?.args ?? []).map((a) => expand(a, envOf(ww, wc)))), "--coordinator") ?? "")
+        .split(",").map((a) => a.trim()).filter(Boolean);
+      const missing = wanted.filter((a) => !list.includes(a));
+      const extra = list.filter((a) => !wanted.includes(a));
+      if (missing.length || extra.length) {
+        err(id(ww.o), `--coordinator must list every coordinator's control address (${wanted.join(",")})${missing.length ? `; missing ${missing.join(",")}` : ""}${extra.length ? `; not a coordinator: ${extra.join(",")}` : ""}`);
+      }
+    }
+    // One virtual IP over leader and standby would send registrations to either.
+    for (const s2 of services) {
+      if (s2.spec?.clusterIP === "None" || !selects(s2.spec?.selector, w.meta.labels)) continue;
+      for (const p of s2.spec?.ports ?? []) {
+        if (control && portOf(c, p.targetPort ?? p.port)?.port === control.port) {
+          err(id(s2), "exposes the coordinators' control port behind one virtual IP: workers must reach each coordinator by name");
+        }
+      }
+    }
+    // The etcd StatefulSet(s) named by --etcd and rendered here.
+    const members = (etcd ?? "").split(",").map((a) => hostPort(a.trim())).filter(Boolean);
+    const etcdSets = new Set();
+    for (const m of members) {
+      const [pod, service] = m.host.split(".");
+      const e = workloads.find((x) => x.o.kind === "StatefulSet" && x.o.spec?.serviceName === service &&
+        pod.startsWith(`${x.o.metadata.name}-`));
+      if (e) etcdSets.add(e);
+    }
+    for (const e of etcdSets) {
+      const ewhere = id(e.o);
+      const n = Number(e.o.spec?.replicas ?? 1);
+      if (n < 3 || n % 2 === 0) err(ewhere, `replicas ${n}: etcd needs an odd number, at least 3, to keep a quorum when one is lost`);
+      if ((e.o.spec?.podManagementPolicy ?? "OrderedReady") !== "Parallel") {
+        err(ewhere, "podManagementPolicy must be Parallel: a member is ready only once a quorum has formed");
+      }
+      const pods = statefulPods(e.o.spec?.serviceName).filter((p) => p.startsWith(`${e.o.metadata.name}-`));
+      const listed = members.filter((m) => pods.includes(m.host.split(".")[0])).map((m) => m.host.split(".")[0]);
+      const notListed = pods.filter((p) => !listed.includes(p));
+      if (notListed.length) err(where, `--etcd does not list etcd member(s) ${notListed.join(", ")}`);
+      const ec = (e.spec.containers ?? [])[0];
+      if (!ec) continue;
+      const ef = flagsOf((ec.args ?? []).map((a) => expand(a, envOf(e, ec))));
+      const peer = hostPort(flagValue(ef, "--listen-peer-urls")?.replace(/^https?:\/\//, ""));
+      const expected = pods.map((p) => `${p}=http://${p}.${e.o.spec.serviceName}:${peer?.port}`).join(",");
+      if (flagValue(ef, "--initial-cluster") !== expected) {
+        err(ewhere, `--initial-cluster must list every member by its pod name: ${expected} (got ${flagValue(ef, "--initial-cluster")})`);
+      }
+      if (flagValue(ef, "--initial-advertise-peer-urls") !== `http://${pods[0]}.${e.o.spec.serviceName}:${peer?.port}`) {
+        err(ewhere, `--initial-advertise-peer-urls must be http://$(POD_NAME).${e.o.spec.serviceName}:${peer?.port}`);
+      }
+      if (flagValue(ef, "--name") !== pods[0]) err(ewhere, "--name must be $(POD_NAME), as in --initial-cluster");
+      const dataDir = flagValue(ef, "--data-dir") ?? "";
+      const claims = new Set((e.o.spec?.volumeClaimTemplates ?? []).map((t) => t.metadata?.name));
+      if (!(ec.volumeMounts ?? []).some((m) => claims.has(m.name) && (dataDir === m.mountPath || dataDir.startsWith(`${m.mountPath}/`)))) {
+        err(ewhere, `--data-dir ${dataDir || "(none)"} is not on a volumeClaimTemplate: the members would forget the cluster when rescheduled`);
+      }
+      for (const p of ["startupProbe", "livenessProbe", "readinessProbe"]) {
+        const probe = ec[p];
+        const port = probe?.httpGet?.port ?? probe?.tcpSocket?.port ?? probe?.grpc?.port;
+        if (!probe) err(ewhere, `has no ${p}`);
+        else if (port !== undefined && !portOf(ec, port)) err(ewhere, `${p} port ${port} is not among the container's ports`);
+      }
+      for (const kind of ["requests", "limits"]) {
+        for (const res of ["cpu", "memory"]) if (!ec.resources?.[kind]?.[res]) err(ewhere, `has no resources.${kind}.${res}`);
+      }
+      // Its ports closed to all but Cascade's coordinators and its own members.
+      const mine = policies.filter((p) => (p.spec?.policyTypes ?? ["Ingress"]).includes("Ingress") &&
+        Object.entries(p.spec?.podSelector?.matchLabels ?? {}).every(([k, v]) => e.meta.labels?.[k] === v));
+      if (mine.length === 0) err(ewhere, "no NetworkPolicy selects its pods (the election's store would be open to all)");
+      for (const r of mine.flatMap((p) => p.spec?.ingress ?? [])) {
+        if (!r.from || r.from.length === 0 || r.from.some((peerSel) => peerSel.ipBlock || peerSel.namespaceSelector || !peerSel.podSelector?.matchLabels)) {
+          err(ewhere, "a NetworkPolicy rule admits more than Cascade's and etcd's own pods");
+        }
+      }
+    }
+  }
+}
+
 // CPU or GPU.
 const gpuOf = (c, kind) => Number(c.resources?.[kind]?.["nvidia.com/gpu"] ?? 0);
 for (const w of workloads.filter((x) => fromKustomize.has(x.o))) {
@@ -620,7 +761,7 @@ for (const w of workloads.filter((x) => fromKustomize.has(x.o))) {
     const where = `${id(w.o)} container ${c.name}`;
     const env = envOf(w, c);
     const device = flagValue(flagsOf((c.args ?? []).map((a) => expand(a, env))), "--device");
-    const gpuWorker = opts.profile === "gpu" && component(w) === "worker";
+    const gpuWorker = GPU && component(w) === "worker";
     if (gpuWorker) {
       if (gpuOf(c, "limits") < 1) err(where, "GPU overlay: needs resources.limits nvidia.com/gpu");
       if (gpuOf(c, "requests") !== gpuOf(c, "limits")) err(where, "GPU overlay: nvidia.com/gpu requests must equal limits");

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Renders Cascade's Kubernetes deployment the way users apply it and validates it:
-#   1. `kubectl kustomize deploy/kubernetes` (CPU, the default) and
-#      `kubectl kustomize deploy/kubernetes/overlays/gpu` must render, with no warning;
+#   1. `kubectl kustomize deploy/kubernetes` (CPU, the default),
+#      `kubectl kustomize deploy/kubernetes/overlays/gpu` and the standby-coordinator
+#      variants overlays/ha and overlays/gpu-ha must render, with no warning;
 #   2. every rendered object (and deploy/kubernetes/tools/*.yaml) must pass the
 #      Kubernetes schemas of the npm package kubernetes-models 4.x, with no unknown
 #      field and no unknown kind (tests/deploy/validate.mjs);
 #   3. every PVC, ConfigMap, Secret and Service a workload or probe references must be
 #      defined (Secrets created by hand are listed in validate.mjs and must be
 #      documented in deploy/README.md); the coordinator and the workers have startup,
-#      liveness and readiness probes and resources; the GPU overlay requests
-#      nvidia.com/gpu; NetworkPolicies, security contexts and flags as validate.mjs says.
+#      liveness and readiness probes and resources; the GPU overlays request
+#      nvidia.com/gpu; the HA overlays run 2 coordinators that elect a leader on a
+#      3-member etcd, each advertising its own name, and workers that list both;
+#      NetworkPolicies, security contexts and flags as validate.mjs says.
 #
 #   tests/deploy/validate_kubernetes.sh [BIN_DIR [CACHE_DIR]]
 #
@@ -92,11 +95,15 @@ check() {  # profile rendered.yaml [extra validate.mjs arguments]
 }
 validate cpu deploy/kubernetes
 validate gpu deploy/kubernetes/overlays/gpu
+validate ha deploy/kubernetes/overlays/ha
+validate gpu-ha deploy/kubernetes/overlays/gpu-ha
 
 # The checker must see what it is there for: each of these breakages of a rendering
 # must make it fail.
+mutants=0
 mutant() {  # profile sed-expression description
   ((status == 0)) || return 0   # meaningful only when the real renderings pass
+  mutants=$((mutants + 1))
   sed -e "$2" "$tmp/$1.yaml" >"$tmp/mutant.yaml"
   if cmp -s "$tmp/$1.yaml" "$tmp/mutant.yaml"; then
     echo "deploy_kubernetes: self-check '$3': the edit matched nothing" >&2
@@ -116,11 +123,18 @@ mutant cpu '/^kind: NetworkPolicy/,/^---/ s/- port: 8080/- port: 50053/' "a cont
 mutant cpu 's/workers: 3/workers: 2/' "a cluster file that disagrees with the replicas"
 mutant cpu 's/^          name: cascade-config-/          name: cascade-configx-/' "an undefined ConfigMap"
 mutant gpu '/nvidia.com\/gpu: 1/d' "GPU workers without a GPU"
-mutants=10
+mutant ha 's/,cascade-coordinator-1.cascade-coordinator:50053//' "workers that do not list every coordinator"
+mutant ha 's/-0.cascade-coordinator:50053,/-2.cascade-coordinator:50053,/' "workers listing a coordinator that does not exist"
+mutant ha 's/--advertise=$(POD_NAME).cascade-coordinator:/--advertise=cascade-coordinator-1.cascade-coordinator:/' "coordinators that do not advertise their own names"
+mutant ha '/- --etcd=/d' "standby coordinators without --etcd"
+mutant ha 's/type: OnDelete/type: RollingUpdate/' "a rolling update that would wait for a standby to be ready"
+mutant ha 's/,etcd-2=http:\/\/etcd-2.etcd:2380//' "an etcd --initial-cluster missing a member"
+mutant ha 's/value: etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379/value: etcd-0.etcd:2379/' "--etcd missing members"
+mutant ha '/^  name: cascade-coordinator$/,/^---/ s/clusterIP: None/clusterIP: 10.96.0.53/' "the coordinators' control port behind one virtual IP"
 if [[ -n $bin && -x $bin/cascade-coordinator && -x $bin/cascade-worker ]]; then
   mutant cpu 's/--listen=0.0.0.0:50061/--listne=0.0.0.0:50061/' "a flag cascade-worker does not have"
   mutant cpu 's/kv_sequences: 0/kv_sequnces: 0/' "a cluster-file key cascade-coordinator does not have"
-  mutants=12
+  mutant ha 's/--lease-ttl-s=5/--lease-tl-s=5/' "a standby flag cascade-coordinator does not have"
 fi
 ((status)) || echo "deploy_kubernetes: self-check: $mutants broken renderings, each rejected"
 
