@@ -17,6 +17,7 @@
 #include "cascade/v1/data_plane.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/netns_hosts.h"
 #include "tests/subprocess.h"
 
 namespace cascade::testing {
@@ -77,7 +78,7 @@ class Cluster {
   ~Cluster() {
     coordinator_.reset();  // first, so that no stream into the workers stays open
     workers_.clear();
-    if (o_.netns) TearDownNamespaces();
+    hosts_.reset();
     // The logs have been printed by a failing test; nothing is left behind.
     std::system(("rm -rf " + dir_).c_str());
   }
@@ -113,7 +114,8 @@ class Cluster {
 
   // Host `i`'s address (0: the coordinator, 1.. the workers) in a namespace cluster.
   std::string HostIp(int i) const { return o_.netns ? Ip(i) : "127.0.0.1"; }
-  std::string Namespace(int i) const { return Ns(i); }
+  // Host `i` drops every packet (a network-namespace cluster only).
+  bool CutHost(int i) const { return hosts_ && hosts_->Cut(i); }
 
   // Polls the health service until SERVING (true) or the timeout.
   bool WaitServing(std::chrono::seconds timeout = std::chrono::seconds(120)) {
@@ -165,60 +167,23 @@ class Cluster {
 
  private:
   // Host 0 is the coordinator, 1..N the workers.
-  std::string Ns(int host) const { return absl::StrCat("cascade", tag_, "h", host); }
-  std::string Ip(int host) const { return absl::StrCat("10.77.", subnet_, ".", 10 + host); }
+  std::string Ns(int host) const { return hosts_->Ns(host); }
+  std::string Ip(int host) const { return hosts_->Ip(host); }
   std::vector<std::string> Prefix(int host) const {
     if (!o_.netns) return {};
-    return {"ip", "netns", "exec", Ns(host)};
+    return hosts_->Prefix(host);
   }
-  static bool Sh(const std::string& cmd) {
-    return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0;
-  }
-
   bool SetUpNamespaces() {
-    subnet_ = static_cast<int>(::getpid() % 200) + 20;
-    bridge_ = absl::StrCat("cbr", tag_);
-    if (::geteuid() != 0 || !Sh("ip netns list")) {
-      skip_reason_ = "network namespaces need root and iproute2";
-      return false;
-    }
-    if (!Sh("ip link add " + bridge_ + " type bridge") ||
-        !Sh(absl::StrCat("ip addr add 10.77.", subnet_, ".1/24 dev ", bridge_)) ||
-        !Sh("ip link set " + bridge_ + " up")) {
-      skip_reason_ = "cannot create a bridge (no CAP_NET_ADMIN?)";
-      return false;
-    }
-    for (int h = 0; h <= o_.workers + o_.spares; ++h) {
-      const std::string ns = Ns(h), host_if = absl::StrCat("cv", tag_, "h", h),
-                        ns_if = absl::StrCat("cv", tag_, "n", h);
-      if (!Sh("ip netns add " + ns) ||
-          !Sh("ip link add " + host_if + " type veth peer name " + ns_if) ||
-          !Sh("ip link set " + ns_if + " netns " + ns) ||
-          !Sh("ip link set " + host_if + " master " + bridge_) ||
-          !Sh("ip link set " + host_if + " up") ||
-          !Sh(absl::StrCat("ip netns exec ", ns, " ip addr add ", Ip(h), "/24 dev ", ns_if)) ||
-          !Sh(absl::StrCat("ip netns exec ", ns, " ip link set ", ns_if, " up")) ||
-          !Sh(absl::StrCat("ip netns exec ", ns, " ip link set lo up"))) {
-        skip_reason_ = "cannot create network namespaces and veth pairs";
-        return false;
-      }
-      namespaces_.push_back(ns);
-    }
-    return true;
+    hosts_ = std::make_unique<NetnsHosts>(tag_, static_cast<int>(::getpid() % 200) + 20,
+                                          o_.workers + o_.spares + 1);
+    if (!hosts_->ok()) skip_reason_ = hosts_->why();
+    return hosts_->ok();
   }
-
-  void TearDownNamespaces() {
-    coordinator_.reset();
-    workers_.clear();
-    for (const auto& ns : namespaces_) Sh("ip netns del " + ns);
-    if (!bridge_.empty()) Sh("ip link del " + bridge_);
-  }
-
   ClusterOptions o_;
-  std::string tag_, dir_, address_, control_address_, bridge_, skip_reason_;
-  int port_ = 0, control_port_ = 0, subnet_ = 0;
+  std::string tag_, dir_, address_, control_address_, skip_reason_;
+  int port_ = 0, control_port_ = 0;
   bool ok_ = false;
-  std::vector<std::string> namespaces_;
+  std::unique_ptr<NetnsHosts> hosts_;  // with netns: host 0 the coordinator, 1.. workers
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::shared_ptr<grpc::Channel> channel_, control_channel_;

@@ -17,8 +17,10 @@ namespace cascade::testing {
 
 class EtcdProcess {
  public:
-  // Starts etcd from PATH; ok() false (with skip_reason()) when it is not installed.
-  explicit EtcdProcess(const std::string& dir) : dir_(dir) {
+  // Starts etcd from PATH, listening on `host` (an address of this namespace); ok() false
+  // (with skip_reason()) when it is not installed.
+  explicit EtcdProcess(const std::string& dir, std::string host = "127.0.0.1")
+      : dir_(dir), host_(std::move(host)) {
     if (std::system("command -v etcd >/dev/null 2>&1") != 0) {
       skip_reason_ = "etcd is not installed (Debian: etcd-server; scripts/setup.sh installs it)";
       return;
@@ -34,7 +36,7 @@ class EtcdProcess {
   }
   bool ok() const { return ok_; }
   const std::string& skip_reason() const { return skip_reason_; }
-  std::string endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
+  std::string endpoint() const { return absl::StrCat(host_, ":", client_port_); }
 
   void Kill() {
     if (process_) process_->Signal(SIGKILL);
@@ -42,8 +44,8 @@ class EtcdProcess {
   }
   // Starts it again on the same ports and data; true once it listens.
   bool Restart() {
-    const std::string peer = absl::StrCat("http://127.0.0.1:", peer_port_);
-    const std::string client = absl::StrCat("http://127.0.0.1:", client_port_);
+    const std::string peer = absl::StrCat("http://", host_, ":", peer_port_);
+    const std::string client = absl::StrCat("http://", host_, ":", client_port_);
     process_ = Subprocess::Start(
         {"etcd", "--name", "t", "--data-dir", dir_ + "/etcd-data", "--listen-client-urls", client,
          "--advertise-client-urls", client, "--listen-peer-urls", peer,
@@ -51,12 +53,12 @@ class EtcdProcess {
          "--log-level", "warn"},
         dir_ + "/etcd.log");
     return process_ != nullptr &&
-           WaitForPort("127.0.0.1", client_port_, std::chrono::seconds(20));
+           WaitForPort(host_, client_port_, std::chrono::seconds(20));
   }
   std::string Log() const { return process_ ? process_->Log() : ""; }
 
  private:
-  std::string dir_;
+  std::string dir_, host_;
   int client_port_ = 0, peer_port_ = 0;
   bool ok_ = false;
   std::string skip_reason_;

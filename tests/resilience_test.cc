@@ -345,15 +345,7 @@ TEST_F(Resilience, AHostCutOffTheNetworkIsReplaced) {
   Load load(*cluster_, 4);
   std::this_thread::sleep_for(seconds(2));
   // Worker 1's host drops every packet, in and out (nftables in its namespace).
-  const std::string ns = cluster_->Namespace(2);
-  ASSERT_EQ(std::system(("ip netns exec " + ns +
-                         " nft -f - <<'EOF'\n"
-                         "table inet cut {\n"
-                         "  chain in { type filter hook input priority 0; policy drop; }\n"
-                         "  chain out { type filter hook output priority 0; policy drop; }\n"
-                         "}\nEOF")
-                            .c_str()),
-            0);
+  ASSERT_TRUE(cluster_->CutHost(2));
   const auto cut = Clock::now();
   ASSERT_TRUE(WaitReplanned(plan, seconds(30)));
   const double noticed = std::chrono::duration<double>(Clock::now() - cut).count();

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "model/test_models.h"
 #include "tests/etcd_process.h"
+#include "tests/netns_hosts.h"
 #include "tests/subprocess.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -40,24 +41,33 @@ v1::GenerateRequest Request(int client) {
   return req;
 }
 
-// Two coordinators on one etcd, two workers that follow the leader.
+// Two coordinators on one etcd, two workers that follow the leader: on loopback, or each
+// process on a host of its own (network namespaces; etcd on the bridge's address).
 class Standby : public ::testing::Test {
  protected:
+  virtual bool OnHosts() const { return false; }
   void SetUp() override {
     dir_ = ::testing::TempDir() + "/standby_" + std::to_string(::getpid());
     std::system(("mkdir -p " + dir_).c_str());
-    etcd_ = std::make_unique<testing::EtcdProcess>(dir_);
+    std::string etcd_host = "127.0.0.1";
+    if (OnHosts()) {
+      hosts_ = std::make_unique<testing::NetnsHosts>(absl::StrCat(::getpid() % 100000, "s"),
+                                                     static_cast<int>(::getpid() % 200) + 21, 4);
+      if (!hosts_->ok()) GTEST_SKIP() << hosts_->why();
+      etcd_host = hosts_->BridgeIp();
+    }
+    etcd_ = std::make_unique<testing::EtcdProcess>(dir_, etcd_host);
     if (!etcd_->ok()) GTEST_SKIP() << etcd_->skip_reason();
     for (int i = 0; i < 2; ++i) {
-      public_[i] = absl::StrCat("127.0.0.1:", testing::FreePort());
-      control_[i] = absl::StrCat("127.0.0.1:", testing::FreePort());
+      public_[i] = absl::StrCat(Host(i), ":", testing::FreePort());
+      control_[i] = absl::StrCat(Host(i), ":", testing::FreePort());
     }
     for (int i = 0; i < 2; ++i) StartCoordinator(i);
     for (int i = 0; i < 2; ++i) {
       workers_.push_back(Subprocess::Start(
-          {CASCADE_WORKER_BIN, "--coordinator", control_[0] + "," + control_[1], "--listen",
-           "127.0.0.1:0", "--threads", "1", "--memory", "2GiB", "--id", absl::StrCat("w", i),
-           "--log-level", "info"},
+          On(2 + i, {CASCADE_WORKER_BIN, "--coordinator", control_[0] + "," + control_[1],
+                     "--listen", Host(2 + i) + ":0", "--threads", "1", "--memory", "2GiB", "--id",
+                     absl::StrCat("w", i), "--log-level", "info"}),
           absl::StrCat(dir_, "/worker", i, ".log")));
     }
     leader_ = WaitLeader(seconds(90));
@@ -68,15 +78,25 @@ class Standby : public ::testing::Test {
     for (auto& c : coordinators_) c.reset();
     workers_.clear();
     etcd_.reset();
+    hosts_.reset();
     std::system(("rm -rf " + dir_).c_str());
   }
 
+  // Host h's address: 0 and 1 the coordinators, 2 and 3 the workers.
+  std::string Host(int h) const { return hosts_ ? hosts_->Ip(h) : "127.0.0.1"; }
+  std::vector<std::string> On(int h, std::vector<std::string> argv) const {
+    if (!hosts_) return argv;
+    std::vector<std::string> out = hosts_->Prefix(h);
+    out.insert(out.end(), argv.begin(), argv.end());
+    return out;
+  }
   void StartCoordinator(int i) {
     coordinators_[i] = Subprocess::Start(
-        {CASCADE_COORDINATOR_BIN, "--model", testing::BundledModel(), "--listen", public_[i],
-         "--control-listen", control_[i], "--workers", "2", "--min-stages", "2", "--replicas",
-         "1", "--etcd", etcd_->endpoint(), "--cluster-name", absl::StrCat("t", ::getpid()),
-         "--kv-sequences", "16", "--max-running", "16", "--log-level", "info"},
+        On(i, {CASCADE_COORDINATOR_BIN, "--model", testing::BundledModel(), "--listen",
+               public_[i], "--control-listen", control_[i], "--workers", "2", "--min-stages",
+               "2", "--replicas", "1", "--etcd", etcd_->endpoint(), "--cluster-name",
+               absl::StrCat("t", ::getpid()), "--kv-sequences", "16", "--max-running", "16",
+               "--log-level", "info"}),
         absl::StrCat(dir_, "/coordinator", i, ".log"));
   }
 
@@ -133,6 +153,7 @@ class Standby : public ::testing::Test {
   }
 
   std::string dir_;
+  std::unique_ptr<testing::NetnsHosts> hosts_;
   std::unique_ptr<testing::EtcdProcess> etcd_;
   std::string public_[2], control_[2];
   std::unique_ptr<Subprocess> coordinators_[2];
@@ -309,6 +330,53 @@ TEST_F(Standby, ServingGoesOnWithoutEtcdAndATakeoverWorksOnceItIsBack) {
   const double served = ServedAfter(1 - leader_, kill, seconds(20));
   EXPECT_GE(served, 0) << "no takeover after etcd came back";
   EXPECT_LT(served, 5.0);
+}
+
+class StandbyOnHosts : public Standby {
+ protected:
+  bool OnHosts() const override { return true; }
+};
+
+TEST_F(StandbyOnHosts, ALeaderCutOffIsReplacedAndStandsByWhenTheCutHeals) {
+  ResumingLoad load(Publics(), 8);
+  std::this_thread::sleep_for(milliseconds(1500));
+  const int old = leader_, standby = 1 - leader_;
+  const auto cut = Clock::now();
+  ASSERT_TRUE(hosts_->Cut(old));  // its host drops every packet: etcd, workers, clients
+  const double served = ServedAfter(standby, cut, seconds(30));
+  EXPECT_GE(served, 0) << "the standby never served";
+  EXPECT_LT(served, 5.0) << "new requests served " << served << " s after the cut";
+  std::this_thread::sleep_for(seconds(2));
+  ASSERT_TRUE(hosts_->Heal(old));
+  // Back on the network, the old leader finds its lease gone and stands by: at no time
+  // after that do two coordinators serve.
+  const auto healed = Clock::now();
+  bool deposed = false;
+  while (Clock::now() - healed < seconds(10)) {
+    EXPECT_TRUE(Serving(standby));
+    if (coordinators_[old]->Log().find("lost the leadership") != std::string::npos &&
+        !Serving(old)) {
+      deposed = true;
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_TRUE(deposed) << "the old leader did not stand down once it could reach etcd";
+  std::this_thread::sleep_for(seconds(2));
+  EXPECT_FALSE(Serving(old)) << "two coordinators serve";
+  EXPECT_TRUE(Serving(standby));
+  load.Stop();
+  EXPECT_TRUE(load.failures().empty()) << load.failures().front();
+  EXPECT_GT(load.resumes(), 0);
+  // The workers follow the new leader and never went back.
+  for (auto& w : workers_) {
+    const std::string log = w->Log();
+    EXPECT_EQ(log.rfind("registered with coordinator "),
+              log.rfind("registered with coordinator " + control_[standby]));
+  }
+  std::cerr << "cut-off leader replaced: new requests served " << served << " s after the cut; "
+            << load.completed() << " streams, " << load.resumes() << " resumed, the longest "
+            << load.longest_resume_s() << " s\n";
 }
 
 }  // namespace

@@ -290,21 +290,78 @@ grpc::Status WorkerServer::SendHeartbeat(v1::Coordinator::Stub& stub, uint64_t s
   return stub.Heartbeat(&ctx, hb, resp);
 }
 
-void WorkerServer::RegistrationLoop() {
-  using Clock = std::chrono::steady_clock;
-  // Every coordinator of the cluster (one, or the leader and its standbys): registration
-  // goes round them until one accepts; only the leader does.
-  const std::vector<std::string> addresses =
-      absl::StrSplit(options_.coordinator, ',', absl::SkipWhitespace());
+// The registration thread's view of the coordinators: every address it was given (one, or
+// the leader and its standbys), which one it follows, and that registration's session.
+struct WorkerServer::Following {
+  std::vector<std::string> addresses;
   std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
-  for (const std::string& a : addresses) stubs.push_back(v1::Coordinator::NewStub(MakeChannel(a)));
-  size_t current = 0;        // the coordinator tried or followed now
+  size_t current = 0;         // the coordinator tried or followed now
   size_t tried_in_round = 0;  // failed registrations since the last success or full round
-  uint64_t epoch = 0;         // the newest leader's epoch this worker has followed
+  uint64_t epoch = 0;         // the newest leader's epoch followed
+  bool registered = false;
   uint64_t session = 0;
   std::string session_secret;
-  double interval = 1.0;
-  bool registered = false;
+  double interval = 1.0;  // between heartbeats, as the coordinator asks
+
+  // Moves to the next coordinator of the list; true when a whole round has failed.
+  bool Next() {
+    current = (current + 1) % stubs.size();
+    if (++tried_in_round < stubs.size()) return false;
+    tried_in_round = 0;
+    return true;
+  }
+};
+
+grpc::Status WorkerServer::RegisterWith(Following& f, size_t which, v1::RegisterResponse* resp) {
+  grpc::Status st = TryRegister(*f.stubs[which], resp);
+  if (!st.ok() || resp->epoch() >= f.epoch) return st;
+  // A deposed leader that has not noticed yet: refused, never gone back to.
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      absl::StrCat(f.addresses[which], " leads an older epoch (", resp->epoch(),
+                                   ") than this worker has followed (", f.epoch, ")"));
+}
+
+void WorkerServer::Follow(Following& f, size_t which, const v1::RegisterResponse& resp) {
+  f.current = which;
+  f.registered = true;
+  f.tried_in_round = 0;
+  f.epoch = resp.epoch();
+  f.session = resp.session();
+  f.session_secret = resp.session_secret();
+  f.interval = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1.0;
+  // A coordinator that stops answering (stopped, cut off) is noticed within an interval,
+  // not gRPC's 5 s; never under 1 s, for a busy one.
+  heartbeat_deadline_ =
+      std::clamp(std::chrono::milliseconds(static_cast<int64_t>(1000 * f.interval)),
+                 std::chrono::milliseconds(1000), std::chrono::milliseconds(5000));
+  {
+    absl::MutexLock lock(&mu_);
+    coordinator_secret_ = resp.coordinator_secret();
+    registered_ = true;
+  }
+  spdlog::info("registered with coordinator {} as {}{}", f.addresses[which], resp.worker_id(),
+               f.epoch > 0 ? absl::StrCat(" (leader epoch ", f.epoch, ")") : std::string());
+}
+
+bool WorkerServer::FollowNewLeader(Following& f, const grpc::Status& why) {
+  for (size_t k = 1; k < f.stubs.size(); ++k) {
+    const size_t other = (f.current + k) % f.stubs.size();
+    v1::RegisterResponse resp;
+    if (RegisterWith(f, other, &resp).ok()) {
+      spdlog::warn("coordinator {} does not answer ({}); {} leads now", f.addresses[f.current],
+                   why.error_message(), f.addresses[other]);
+      Follow(f, other, resp);
+      return true;
+    }
+  }
+  return false;
+}
+
+void WorkerServer::RegistrationLoop() {
+  using Clock = std::chrono::steady_clock;
+  Following f;
+  f.addresses = absl::StrSplit(options_.coordinator, ',', absl::SkipWhitespace());
+  for (const std::string& a : f.addresses) f.stubs.push_back(v1::Coordinator::NewStub(MakeChannel(a)));
   RegistrationLog log(options_.coordinator);
   const bool exit_on_loss = options_.on_coordinator_loss == WorkerOptions::CoordinatorLoss::kExit;
   // A worker that never registers gives up at this time (with kExit).
@@ -326,56 +383,22 @@ void WorkerServer::RegistrationLoop() {
     host_->Unload(0).IgnoreError();
     if (exit_on_loss && options_.on_coordinator_lost) options_.on_coordinator_lost();
   };
-  // The next coordinator of the list; true when a whole round has failed (back off then).
-  auto next = [&] {
-    current = (current + 1) % stubs.size();
-    if (++tried_in_round < stubs.size()) return false;
-    tried_in_round = 0;
-    return true;
-  };
-  // A registration with a leader of an older epoch than this worker has followed is a
-  // deposed leader's (it has not noticed yet): refused, never gone back to.
-  auto stale = [&](grpc::Status st, const v1::RegisterResponse& resp, size_t from) {
-    if (!st.ok() || resp.epoch() >= epoch) return st;
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat(addresses[from], " leads an older epoch (", resp.epoch(),
-                                     ") than this worker has followed (", epoch, ")"));
-  };
-  auto accept = [&](size_t from, const v1::RegisterResponse& resp) {
-    current = from;
+  auto followed = [&] {  // after Follow(): the log and the grace clock start afresh
     log.Registered();
-    registered = true;
     ever_registered = true;
-    tried_in_round = 0;
-    epoch = resp.epoch();
     silent_since.reset();
     if (orphaned) {
       orphaned = false;
-      spdlog::info("a coordinator answers again at {}", addresses[current]);
+      spdlog::info("a coordinator answers again at {}", f.addresses[f.current]);
     }
-    session = resp.session();
-    session_secret = resp.session_secret();
-    {
-      absl::MutexLock lock(&mu_);
-      coordinator_secret_ = resp.coordinator_secret();
-      registered_ = true;
-    }
-    interval = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1.0;
-    // A coordinator that stops answering (stopped, cut off) is noticed within an
-    // interval, not gRPC's 5 s; never under 1 s, for a busy one.
-    heartbeat_deadline_ =
-        std::clamp(std::chrono::milliseconds(static_cast<int64_t>(1000 * interval)),
-                   std::chrono::milliseconds(1000), std::chrono::milliseconds(5000));
-    spdlog::info("registered with coordinator {} as {}{}", addresses[current], resp.worker_id(),
-                 epoch > 0 ? absl::StrCat(" (leader epoch ", epoch, ")") : std::string());
   };
   bool quick = false;  // try again soon: the next coordinator, or a heartbeat that failed
   for (;;) {
     std::chrono::milliseconds wait = log.backoff();
     if (quick) {
       wait = kFirstRegisterBackoff;
-    } else if (registered) {
-      wait = std::chrono::milliseconds(static_cast<int64_t>(1000 * interval));
+    } else if (f.registered) {
+      wait = std::chrono::milliseconds(static_cast<int64_t>(1000 * f.interval));
     } else if (exit_on_loss && !ever_registered && !gave_up) {
       wait = std::min(wait, std::max(std::chrono::milliseconds(0),
                                      std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -386,7 +409,7 @@ void WorkerServer::RegistrationLoop() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&shutdown_), absl::FromChrono(wait))) return;
     }
-    if (!registered && exit_on_loss && !ever_registered && !gave_up &&
+    if (!f.registered && exit_on_loss && !ever_registered && !gave_up &&
         Clock::now() >= give_up_at) {
       gave_up = true;
       spdlog::error(
@@ -397,43 +420,35 @@ void WorkerServer::RegistrationLoop() {
       if (options_.on_register_failed) options_.on_register_failed();
       continue;
     }
-    if (!registered) {
+    if (!f.registered) {
       v1::RegisterResponse resp;
-      grpc::Status st = stale(TryRegister(*stubs[current], &resp), resp, current);
-      if (!st.ok()) {
-        if (stubs.size() > 1) {
-          spdlog::debug("registering with {}: {}", addresses[current], st.error_message());
-          quick = !next();
-          if (quick) continue;  // the others first; the backoff after a whole round
-        }
-        log.Failed(st);
-        lost_contact(st.error_message());
+      grpc::Status st = RegisterWith(f, f.current, &resp);
+      if (st.ok()) {
+        Follow(f, f.current, resp);
+        followed();
         continue;
       }
-      accept(current, resp);
+      if (f.stubs.size() > 1) {
+        spdlog::debug("registering with {}: {}", f.addresses[f.current], st.error_message());
+        quick = !f.Next();
+        if (quick) continue;  // the others first; the backoff after a whole round
+      }
+      log.Failed(st);
+      lost_contact(st.error_message());
       continue;
     }
     v1::HeartbeatResponse resp;
-    grpc::Status st = SendHeartbeat(*stubs[current], session, session_secret, &resp);
+    grpc::Status st = SendHeartbeat(*f.stubs[f.current], f.session, f.session_secret, &resp);
     if (st.ok() && !resp.known()) {
       spdlog::warn("coordinator does not know this worker; registering again");
-      registered = false;
+      f.registered = false;
     } else if (!st.ok()) {
       spdlog::debug("heartbeat failed: {}", st.error_message());
       lost_contact(st.error_message());
-      // With standbys: whichever leads now is asked at once. Only a leader accepts (a
+      // With standbys, whichever leads now is asked at once. Only a leader accepts (a
       // standby refuses while this one's leader holds its lease), so asking never takes
       // the worker from a leader that is alive.
-      for (size_t k = 1; k < stubs.size(); ++k) {
-        const size_t other = (current + k) % stubs.size();
-        v1::RegisterResponse r;
-        if (stale(TryRegister(*stubs[other], &r), r, other).ok()) {
-          spdlog::warn("coordinator {} does not answer ({}); {} leads now", addresses[current],
-                       st.error_message(), addresses[other]);
-          accept(other, r);
-          break;
-        }
-      }
+      if (FollowNewLeader(f, st)) followed();
       quick = true;
     } else {
       silent_since.reset();

@@ -114,7 +114,16 @@ class WorkerServer {
   class WorkerService;
   class RegistrationLog;
   WorkerServer() = default;
+  struct Following;
   void RegistrationLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Registers with coordinator `which` of `f`; refused (FailedPrecondition) when it leads
+  // an older epoch than `f` has followed.
+  grpc::Status RegisterWith(Following& f, size_t which, v1::RegisterResponse* resp);
+  // Follows coordinator `which` from now on (its session, secret and epoch).
+  void Follow(Following& f, size_t which, const v1::RegisterResponse& resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The followed coordinator failed (`why`): registers with whichever other one leads now.
+  bool FollowNewLeader(Following& f, const grpc::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // One Register call: its response, or the status it failed with.
   grpc::Status TryRegister(v1::Coordinator::Stub& stub, v1::RegisterResponse* resp);
   grpc::Status SendHeartbeat(v1::Coordinator::Stub& stub, uint64_t session,

@@ -1,0 +1,1144 @@
+#!/usr/bin/python3
+"""A soak and fault campaign (issue 46): streaming clients against a cluster of standby
+coordinators on network-namespace hosts while faults are injected one at a time.
+
+    sudo bench/soak.py                       # 10 minutes, 16 clients (bench/run_benchmarks.sh soak)
+    sudo bench/soak.py --duration-s 75 --clients 8 --warmup-s 20   # the ctest soak_short
+
+The cluster: etcd, coordinators A and B (--etcd: one leads, the other stands by) and
+workers w0..w2 (a two-stage plan and one spare), each process in a network-namespace host
+of its own on a bridge made here; the clients run in this namespace and reach the
+coordinators' public ports over the bridge. Needs root, ip(8), nft(8), etcd (Debian's
+etcd-server) and Debian's python3-grpcio and python3-grpc-tools; the model defaults to
+models/stories260K.gguf.
+
+The clients (client/python/cascade_client.py, the resuming client, one thread each) loop
+over a few prompts, 48 tokens each, half greedy, half at temperature 0.8 with a seed of
+their own; every text (and its token ids) is checked against a reference taken before
+any fault. A request is completed (the reference's text), mismatched (another text),
+failed (the client gave up: GenerateError or any other exception) or hung (no end within
+--hang-s; a watchdog counts it when that time passes). A resume is a stream the client
+sent again after it broke (cascade_client's on_resume); its time is from the last message
+before the break to the first after it.
+
+The faults, in this order, one at a time, again and again until the duration ends:
+  worker-kill   SIGKILL a worker that holds a stage; start it again 1 s later
+  leader-kill   SIGKILL the leading coordinator; start it again 1 s later (a standby now)
+  worker-stop   SIGSTOP a worker that holds a stage for --stop-s, then SIGCONT
+  leader-stop   SIGSTOP the leader for --stop-s, then SIGCONT (it stands by once awake)
+  leader-cut    drop everything on the leader host's link (nft) for --cut-s, then heal
+  etcd-kill     SIGKILL etcd for --etcd-down-s, then start it again (same data, ports)
+  worker-cut    drop everything on the link of a worker that holds a stage for --cut-s
+The leader is the coordinator whose grpc.health.v1 says SERVING. After each fault, probes
+(Complete, 2 tokens, to both coordinators, a new one every 0.25 s) measure the recovery:
+the time from the fault's start until a new request is served. The next fault waits
+until the cluster has settled (one coordinator serves, the other stands by, the three
+workers are alive, the plan's stages are loaded and the spare is idle) and then
+--pause-s more.
+
+Resources: VmRSS and the open descriptors (/proc/PID/status, /proc/PID/fd) of every
+process are sampled every 5 s. The report shows each at the start, after the warm-up
+(--warmup-s, the first minute) and at the end. The check: from the sample at the end of
+its warm-up to its last sample, no process may grow its memory or its descriptors by
+more than --growth-limit-pct. A process the campaign restarted (killed and started again,
+or a deposed leader that exec'd itself as a standby) is a new incarnation, measured from
+its own warm-up after that restart; an incarnation with less than --min-window-s between
+that point and its end is shown but not checked. The clients' own process is shown, not
+checked.
+
+Exit status 0 when no request failed, hung or mismatched, every fault recovered and no
+checked process grew beyond the limit; 1 otherwise; 2 when the cluster could not be set up.
+Namespaces, the bridge and every process started here are removed on exit, on Ctrl-C and
+on SIGTERM.
+"""
+import argparse
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+PROMPTS = ["Once upon a time", "The little dog", "In the park", "Tom said",
+           "A big red ball", "She was happy", "The sun was", "One day"]
+PROMPTS_PER_CLIENT = 3
+FAULTS = ["worker-kill", "leader-kill", "worker-stop", "leader-stop", "leader-cut",
+          "etcd-kill", "worker-cut"]
+PUBLIC_PORT, CONTROL_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT = 50051, 50053, 2379, 2380
+SAMPLE_EVERY_S = 5.0
+# Fresh channels of their own for probes and health checks: not the process-wide
+# subchannels (which may sit in a reconnect backoff after a restart).
+PROBE_CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1),
+                         ("grpc.initial_reconnect_backoff_ms", 100),
+                         ("grpc.max_reconnect_backoff_ms", 500)]
+
+grpc = None   # imported once the stubs are in place
+cc = None     # cascade_client
+pb2 = pb2_grpc = ctl_pb2 = ctl_pb2_grpc = None
+
+T0 = time.monotonic()  # reset when the clients start
+
+
+def now():
+    return time.monotonic() - T0
+
+
+_events = []
+_events_lock = threading.Lock()
+_event_log = None
+
+
+def event(text):
+    line = f"[{now():7.1f}s] {text}"
+    with _events_lock:
+        _events.append(line)
+        if _event_log:
+            _event_log.write(line + "\n")
+            _event_log.flush()
+    print(line, flush=True)
+
+
+def run(cmd, check=True):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r
+
+
+# ---------------------------------------------------------------------------------------
+# Hosts: network namespaces on a bridge.
+class Hosts:
+    """N hosts TAG-1..TAG-N on the bridge brTAG; this namespace at NET.1, host h at
+    NET.(10+h)."""
+
+    def __init__(self, tag, count):
+        self.tag, self.count = tag, count
+        self.bridge = f"br{tag}"
+        self.made = []
+        self.bridge_made = False
+        used = run(["ip", "-4", "-o", "addr"], check=False).stdout
+        third = os.getpid() % 200 + 20
+        while f"10.86.{third}." in used:
+            third = (third + 1) % 250
+        self.net = f"10.86.{third}"
+
+    def ns(self, h):
+        return f"{self.tag}-{h}"
+
+    def ip(self, h):
+        return f"{self.net}.{10 + h}"
+
+    def gateway(self):
+        return f"{self.net}.1"
+
+    def make(self):
+        run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        self.bridge_made = True
+        run(["ip", "addr", "add", f"{self.gateway()}/24", "dev", self.bridge])
+        run(["ip", "link", "set", self.bridge, "up"])
+        for h in range(1, self.count + 1):
+            ns, veth = self.ns(h), f"v{self.tag}{h}"
+            run(["ip", "netns", "add", ns])
+            self.made.append(ns)
+            run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns])
+            run(["ip", "link", "set", veth, "master", self.bridge, "up"])
+            run(["ip", "-n", ns, "addr", "add", f"{self.ip(h)}/24", "dev", "eth0"])
+            run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
+    def cut(self, h):
+        """Drops every packet in or out of host h's link."""
+        rules = ("table inet soakcut {\n"
+                 " chain in { type filter hook input priority -10; policy accept; iifname \"eth0\" drop; }\n"
+                 " chain out { type filter hook output priority -10; policy accept; oifname \"eth0\" drop; }\n"
+                 "}\n")
+        r = subprocess.run(["ip", "netns", "exec", self.ns(h), "nft", "-f", "-"], input=rules,
+                           text=True, capture_output=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"nft in {self.ns(h)}: {r.stderr.strip()}")
+
+    def heal(self, h):
+        run(["ip", "netns", "exec", self.ns(h), "nft", "delete", "table", "inet", "soakcut"],
+            check=False)
+
+    def remove(self):
+        for ns in self.made:
+            pids = run(["ip", "netns", "pids", ns], check=False).stdout.split()
+            for p in pids:
+                try:
+                    os.kill(int(p), signal.SIGCONT)
+                    os.kill(int(p), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+        for ns in self.made:
+            run(["ip", "netns", "del", ns], check=False)
+        self.made = []
+        if self.bridge_made:
+            run(["ip", "link", "del", self.bridge], check=False)
+            self.bridge_made = False
+
+
+# ---------------------------------------------------------------------------------------
+# Processes.
+class Proc:
+    """One process of the cluster in its host; its log is appended to across restarts.
+    Every start (and every re-exec a coordinator announces in its log) begins a new
+    incarnation, whose resource samples are checked on their own. Started only from the
+    main thread (the parent-death signal follows the thread that forked)."""
+
+    def __init__(self, name, hosts, host, argv, log_path, reexec_marker=None):
+        self.name, self.hosts, self.host, self.argv = name, hosts, host, argv
+        self.log_path = log_path
+        self.reexec_marker = reexec_marker
+        self.popen = None
+        self.incarnations = []  # dicts: start_t, pid, why, samples [(t, rss_kib, fds)]
+        self._marks_seen = 0
+        self.stopped = False
+
+    @property
+    def pid(self):
+        return self.popen.pid if self.popen else None
+
+    def start(self, why="start"):
+        with open(self.log_path, "a") as log:
+            log.write(f"\n===== soak.py: {why} at t={now():.1f}s =====\n")
+            log.flush()
+            self.popen = subprocess.Popen(
+                # setpriv --pdeathsig: should this script be SIGKILLed, its processes go
+                # too (the namespaces stay). ip and setpriv exec: the pid is the program's.
+                ["ip", "netns", "exec", self.hosts.ns(self.host), "setpriv", "--pdeathsig",
+                 "KILL"] + self.argv,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        self.stopped = False
+        self.incarnations.append({"start_t": now(), "pid": self.popen.pid, "why": why,
+                                  "samples": []})
+
+    def alive(self):
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            os.kill(self.popen.pid, sig)
+        self.stopped = sig == signal.SIGSTOP
+
+    def kill(self):
+        if self.popen is None:
+            return
+        if self.alive():
+            os.kill(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+        self.incarnations[-1]["end_t"] = now()
+        self.stopped = False
+
+    def terminate(self, grace_s=5.0):
+        if self.popen is None:
+            return
+        if self.alive():
+            try:
+                os.kill(self.popen.pid, signal.SIGCONT)
+                os.kill(self.popen.pid, signal.SIGTERM)
+            except OSError:
+                pass
+            try:
+                self.popen.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                os.kill(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        if self.incarnations and "end_t" not in self.incarnations[-1]:
+            self.incarnations[-1]["end_t"] = now()
+
+    def check_reexec(self):
+        """A coordinator that lost the leadership exec's itself as a standby (same pid): a
+        new incarnation from the time its log says so."""
+        if not self.reexec_marker or not self.alive():
+            return
+        try:
+            with open(self.log_path, errors="replace") as f:
+                marks = f.read().count(self.reexec_marker)
+        except OSError:
+            return
+        while self._marks_seen < marks:
+            self._marks_seen += 1
+            self.incarnations[-1]["end_t"] = now()
+            self.incarnations.append({"start_t": now(), "pid": self.popen.pid,
+                                      "why": "re-exec as a standby", "samples": []})
+            event(f"{self.name} (pid {self.popen.pid}) re-exec'd itself as a standby")
+
+    def sample(self, t):
+        if not self.alive():
+            return
+        self.check_reexec()
+        s = read_proc(self.popen.pid)
+        if s:
+            self.incarnations[-1]["samples"].append((t,) + s)
+
+
+def read_proc(pid):
+    """(VmRSS in KiB, open descriptors) of a process, None when it is gone."""
+    try:
+        rss = 0
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        return rss, fds
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_ticks(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def wait_port(host, port, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# The cluster.
+class Cluster:
+    ETCD, COORD_A, COORD_B, W0 = 1, 2, 3, 4
+
+    def __init__(self, a, hosts, logdir, datadir):
+        self.a, self.hosts = a, hosts
+        bin_dir = os.path.abspath(a.bin)
+        etcd_url_c = f"http://{hosts.ip(self.ETCD)}:{ETCD_CLIENT_PORT}"
+        etcd_url_p = f"http://{hosts.ip(self.ETCD)}:{ETCD_PEER_PORT}"
+        self.etcd = Proc("etcd", hosts, self.ETCD, [
+            "etcd", "--name", "soak", "--data-dir", os.path.join(datadir, "etcd-data"),
+            "--listen-client-urls", etcd_url_c, "--advertise-client-urls", etcd_url_c,
+            "--listen-peer-urls", etcd_url_p, "--initial-advertise-peer-urls", etcd_url_p,
+            "--initial-cluster", f"soak={etcd_url_p}", "--log-level", "warn"],
+            os.path.join(logdir, "etcd.log"))
+        self.publics = [f"{hosts.ip(h)}:{PUBLIC_PORT}" for h in (self.COORD_A, self.COORD_B)]
+        self.controls = [f"{hosts.ip(h)}:{CONTROL_PORT}" for h in (self.COORD_A, self.COORD_B)]
+        cluster_name = f"soak{os.getpid()}"
+        self.coords = []
+        for i, h in enumerate((self.COORD_A, self.COORD_B)):
+            self.coords.append(Proc(f"coordinator-{'AB'[i]}", hosts, h, [
+                os.path.join(bin_dir, "cascade-coordinator"), "--model", os.path.abspath(a.model),
+                "--listen", self.publics[i], "--control-listen", self.controls[i],
+                "--workers", "2", "--min-stages", "2", "--replicas", "1",
+                "--etcd", f"{hosts.ip(self.ETCD)}:{ETCD_CLIENT_PORT}", "--cluster-name", cluster_name,
+                "--lease-ttl-s", "2", "--kv-sequences", "16", "--max-running", "16",
+                "--log-level", "info"],
+                os.path.join(logdir, f"coordinator-{'AB'[i]}.log"),
+                reexec_marker="starting again as a standby"))
+        self.workers = []
+        for w in range(3):
+            self.workers.append(Proc(f"worker-w{w}", hosts, self.W0 + w, [
+                os.path.join(bin_dir, "cascade-worker"), "--coordinator", ",".join(self.controls),
+                "--listen", f"{hosts.ip(self.W0 + w)}:0", "--threads", "1", "--memory", "2GiB",
+                "--id", f"w{w}", "--log-level", "info"],
+                os.path.join(logdir, f"worker-w{w}.log")))
+        self.procs = [self.etcd] + self.coords + self.workers
+
+    def start(self):
+        self.etcd.start()
+        if not wait_port(self.hosts.ip(self.ETCD), ETCD_CLIENT_PORT, 30):
+            raise RuntimeError("etcd did not listen within 30 s")
+        for p in self.coords + self.workers:
+            p.start()
+
+    def restart_etcd(self):
+        self.etcd.start("restart")
+        return wait_port(self.hosts.ip(self.ETCD), ETCD_CLIENT_PORT, 30)
+
+    def stop_all(self):
+        for p in self.procs:
+            if p.alive():
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except OSError:
+                    pass
+        for p in self.workers + self.coords + [self.etcd]:
+            p.terminate(grace_s=5.0)
+
+    # grpc.health.v1.Health/Check by method path: an empty request; the response's field 1
+    # (status) is 1 for SERVING.
+    def health(self, i, timeout=0.5):
+        ch = grpc.insecure_channel(self.publics[i], options=PROBE_CHANNEL_OPTIONS)
+        try:
+            check = ch.unary_unary("/grpc.health.v1.Health/Check")
+            resp = check(b"", timeout=timeout)
+            return "SERVING" if resp == b"\x08\x01" else "NOT_SERVING"
+        except grpc.RpcError:
+            return None
+        finally:
+            ch.close()
+
+    def leader(self):
+        """The index of the coordinator that says SERVING, None when none does; (both) when
+        two do (recorded by the caller)."""
+        states = [self.health(i) for i in range(2)]
+        serving = [i for i in range(2) if states[i] == "SERVING"]
+        if len(serving) == 2:
+            return "both"
+        return serving[0] if serving else None
+
+    def status(self, i, timeout=1.0):
+        ch = grpc.insecure_channel(self.controls[i], options=PROBE_CHANNEL_OPTIONS)
+        try:
+            return ctl_pb2_grpc.CoordinatorStub(ch).ClusterStatus(
+                ctl_pb2.ClusterStatusRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return None
+        finally:
+            ch.close()
+
+    def settled(self):
+        """'' when settled, else what is missing."""
+        for p in self.procs:
+            if not p.alive():
+                return f"{p.name} is not running"
+        lead = self.leader()
+        if lead is None:
+            return "no coordinator serves"
+        if lead == "both":
+            return "both coordinators say SERVING"
+        if self.health(1 - lead) != "NOT_SERVING":
+            return f"{self.coords[1 - lead].name} does not answer as a standby"
+        st = self.status(lead)
+        if st is None:
+            return f"no cluster status from {self.coords[lead].name}"
+        if not st.serving:
+            return f"the leader's cluster is {st.state}: {st.error}"
+        alive = {w.worker_id for w in st.workers if w.alive}
+        if len(alive) < 3:
+            return f"workers alive: {sorted(alive)}"
+        staged = {s.worker_id for s in st.stages if s.alive}
+        if len(staged) < 2:
+            return f"stages alive on {sorted(staged)}"
+        for w in st.workers:
+            if w.alive and w.worker_id not in staged and w.state != ctl_pb2.WORKER_STATE_IDLE:
+                return f"the spare {w.worker_id} is {ctl_pb2.WorkerState.Name(w.state)}"
+        return ""
+
+    def staged_workers(self, lead):
+        st = self.status(lead) if lead in (0, 1) else None
+        if st is None:
+            return []
+        ids = {s.worker_id for s in st.stages if s.alive}
+        return [w for w in self.workers if w.argv[w.argv.index("--id") + 1] in ids]
+
+    def probe(self, t_fault, timeout_s):
+        """Seconds from t_fault (monotonic) until a new request (Complete, 2 tokens) is
+        served by either coordinator; a new probe to each every 0.25 s (1 s after the first
+        10 s), each with a 10 s deadline. None when none is served within timeout_s."""
+        req = pb2.GenerateRequest(prompt="Once upon a time", max_tokens=2)
+        lock = threading.Lock()
+        first = []
+        done = threading.Event()
+        calls, channels = [], []
+
+        def finished(fut):
+            try:
+                ok = fut.exception() is None
+            except Exception:  # cancelled
+                ok = False
+            if ok:
+                with lock:
+                    if not first:
+                        first.append(time.monotonic())
+                done.set()
+
+        try:
+            while not done.is_set() and time.monotonic() - t_fault < timeout_s:
+                for addr in self.publics:
+                    ch = grpc.insecure_channel(addr, options=PROBE_CHANNEL_OPTIONS)
+                    channels.append(ch)
+                    fut = pb2_grpc.InferenceStub(ch).Complete.future(req, timeout=10)
+                    calls.append(fut)
+                    fut.add_done_callback(finished)
+                done.wait(0.25 if time.monotonic() - t_fault < 10 else 1.0)
+        finally:
+            for fut in calls:
+                fut.cancel()
+            for ch in channels:
+                ch.close()
+        return first[0] - t_fault if first else None
+
+
+# ---------------------------------------------------------------------------------------
+# Clients.
+class Clients:
+    def __init__(self, servers, count, max_tokens, hang_s):
+        self.servers, self.count, self.max_tokens, self.hang_s = servers, count, max_tokens, hang_s
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.reference = {}
+        self.completed = self.failed = self.hung = self.mismatched = 0
+        self.completed_with_resume = 0
+        self.resume_gaps = []   # seconds, one per resume
+        self.resume_log = []    # (t, client, gap, error)
+        self.stalls = []        # the longest silence of each request, seconds
+        self.failures = []      # (t, client, text)
+        self.in_flight = {}     # client -> [start monotonic, counted hung]
+        self.threads = []
+        self.first_errors = 0
+
+    def request(self, client, k):
+        prompt = PROMPTS[(client + k) % len(PROMPTS)]
+        sampled = client % 2 == 1
+        sampling = pb2.SamplingParams(temperature=0.8 if sampled else 0.0, top_k=40)
+        if sampled:
+            sampling.seed = 1000 + client
+            sampling.has_seed = True
+        req = pb2.GenerateRequest(prompt=prompt, max_tokens=self.max_tokens, sampling=sampling,
+                                  ignore_eos=True)
+        key = (prompt, sampled, 1000 + client if sampled else 0)
+        return req, key
+
+    def servers_for(self, client):
+        s = list(self.servers)
+        return s[client % len(s):] + s[:client % len(s)]
+
+    def stream(self, client, req):
+        """(text, token ids, resume gaps, the longest silence) of one request."""
+        text, ids, gaps = [], [], []
+        state = {"last": time.monotonic(), "broke": None}
+        longest = 0.0
+
+        def resumed(server, error):
+            state["broke"] = (state["last"], error)
+            self.resume_log.append((now(), client, None, error))
+
+        for r in cc.generate_responses(self.servers_for(client), req, on_resume=resumed):
+            t = time.monotonic()
+            longest = max(longest, t - state["last"])
+            if state["broke"] is not None:
+                gaps.append(t - state["broke"][0])
+                state["broke"] = None
+            state["last"] = t
+            text.append(r.text)
+            ids.extend(r.token_ids)
+        if state["broke"] is not None:  # resumed with nothing left to send
+            gaps.append(time.monotonic() - state["broke"][0])
+        return "".join(text), tuple(ids), gaps, longest
+
+    def compute_references(self):
+        for client in range(self.count):
+            for k in range(PROMPTS_PER_CLIENT):
+                req, key = self.request(client, k)
+                if key not in self.reference:
+                    text, ids, gaps, _ = self.stream(client, req)
+                    self.reference[key] = (text, ids)
+        return len(self.reference)
+
+    def start(self):
+        for client in range(self.count):
+            t = threading.Thread(target=self.loop, args=(client,), daemon=True,
+                                 name=f"client-{client}")
+            t.start()
+            self.threads.append(t)
+        threading.Thread(target=self.watchdog, daemon=True, name="watchdog").start()
+
+    def loop(self, client):
+        k = 0
+        while not self.stop.is_set():
+            req, key = self.request(client, k)
+            k = (k + 1) % PROMPTS_PER_CLIENT
+            entry = [time.monotonic(), False]
+            with self.lock:
+                self.in_flight[client] = entry
+            outcome, detail = None, ""
+            try:
+                text, ids, gaps, longest = self.stream(client, req)
+                outcome = "ok" if (text, ids) == self.reference[key] else "mismatched"
+                if outcome == "mismatched":
+                    detail = (f"prompt {req.prompt!r}: got {len(ids)} ids {text!r}, "
+                              f"reference {len(self.reference[key][1])} ids {self.reference[key][0]!r}")
+            except Exception as e:  # cc.GenerateError and anything else
+                outcome, detail, gaps, longest = "failed", f"{type(e).__name__}: {e}", [], 0.0
+            with self.lock:
+                del self.in_flight[client]
+                if entry[1]:  # the watchdog counted it hung already
+                    self.failures.append((now(), client, f"the hung request ended after "
+                                          f"{time.monotonic() - entry[0]:.1f} s: {outcome} {detail}"))
+                    continue
+                self.stalls.append(longest)
+                self.resume_gaps.extend(gaps)
+                if outcome == "ok":
+                    self.completed += 1
+                    if gaps:
+                        self.completed_with_resume += 1
+                elif outcome == "mismatched":
+                    self.mismatched += 1
+                    self.failures.append((now(), client, "mismatched: " + detail))
+                else:
+                    self.failed += 1
+                    self.failures.append((now(), client, "failed: " + detail))
+            if outcome != "ok" and len(self.failures) <= 20:
+                event(f"client {client}: {outcome}: {detail[:300]}")
+
+    def watchdog(self):
+        while True:
+            time.sleep(1.0)
+            with self.lock:
+                for client, entry in self.in_flight.items():
+                    if not entry[1] and time.monotonic() - entry[0] > self.hang_s:
+                        entry[1] = True
+                        self.hung += 1
+                        self.failures.append((now(), client, f"hung: no end within {self.hang_s:g} s"))
+                        event(f"client {client}: a request hung (no end within {self.hang_s:g} s)")
+
+    def finish(self):
+        """Stops starting requests and waits for those in flight (the watchdog counts the
+        ones that pass hang_s)."""
+        self.stop.set()
+        deadline = time.monotonic() + self.hang_s + 5
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return [t.name for t in self.threads if t.is_alive()]
+
+
+# ---------------------------------------------------------------------------------------
+# Faults.
+class Campaign:
+    def __init__(self, a, cluster, hosts):
+        self.a, self.c, self.hosts = a, cluster, hosts
+        self.faults = []  # dicts: kind, target, t, served_after_s, settled_after_s, note
+        self.worker_turn = 0
+        self.split_brain = []
+
+    def pick_worker(self):
+        """A worker that holds a stage (the leader's status), taking turns."""
+        lead = self.c.leader()
+        staged = self.c.staged_workers(lead)
+        if not staged:  # fall back to the busiest by CPU time
+            before = {w.name: cpu_ticks(w.pid) for w in self.c.workers if w.alive()}
+            time.sleep(1.0)
+            staged = sorted((w for w in self.c.workers if w.alive()),
+                            key=lambda w: before.get(w.name, 0) - cpu_ticks(w.pid))[:2]
+        staged.sort(key=lambda w: w.name)
+        self.worker_turn += 1
+        return staged[self.worker_turn % len(staged)]
+
+    def find_leader(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lead = self.c.leader()
+            if lead in (0, 1):
+                return lead
+            if lead == "both":
+                self.split_brain.append(now())
+            time.sleep(0.2)
+        return None
+
+    def inject(self, kind):
+        """Injects one fault; returns (target name, fault start monotonic, an end step to
+        run while the probes go on, or None)."""
+        a = self.a
+        if kind.startswith("worker"):
+            w = self.pick_worker()
+            host = w.host
+            if kind == "worker-kill":
+                w.kill()
+                t = time.monotonic()
+                return w.name, t, lambda: (time.sleep(1.0), w.start("restart after SIGKILL"))
+            if kind == "worker-stop":
+                w.signal(signal.SIGSTOP)
+                t = time.monotonic()
+                return w.name, t, lambda: (time.sleep(a.stop_s), w.signal(signal.SIGCONT))
+            self.hosts.cut(host)
+            t = time.monotonic()
+            return w.name, t, lambda: (time.sleep(a.cut_s), self.hosts.heal(host))
+        if kind == "etcd-kill":
+            self.c.etcd.kill()
+            t = time.monotonic()
+
+            def back():
+                time.sleep(a.etcd_down_s)
+                if not self.c.restart_etcd():
+                    event("etcd did not listen again within 30 s")
+            return "etcd", t, back
+        lead = self.find_leader()
+        if lead is None:
+            raise RuntimeError("no leader to fault")
+        p = self.c.coords[lead]
+        if kind == "leader-kill":
+            p.kill()
+            t = time.monotonic()
+            return p.name, t, lambda: (time.sleep(1.0), p.start("restart after SIGKILL"))
+        if kind == "leader-stop":
+            p.signal(signal.SIGSTOP)
+            t = time.monotonic()
+            return p.name, t, lambda: (time.sleep(a.stop_s), p.signal(signal.SIGCONT))
+        host = p.host
+        self.hosts.cut(host)
+        t = time.monotonic()
+        return p.name, t, lambda: (time.sleep(a.cut_s), self.hosts.heal(host))
+
+    def one(self, kind):
+        t_rel = now()
+        target, t_fault, end_step = self.inject(kind)
+        event(f"fault {kind} on {target}")
+        result = {}
+        prober = threading.Thread(
+            target=lambda: result.setdefault("served", self.c.probe(t_fault, self.a.recover_timeout_s)),
+            daemon=True, name="probe")
+        prober.start()
+        end_step()  # in this thread: a restart must come from the main thread
+        prober.join()
+        served = result.get("served")
+        # Settled: the whole cluster back as it was (a spare again), checked every 0.25 s.
+        why = "?"
+        settled = None
+        while time.monotonic() - t_fault < self.a.recover_timeout_s:
+            why = self.c.settled()
+            if why == "both coordinators say SERVING":
+                self.split_brain.append(now())
+            if not why:
+                settled = time.monotonic() - t_fault
+                break
+            time.sleep(0.25)
+        f = {"kind": kind, "target": target, "t": round(t_rel, 1),
+             "served_after_s": None if served is None else round(served, 2),
+             "settled_after_s": None if settled is None else round(settled, 2)}
+        if served is None or settled is None:
+            f["note"] = ("no new request served" if served is None else "") + \
+                        (f"; not settled: {why}" if settled is None else "")
+        self.faults.append(f)
+        event(f"  {kind} on {target}: served after "
+              f"{'-' if served is None else f'{served:.2f} s'}, settled after "
+              f"{'-' if settled is None else f'{settled:.2f} s'}"
+              + (f" ({f['note']})" if 'note' in f else ""))
+        return served is not None and settled is not None
+
+    def loop(self, end_t):
+        """Faults in turn until end_t (now() seconds), the last starting no later than
+        end_t - quiet_tail_s."""
+        i = 0
+        while now() < end_t - self.a.quiet_tail_s:
+            if not self.one(FAULTS[i % len(FAULTS)]):
+                event("the cluster did not recover: the campaign stops here")
+                return False
+            i += 1
+            pause_until = now() + self.a.pause_s
+            while now() < min(pause_until, end_t):
+                time.sleep(0.2)
+        return True
+
+
+# ---------------------------------------------------------------------------------------
+# Resources.
+class Sampler:
+    def __init__(self, procs):
+        self.procs = procs
+        self.me = {"start_t": 0.0, "pid": os.getpid(), "why": "start", "samples": []}
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def sample(self):
+        t = now()
+        with self.lock:
+            for p in self.procs:
+                p.sample(t)
+            s = read_proc(os.getpid())
+            if s:
+                self.me["samples"].append((t,) + s)
+
+    def run(self):
+        while not self.stop.wait(SAMPLE_EVERY_S - (now() % SAMPLE_EVERY_S)):
+            self.sample()
+
+    def start(self):
+        threading.Thread(target=self.run, daemon=True, name="sampler").start()
+
+
+def nearest(samples, t):
+    """The first sample at or after t (else the last one)."""
+    for s in samples:
+        if s[0] >= t - 0.01:
+            return s
+    return samples[-1] if samples else None
+
+
+def growth(a, b):
+    return None if not a else 100.0 * (b - a) / a
+
+
+def resource_rows(procs, me, warmup_s, min_window_s, limit_pct, end_t):
+    rows = []
+    for name, incs in [(p.name, p.incarnations) for p in procs] + [("clients (this script)", [me])]:
+        checked = name != "clients (this script)"
+        all_samples = [s for inc in incs for s in inc["samples"]]
+        start = all_samples[0] if all_samples else None
+        one_min = nearest(all_samples, warmup_s) if all_samples else None
+        end = all_samples[-1] if all_samples else None
+        per_inc = []
+        for inc in incs:
+            ss = [s for s in inc["samples"] if s[0] <= end_t + 0.01]
+            if not ss:
+                continue
+            base = nearest(ss, inc["start_t"] + warmup_s)
+            last = ss[-1]
+            window = last[0] - base[0]
+            entry = {"pid": inc["pid"], "why": inc["why"], "from_t": round(inc["start_t"], 1),
+                     "to_t": round(inc.get("end_t", end_t), 1),
+                     "base_t": round(base[0], 1), "end_sample_t": round(last[0], 1),
+                     "rss_base_kib": base[1], "rss_end_kib": last[1],
+                     "fds_base": base[2], "fds_end": last[2],
+                     "rss_growth_pct": growth(base[1], last[1]),
+                     "fds_growth_pct": growth(base[2], last[2]),
+                     "checked": checked and base[0] >= inc["start_t"] + warmup_s - 0.01
+                     and window >= min_window_s}
+            entry["over_limit"] = entry["checked"] and (
+                entry["rss_growth_pct"] > limit_pct or entry["fds_growth_pct"] > limit_pct)
+            per_inc.append(entry)
+        rows.append({"process": name, "checked": checked,
+                     "start": start and {"t": round(start[0], 1), "rss_kib": start[1], "fds": start[2]},
+                     "after_warmup": one_min and {"t": round(one_min[0], 1), "rss_kib": one_min[1],
+                                                  "fds": one_min[2]},
+                     "end": end and {"t": round(end[0], 1), "rss_kib": end[1], "fds": end[2]},
+                     "incarnations": per_inc})
+    return rows
+
+
+def pct(v):
+    return "-" if v is None else f"{v:+.1f}%"
+
+
+def quantile(v, q):
+    if not v:
+        return None
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+
+
+# ---------------------------------------------------------------------------------------
+def report(a, clients, campaign, rows, duration, recovered, stuck, setup):
+    faults_by_kind = {}
+    for f in campaign.faults:
+        faults_by_kind.setdefault(f["kind"], []).append(f)
+    failed_total = clients.failed + clients.hung + clients.mismatched
+    over = [(r["process"], e) for r in rows for e in r["incarnations"] if e["over_limit"]]
+    gaps = clients.resume_gaps
+    out = {
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "cpu": setup["cpu"], "cores": os.cpu_count(),
+        "duration_s": round(duration, 1), "clients": a.clients, "max_tokens": a.max_tokens,
+        "warmup_s": a.warmup_s, "min_window_s": a.min_window_s,
+        "growth_limit_pct": a.growth_limit_pct,
+        "references": setup["references"],
+        "requests": {"completed": clients.completed, "failed": clients.failed,
+                     "hung": clients.hung, "mismatched": clients.mismatched,
+                     "completed_after_a_resume": clients.completed_with_resume,
+                     "still_running_at_the_end": stuck},
+        "resumes": {"count": len(gaps),
+                    "p50_s": quantile(gaps, 0.5), "p95_s": quantile(gaps, 0.95),
+                    "max_s": max(gaps) if gaps else None},
+        "longest_silence_in_a_request_s": max(clients.stalls) if clients.stalls else None,
+        "faults": campaign.faults,
+        "both_coordinators_serving_seen_at": [round(t, 1) for t in campaign.split_brain],
+        "processes": rows,
+        "failures": [{"t": round(t, 1), "client": c, "what": w} for t, c, w in clients.failures],
+        "campaign_recovered": recovered,
+    }
+    ok = failed_total == 0 and not over and recovered and not stuck
+    out["pass"] = ok
+
+    L = []
+    L.append(f"Cascade soak: {duration:.0f} s, {a.clients} streaming clients "
+             f"({a.max_tokens} tokens a request, half greedy, half temperature 0.8 seeded), "
+             f"etcd + 2 coordinators + 3 workers on network-namespace hosts")
+    L.append(f"date {out['date_utc']} UTC; {setup['cpu']}, {os.cpu_count()} cores; model "
+             f"{os.path.basename(a.model)}; {setup['references']} reference texts taken before any fault")
+    L.append("")
+    L.append(f"requests: {clients.completed} completed ({clients.completed_with_resume} of them "
+             f"after a resume), {clients.failed} failed, {clients.hung} hung, "
+             f"{clients.mismatched} mismatched" + (f"; {len(stuck)} still running at the end" if stuck else ""))
+    if gaps:
+        L.append(f"resumes: {len(gaps)}; time from the last message before the break to the "
+                 f"first after it: p50 {quantile(gaps, .5):.2f} s, p95 {quantile(gaps, .95):.2f} s, "
+                 f"max {max(gaps):.2f} s")
+    else:
+        L.append("resumes: 0")
+    if clients.stalls:
+        L.append(f"longest silence within a request (resumed or not): {max(clients.stalls):.2f} s")
+    L.append("")
+    L.append(f"faults: {len(campaign.faults)} (recovery: from the fault until a new request is "
+             f"served; settled: until the cluster is whole again, spare idle)")
+    L.append(f"  {'kind':12} {'n':>3} {'served after s (each)':40} {'settled after s max':>19}")
+    for kind in FAULTS:
+        fs = faults_by_kind.get(kind, [])
+        if not fs:
+            L.append(f"  {kind:12} {0:>3}")
+            continue
+        served = [f["served_after_s"] for f in fs]
+        settled = [f["settled_after_s"] for f in fs if f["settled_after_s"] is not None]
+        each = ", ".join("-" if s is None else f"{s:.2f}" for s in served)
+        L.append(f"  {kind:12} {len(fs):>3} {each:40} "
+                 f"{(f'{max(settled):.1f}' if settled else '-'):>19}")
+    for f in campaign.faults:
+        if "note" in f:
+            L.append(f"  ! {f['kind']} on {f['target']} at {f['t']} s: {f['note']}")
+    if campaign.split_brain:
+        L.append(f"  ! both coordinators said SERVING at t = "
+                 f"{', '.join(f'{t:.1f}' for t in campaign.split_brain[:10])} s")
+    L.append("")
+    L.append(f"memory (VmRSS MiB) and descriptors: at the start, after the warm-up "
+             f"({a.warmup_s:g} s), at the end; growth from the end of each incarnation's warm-up "
+             f"to its last sample (limit {a.growth_limit_pct:g}%)")
+    L.append(f"  {'process':22} {'RSS start/warm/end':>22} {'fds start/warm/end':>19}  "
+             f"{'RSS growth':>10} {'fd growth':>9}  note")
+    for r in rows:
+        s, w, e = r["start"], r["after_warmup"], r["end"]
+        if not s:
+            continue
+        rss = f"{s['rss_kib'] / 1024:.1f}/{w['rss_kib'] / 1024:.1f}/{e['rss_kib'] / 1024:.1f}"
+        fds = f"{s['fds']}/{w['fds']}/{e['fds']}"
+        last = r["incarnations"][-1] if r["incarnations"] else None
+        note = []
+        if len(r["incarnations"]) > 1:
+            note.append(f"{len(r['incarnations']) - 1} restart(s); growth of the last "
+                        f"incarnation (from t={last['from_t']:.0f} s), measured from t={last['base_t']:.0f} s")
+        if not r["checked"]:
+            note.append("not checked")
+        elif last and not last["checked"]:
+            note.append(f"last incarnation too short to check (< {a.min_window_s:g} s after its warm-up)")
+        worst = [i for i in r["incarnations"] if i["over_limit"]]
+        if worst:
+            note.append("OVER THE LIMIT in " + ", ".join(
+                f"the incarnation from t={i['from_t']:.0f} s (RSS {pct(i['rss_growth_pct'])}, fds "
+                f"{pct(i['fds_growth_pct'])})" for i in worst))
+        checked_incs = [i for i in r["incarnations"] if i["checked"]]
+        if len(r["incarnations"]) > 1 and checked_incs:
+            note.append("checked incarnations: " + "; ".join(
+                f"t={i['base_t']:.0f}-{i['end_sample_t']:.0f} s RSS {pct(i['rss_growth_pct'])} fds "
+                f"{pct(i['fds_growth_pct'])}" for i in checked_incs))
+        L.append(f"  {r['process']:22} {rss:>22} {fds:>19}  {pct(last and last['rss_growth_pct']):>10} "
+                 f"{pct(last and last['fds_growth_pct']):>9}  {'; '.join(note)}")
+    L.append("")
+    if clients.failures:
+        L.append("failures:")
+        for t, c, w in clients.failures[:30]:
+            L.append(f"  t={t:.1f} s client {c}: {w[:400]}")
+        L.append("")
+    verdict = []
+    if failed_total:
+        verdict.append(f"{failed_total} requests failed, hung or mismatched")
+    if over:
+        verdict.append(f"{len(over)} process incarnation(s) grew by more than {a.growth_limit_pct:g}%")
+    if not recovered:
+        verdict.append("a fault was not recovered from")
+    if stuck:
+        verdict.append(f"{len(stuck)} clients did not finish")
+    L.append("PASS" if ok else "FAIL: " + "; ".join(verdict))
+    return "\n".join(L), out, ok
+
+
+# ---------------------------------------------------------------------------------------
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="Soak and fault campaign against a Cascade cluster "
+                                "of standby coordinators on network-namespace hosts.")
+    p.add_argument("--duration-s", type=float, default=600)
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    p.add_argument("--model", default=os.path.join(ROOT, "models", "stories260K.gguf"))
+    p.add_argument("--keep-logs", metavar="DIR", help="write the processes' logs, the event "
+                   "log and the JSON report here (kept)")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--hang-s", type=float, default=120, help="a request not ended this long is hung")
+    p.add_argument("--warmup-s", type=float, default=60,
+                   help="resources are checked from this long after each (re)start")
+    p.add_argument("--min-window-s", type=float, default=60,
+                   help="check an incarnation only when its samples span this long after its warm-up")
+    p.add_argument("--growth-limit-pct", type=float, default=10)
+    p.add_argument("--stop-s", type=float, default=5, help="SIGSTOP length")
+    p.add_argument("--cut-s", type=float, default=5, help="nft cut length")
+    p.add_argument("--etcd-down-s", type=float, default=5)
+    p.add_argument("--pause-s", type=float, default=8, help="pause after a fault has settled")
+    p.add_argument("--first-fault-s", type=float, default=10,
+                   help="seconds of load before the first fault")
+    p.add_argument("--quiet-tail-s", type=float, default=20,
+                   help="no fault starts in the last this many seconds")
+    p.add_argument("--recover-timeout-s", type=float, default=90,
+                   help="a fault not recovered from (served and settled) within this is a failure")
+    return p.parse_args(argv)
+
+
+class Interrupted(BaseException):
+    pass
+
+
+def main(argv=None):
+    global grpc, cc, pb2, pb2_grpc, ctl_pb2, ctl_pb2_grpc, T0, _event_log
+    a = parse_args(argv)
+    # ip and nft live in sbin, which a plain PATH (getconf PATH) lacks.
+    path = os.environ.get("PATH", "").split(":")
+    os.environ["PATH"] = ":".join(path + [d for d in ("/usr/sbin", "/sbin") if d not in path])
+    for need, why in (("ip", "iproute2"), ("nft", "nftables"), ("etcd", "etcd-server"),
+                      ("setpriv", "util-linux")):
+        if not shutil.which(need):
+            print(f"soak: {need} not found (Debian: {why})", file=sys.stderr)
+            return 2
+    if os.geteuid() != 0:
+        print("soak: network namespaces need root", file=sys.stderr)
+        return 2
+    for b in ("cascade-coordinator", "cascade-worker"):
+        if not os.access(os.path.join(a.bin, b), os.X_OK):
+            print(f"soak: no {b} in {a.bin}", file=sys.stderr)
+            return 2
+
+    work = tempfile.mkdtemp(prefix="cascade_soak_")
+    logdir = os.path.abspath(a.keep_logs) if a.keep_logs else os.path.join(work, "logs")
+    os.makedirs(logdir, exist_ok=True)
+    _event_log = open(os.path.join(logdir, "soak-events.log"), "a")
+
+    # Stubs: the public API and the control plane's ClusterStatus, generated here;
+    # cascade_client takes them from $CASCADE_PY_STUBS.
+    stubs = os.path.join(work, "stubs")
+    os.makedirs(stubs)
+    r = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", os.path.join(ROOT, "proto"),
+                        "--python_out", stubs, "--grpc_python_out", stubs,
+                        "cascade/v1/inference.proto", "cascade/v1/control_plane.proto"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"soak: grpc_tools.protoc failed (python3-grpc-tools?): {r.stderr}", file=sys.stderr)
+        shutil.rmtree(work, ignore_errors=True)
+        return 2
+    for pkg in ("cascade", os.path.join("cascade", "v1")):
+        open(os.path.join(stubs, pkg, "__init__.py"), "a").close()
+    os.environ["CASCADE_PY_STUBS"] = stubs
+    sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+    import grpc as grpc_mod
+    import cascade_client
+    grpc, cc = grpc_mod, cascade_client
+    pb2, pb2_grpc = cc.load_stubs()
+    from cascade.v1 import control_plane_pb2, control_plane_pb2_grpc
+    ctl_pb2, ctl_pb2_grpc = control_plane_pb2, control_plane_pb2_grpc
+
+    hosts = Hosts(f"sk{os.getpid() % 100000}", 6)
+    cluster = None
+    cleaned = []
+
+    def cleanup():
+        if cleaned:
+            return
+        cleaned.append(True)
+        for h in range(1, 7):
+            if hosts.made:
+                hosts.heal(h)
+        if cluster:
+            cluster.stop_all()
+        hosts.remove()
+        if _event_log:
+            _event_log.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+    atexit.register(cleanup)
+
+    def on_signal(sig, frame):
+        raise Interrupted(signal.Signals(sig).name)
+
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+
+    try:
+        cpu = "?"
+        lscpu = run(["lscpu"], check=False).stdout
+        for line in lscpu.splitlines():
+            if line.startswith("Model name"):
+                cpu = line.split(":", 1)[1].strip()
+        hosts.make()
+        cluster = Cluster(a, hosts, logdir, work)
+        T0 = time.monotonic()
+        cluster.start()
+        deadline = time.monotonic() + 120
+        why = "?"
+        while time.monotonic() < deadline:
+            why = cluster.settled()
+            if not why:
+                break
+            time.sleep(0.25)
+        if why:
+            print(f"soak: the cluster did not come up within 120 s: {why} (logs: {logdir})",
+                  file=sys.stderr)
+            if not a.keep_logs:
+                for p in cluster.procs:
+                    print(f"---- {p.name}\n" + open(p.log_path, errors="replace").read()[-3000:],
+                          file=sys.stderr)
+            return 2
+        event(f"cluster up: etcd {hosts.ip(1)}, coordinators {cluster.publics}, "
+              f"workers on {[hosts.ip(h) for h in (4, 5, 6)]}")
+
+        clients = Clients(cluster.publics, a.clients, a.max_tokens, a.hang_s)
+        t = time.monotonic()
+        refs = clients.compute_references()
+        event(f"{refs} reference texts in {time.monotonic() - t:.1f} s")
+
+        T0 = time.monotonic()  # the campaign's clock starts with the clients
+        for p in cluster.procs:  # its incarnations began before t = 0
+            for inc in p.incarnations:
+                inc["start_t"] = 0.0
+        sampler = Sampler(cluster.procs)
+        sampler.sample()
+        clients.start()
+        sampler.start()
+        event(f"{a.clients} clients started")
+        time.sleep(a.first_fault_s)
+        campaign = Campaign(a, cluster, hosts)
+        recovered = campaign.loop(a.duration_s)
+        while now() < a.duration_s:
+            time.sleep(0.2)
+        sampler.sample()
+        sampler.stop.set()
+        end_t = now()
+        event("duration over: stopping the clients")
+        stuck = clients.finish()
+        duration = end_t
+        rows = resource_rows(cluster.procs, sampler.me, a.warmup_s, a.min_window_s,
+                             a.growth_limit_pct, end_t)
+        text, out, ok = report(a, clients, campaign, rows, duration, recovered, stuck,
+                               {"cpu": cpu, "references": refs})
+        out["events"] = list(_events)
+        print()
+        print(text, flush=True)
+        for path in filter(None, [a.json, a.keep_logs and os.path.join(logdir, "soak-report.json")]):
+            with open(path, "w") as f:
+                json.dump(out, f, indent=1)
+        if a.keep_logs:
+            with open(os.path.join(logdir, "soak-report.txt"), "w") as f:
+                f.write(text + "\n")
+            print(f"(logs kept in {logdir})")
+        return 0 if ok else 1
+    except Interrupted as e:
+        print(f"\nsoak: interrupted ({e}); cleaning up", file=sys.stderr)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        if a.keep_logs:
+            print(f"(logs kept in {logdir})", file=sys.stderr)
+        return 2
+    finally:
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
