@@ -22,7 +22,7 @@ sent again after it broke (cascade_client's on_resume); its time is from the las
 before the break to the first after it.
 
 The faults, in this order, one at a time, again and again until the duration ends:
-  worker-kill   SIGKILL a worker that holds a stage; start it again 1 s later
+  worker-kill   SIGKILL a worker that holds a stage; start it again (same --id) 1 s later
   leader-kill   SIGKILL the leading coordinator; start it again 1 s later (a standby now)
   worker-stop   SIGSTOP a worker that holds a stage for --stop-s, then SIGCONT
   leader-stop   SIGSTOP the leader for --stop-s, then SIGCONT (it stands by once awake)
@@ -657,7 +657,8 @@ class Campaign:
             if kind == "worker-kill":
                 w.kill()
                 t = time.monotonic()
-                return w.name, t, lambda: (time.sleep(1.0), w.start("restart after SIGKILL"))
+                return w.name, t, lambda: (time.sleep(a.restart_after_s),
+                                           w.start("restart after SIGKILL"))
             if kind == "worker-stop":
                 w.signal(signal.SIGSTOP)
                 t = time.monotonic()
@@ -681,7 +682,8 @@ class Campaign:
         if kind == "leader-kill":
             p.kill()
             t = time.monotonic()
-            return p.name, t, lambda: (time.sleep(1.0), p.start("restart after SIGKILL"))
+            return p.name, t, lambda: (time.sleep(a.restart_after_s),
+                                       p.start("restart after SIGKILL"))
         if kind == "leader-stop":
             p.signal(signal.SIGSTOP)
             t = time.monotonic()
@@ -732,7 +734,7 @@ class Campaign:
         end_t - quiet_tail_s."""
         i = 0
         while now() < end_t - self.a.quiet_tail_s:
-            if not self.one(FAULTS[i % len(FAULTS)]):
+            if not self.one(self.a.faults[i % len(self.a.faults)]):
                 event("the cluster did not recover: the campaign stops here")
                 return False
             i += 1
@@ -968,6 +970,10 @@ def parse_args(argv):
     p.add_argument("--min-window-s", type=float, default=60,
                    help="check an incarnation only when its samples span this long after its warm-up")
     p.add_argument("--growth-limit-pct", type=float, default=10)
+    p.add_argument("--faults", default=",".join(FAULTS),
+                   help="the faults, in turn (default: all of them, in the order above)")
+    p.add_argument("--restart-after-s", type=float, default=1,
+                   help="a killed worker or leader is started again this long after the kill")
     p.add_argument("--stop-s", type=float, default=5, help="SIGSTOP length")
     p.add_argument("--cut-s", type=float, default=5, help="nft cut length")
     p.add_argument("--etcd-down-s", type=float, default=5)
@@ -978,7 +984,12 @@ def parse_args(argv):
                    help="no fault starts in the last this many seconds")
     p.add_argument("--recover-timeout-s", type=float, default=90,
                    help="a fault not recovered from (served and settled) within this is a failure")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    a.faults = [f.strip() for f in a.faults.split(",") if f.strip()]
+    unknown = [f for f in a.faults if f not in FAULTS]
+    if unknown or not a.faults:
+        p.error(f"--faults: unknown {unknown}; known: {','.join(FAULTS)}")
+    return a
 
 
 class Interrupted(BaseException):

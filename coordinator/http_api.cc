@@ -118,6 +118,7 @@ class CompletionReply final : public HttpReply {
     std::shared_ptr<RequestStream> stream;
     int prompt_index = 0;
     std::string echo;  // text sent in front of the completion (echo)
+    uint64_t seed = 0;  // what it samples with: its first streamed chunk says (to resume)
     // Gathered (non-streamed) or per-event state:
     std::string text;
     std::vector<int32_t> ids;
@@ -195,12 +196,13 @@ class CompletionReply final : public HttpReply {
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = choices_[i];
       if (!c.started) {
+        // The first chunk of every choice, its text empty unless echoed: it names the seed
+        // (a Cascade extension), which a client that resumes sends back.
         c.started = true;
-        if (chat_) {
-          out->append(Event(Chunk(i, Json{{"role", "assistant"}, {"content", ""}}, Json(), Json())));
-        } else if (!c.echo.empty()) {
-          out->append(Event(Chunk(i, c.echo, Json(), Json())));
-        }
+        Json first = Chunk(i, chat_ ? Json{{"role", "assistant"}, {"content", ""}} : Json(c.echo),
+                           Json(), Json());
+        first["choices"][0]["seed"] = c.seed;
+        out->append(Event(first));
       }
       while (!c.done) {
         std::optional<StreamEvent> e = c.stream->TryNext();
@@ -513,6 +515,7 @@ class HttpApi::Handler {
         for (auto& c : choices) c.stream->Cancel();
         return sched.status();
       }
+      const uint64_t seed = one.request.sampling.seed;
       auto submitted = (*sched)->Submit(std::move(one.request));
       if (!submitted.ok()) {
         for (auto& c : choices) c.stream->Cancel();
@@ -526,6 +529,7 @@ class HttpApi::Handler {
       c.stream = *submitted;
       c.prompt_index = one.prompt_index;
       c.echo = std::move(one.echo);
+      c.seed = seed;
       choices.push_back(std::move(c));
     }
     return std::unique_ptr<HttpReply>(

@@ -864,6 +864,46 @@ TEST(ClusterHttp, OpenAiCompatibleCompletions) {
   EXPECT_GT(chunks, 5u);
   EXPECT_THAT(sse->body, HasSubstr("data: [DONE]"));
 
+  // A sampled stream names its seed in its first chunk; the same request with that seed
+  // and resume_after_tokens (the tokens a client counted, via logprobs) streams the rest.
+  auto Events = [](const std::string& body) {
+    std::vector<nlohmann::json> out;
+    for (size_t pos = 0; (pos = body.find("data: ", pos)) != std::string::npos;) {
+      const size_t end = body.find("\n\n", pos);
+      const std::string data = body.substr(pos + 6, end - pos - 6);
+      pos = end;
+      if (data != "[DONE]") out.push_back(nlohmann::json::parse(data));
+    }
+    return out;
+  };
+  const std::string sampled =
+      R"("prompt": "Once upon a time", "max_tokens": 20, "temperature": 0.9, "logprobs": 0, "stream": true)";
+  auto whole = http.Post("/v1/completions", "{" + sampled + "}", "application/json");
+  ASSERT_TRUE(whole);
+  const std::vector<nlohmann::json> events = Events(whole->body);
+  ASSERT_FALSE(events.empty());
+  ASSERT_TRUE(events[0]["choices"][0].contains("seed")) << events[0].dump();
+  const uint64_t seed = events[0]["choices"][0]["seed"].get<uint64_t>();
+  std::string all_text, had;
+  size_t tokens = 0;
+  for (const auto& e : events) {
+    const auto& c = e["choices"][0];
+    all_text += c["text"].get<std::string>();
+    if (tokens < 8) had += c["text"].get<std::string>();
+    if (c["logprobs"].is_object()) tokens += c["logprobs"]["tokens"].size();
+  }
+  ASSERT_EQ(tokens, 20u);
+  // The client had the chunks of its first 8 tokens (one token a chunk here).
+  auto rest = http.Post("/v1/completions",
+                        absl::StrCat("{", sampled, R"(, "seed": )", seed,
+                                     R"(, "resume_after_tokens": 8})"),
+                        "application/json");
+  ASSERT_TRUE(rest);
+  ASSERT_EQ(rest->status, 200) << rest->body;
+  std::string rest_text;
+  for (const auto& e : Events(rest->body)) rest_text += e["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(had + rest_text, all_text);
+
   // Bad requests: OpenAI-shaped errors, and the server goes on.
   for (const char* bad :
        {R"({"prompt": 5})", R"({"prompt": "x", "max_tokens": "many"})", "{not json",
