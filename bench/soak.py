@@ -37,14 +37,18 @@ workers are alive, the plan's stages are loaded and the spare is idle) and then
 --pause-s more.
 
 Resources: VmRSS and the open descriptors (/proc/PID/status, /proc/PID/fd) of every
-process are sampled every 5 s. The report shows each at the start, after the warm-up
-(--warmup-s, the first minute) and at the end. The check: from the sample at the end of
-its warm-up to its last sample, no process may grow its memory or its descriptors by
-more than --growth-limit-pct. A process the campaign restarted (killed and started again,
-or a deposed leader that exec'd itself as a standby) is a new incarnation, measured from
-its own warm-up after that restart; an incarnation with less than --min-window-s between
-that point and its end is shown but not checked. The clients' own process is shown, not
-checked.
+process are sampled every 5 s with the role it has then (etcd; leader or standby, from
+grpc health; stage or spare, from the leader's ClusterStatus). The report shows each at
+the start, after the warm-up (--warmup-s, the first minute) and at the end. The check: no
+process may grow its memory or its descriptors by more than --growth-limit-pct from the
+end of its warm-up to its end. A process the campaign restarted (killed and started
+again, or a deposed leader that exec'd itself as a standby: same pid, a new image) is a
+new incarnation, measured from its own warm-up after that restart. Roles change under
+the faults (a spare takes a stage, a standby leads; a spare holds no weights, KV cache
+or data links, a standby no client streams), so an incarnation is measured in the role
+it has at its end: from its first sample in that role after its warm-up to its last one.
+An incarnation with less than --min-window-s between the two is shown, not checked. The
+clients' own process (this script) is shown, not checked.
 
 Exit status 0 when no request failed, hung or mismatched, every fault recovered and no
 checked process grew beyond the limit; 1 otherwise; 2 when the cluster could not be set up.
@@ -273,13 +277,13 @@ class Proc:
                                       "why": "re-exec as a standby", "samples": []})
             event(f"{self.name} (pid {self.popen.pid}) re-exec'd itself as a standby")
 
-    def sample(self, t):
+    def sample(self, t, role):
         if not self.alive():
             return
         self.check_reexec()
         s = read_proc(self.popen.pid)
         if s:
-            self.incarnations[-1]["samples"].append((t,) + s)
+            self.incarnations[-1]["samples"].append((t,) + s + (role,))
 
 
 def read_proc(pid):
@@ -435,6 +439,22 @@ class Cluster:
             if w.alive and w.worker_id not in staged and w.state != ctl_pb2.WORKER_STATE_IDLE:
                 return f"the spare {w.worker_id} is {ctl_pb2.WorkerState.Name(w.state)}"
         return ""
+
+    def roles(self):
+        """Each process's role now: etcd; leader or standby (grpc health); stage or spare
+        (the leader's status); '?' when it cannot be told (stopped, cut off, in a change)."""
+        states = [self.health(i) for i in range(2)]
+        roles = {"etcd": "etcd"}
+        for i, p in enumerate(self.coords):
+            roles[p.name] = {"SERVING": "leader", "NOT_SERVING": "standby"}.get(states[i], "?")
+        serving = [i for i in range(2) if states[i] == "SERVING"]
+        st = self.status(serving[0]) if len(serving) == 1 else None
+        staged = {x.worker_id for x in st.stages if x.alive} if st else set()
+        alive = {x.worker_id for x in st.workers if x.alive} if st else set()
+        for w in self.workers:
+            wid = w.argv[w.argv.index("--id") + 1]
+            roles[w.name] = "stage" if wid in staged else "spare" if wid in alive else "?"
+        return roles
 
     def staged_workers(self, lead):
         st = self.status(lead) if lead in (0, 1) else None
@@ -747,20 +767,23 @@ class Campaign:
 # ---------------------------------------------------------------------------------------
 # Resources.
 class Sampler:
-    def __init__(self, procs):
-        self.procs = procs
+    """VmRSS and descriptors of every process, with its role, every SAMPLE_EVERY_S."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
         self.me = {"start_t": 0.0, "pid": os.getpid(), "why": "start", "samples": []}
         self.stop = threading.Event()
         self.lock = threading.Lock()
 
     def sample(self):
-        t = now()
         with self.lock:
-            for p in self.procs:
-                p.sample(t)
+            roles = self.cluster.roles()
+            t = now()
+            for p in self.cluster.procs:
+                p.sample(t, roles.get(p.name, "?"))
             s = read_proc(os.getpid())
             if s:
-                self.me["samples"].append((t,) + s)
+                self.me["samples"].append((t,) + s + ("clients",))
 
     def run(self):
         while not self.stop.wait(SAMPLE_EVERY_S - (now() % SAMPLE_EVERY_S)):
@@ -783,38 +806,47 @@ def growth(a, b):
 
 
 def resource_rows(procs, me, warmup_s, min_window_s, limit_pct, end_t):
+    """Per process: its samples at the start, after the warm-up and at the end (whatever
+    its incarnation and role), and the check of each incarnation: from the first sample
+    at least warmup_s after the incarnation began, in the role the process has at its end
+    (a spare worker holds no stage and a standby no requests: they are compared with
+    themselves in that role only), to its last sample in that role. Checked when the two
+    are at least min_window_s apart."""
     rows = []
     for name, incs in [(p.name, p.incarnations) for p in procs] + [("clients (this script)", [me])]:
         checked = name != "clients (this script)"
-        all_samples = [s for inc in incs for s in inc["samples"]]
-        start = all_samples[0] if all_samples else None
-        one_min = nearest(all_samples, warmup_s) if all_samples else None
-        end = all_samples[-1] if all_samples else None
+        all_samples = [s for inc in incs for s in inc["samples"] if s[0] <= end_t + 0.01]
+        point = lambda s: s and {"t": round(s[0], 1), "rss_kib": s[1], "fds": s[2], "role": s[3]}
         per_inc = []
         for inc in incs:
             ss = [s for s in inc["samples"] if s[0] <= end_t + 0.01]
-            if not ss:
+            known = [s for s in ss if s[3] != "?"]
+            if not known:
                 continue
-            base = nearest(ss, inc["start_t"] + warmup_s)
-            last = ss[-1]
-            window = last[0] - base[0]
+            last = known[-1]
+            role = last[3]
+            cands = [s for s in known if s[3] == role and s[0] >= inc["start_t"] + warmup_s - 0.01]
             entry = {"pid": inc["pid"], "why": inc["why"], "from_t": round(inc["start_t"], 1),
-                     "to_t": round(inc.get("end_t", end_t), 1),
-                     "base_t": round(base[0], 1), "end_sample_t": round(last[0], 1),
-                     "rss_base_kib": base[1], "rss_end_kib": last[1],
-                     "fds_base": base[2], "fds_end": last[2],
-                     "rss_growth_pct": growth(base[1], last[1]),
-                     "fds_growth_pct": growth(base[2], last[2]),
-                     "checked": checked and base[0] >= inc["start_t"] + warmup_s - 0.01
-                     and window >= min_window_s}
+                     "to_t": round(inc.get("end_t", end_t), 1), "role": role,
+                     "roles": sorted({s[3] for s in known})}
+            if cands:
+                base = cands[0]
+                entry.update({
+                    "base_t": round(base[0], 1), "end_sample_t": round(last[0], 1),
+                    "rss_base_kib": base[1], "rss_end_kib": last[1],
+                    "fds_base": base[2], "fds_end": last[2],
+                    "rss_growth_pct": growth(base[1], last[1]),
+                    "fds_growth_pct": growth(base[2], last[2]),
+                    "checked": checked and last[0] - base[0] >= min_window_s - 0.01})
+            else:
+                entry["checked"] = False
             entry["over_limit"] = entry["checked"] and (
                 entry["rss_growth_pct"] > limit_pct or entry["fds_growth_pct"] > limit_pct)
             per_inc.append(entry)
         rows.append({"process": name, "checked": checked,
-                     "start": start and {"t": round(start[0], 1), "rss_kib": start[1], "fds": start[2]},
-                     "after_warmup": one_min and {"t": round(one_min[0], 1), "rss_kib": one_min[1],
-                                                  "fds": one_min[2]},
-                     "end": end and {"t": round(end[0], 1), "rss_kib": end[1], "fds": end[2]},
+                     "start": point(all_samples[0] if all_samples else None),
+                     "after_warmup": point(nearest(all_samples, warmup_s) if all_samples else None),
+                     "end": point(all_samples[-1] if all_samples else None),
                      "incarnations": per_inc})
     return rows
 
@@ -901,38 +933,33 @@ def report(a, clients, campaign, rows, duration, recovered, stuck, setup):
         L.append(f"  ! both coordinators said SERVING at t = "
                  f"{', '.join(f'{t:.1f}' for t in campaign.split_brain[:10])} s")
     L.append("")
-    L.append(f"memory (VmRSS MiB) and descriptors: at the start, after the warm-up "
-             f"({a.warmup_s:g} s), at the end; growth from the end of each incarnation's warm-up "
-             f"to its last sample (limit {a.growth_limit_pct:g}%)")
-    L.append(f"  {'process':22} {'RSS start/warm/end':>22} {'fds start/warm/end':>19}  "
-             f"{'RSS growth':>10} {'fd growth':>9}  note")
+    L.append(f"memory (VmRSS MiB) and descriptors at the start, after the warm-up "
+             f"({a.warmup_s:g} s) and at the end, with the role then; growth: each incarnation "
+             f"from {a.warmup_s:g} s after its (re)start to its end, in its final role (limit "
+             f"{a.growth_limit_pct:g}%, over at least {a.min_window_s:g} s)")
+    L.append(f"  {'process':21} {'roles start/warm/end':>26} {'RSS start/warm/end':>19} "
+             f"{'fds start/warm/end':>18}  growth of each incarnation")
     for r in rows:
         s, w, e = r["start"], r["after_warmup"], r["end"]
         if not s:
             continue
+        roles = f"{s['role']}/{w['role']}/{e['role']}"
         rss = f"{s['rss_kib'] / 1024:.1f}/{w['rss_kib'] / 1024:.1f}/{e['rss_kib'] / 1024:.1f}"
         fds = f"{s['fds']}/{w['fds']}/{e['fds']}"
-        last = r["incarnations"][-1] if r["incarnations"] else None
-        note = []
-        if len(r["incarnations"]) > 1:
-            note.append(f"{len(r['incarnations']) - 1} restart(s); growth of the last "
-                        f"incarnation (from t={last['from_t']:.0f} s), measured from t={last['base_t']:.0f} s")
-        if not r["checked"]:
-            note.append("not checked")
-        elif last and not last["checked"]:
-            note.append(f"last incarnation too short to check (< {a.min_window_s:g} s after its warm-up)")
-        worst = [i for i in r["incarnations"] if i["over_limit"]]
-        if worst:
-            note.append("OVER THE LIMIT in " + ", ".join(
-                f"the incarnation from t={i['from_t']:.0f} s (RSS {pct(i['rss_growth_pct'])}, fds "
-                f"{pct(i['fds_growth_pct'])})" for i in worst))
-        checked_incs = [i for i in r["incarnations"] if i["checked"]]
-        if len(r["incarnations"]) > 1 and checked_incs:
-            note.append("checked incarnations: " + "; ".join(
-                f"t={i['base_t']:.0f}-{i['end_sample_t']:.0f} s RSS {pct(i['rss_growth_pct'])} fds "
-                f"{pct(i['fds_growth_pct'])}" for i in checked_incs))
-        L.append(f"  {r['process']:22} {rss:>22} {fds:>19}  {pct(last and last['rss_growth_pct']):>10} "
-                 f"{pct(last and last['fds_growth_pct']):>9}  {'; '.join(note)}")
+        L.append(f"  {r['process']:21} {roles:>26} {rss:>19} {fds:>18}  "
+                 f"{len(r['incarnations'])} incarnation(s)" + ("" if r["checked"] else ", not checked"))
+        for i in r["incarnations"]:
+            head = (f"      pid {i['pid']} from t={i['from_t']:.0f} s ({i['why']}) to "
+                    f"{i['to_t']:.0f} s, {i['role']}")
+            if "base_t" not in i:
+                L.append(head + f": no sample as {i['role']} after its warm-up")
+                continue
+            verdict = ("OVER THE LIMIT" if i["over_limit"] else "ok" if i["checked"]
+                       else "not checked" if not r["checked"] else "too short to check")
+            L.append(head + f": t={i['base_t']:.0f}-{i['end_sample_t']:.0f} s RSS "
+                     f"{i['rss_base_kib'] / 1024:.1f}->{i['rss_end_kib'] / 1024:.1f} MiB "
+                     f"({pct(i['rss_growth_pct'])}), fds {i['fds_base']}->{i['fds_end']} "
+                     f"({pct(i['fds_growth_pct'])}): {verdict}")
     L.append("")
     if clients.failures:
         L.append("failures:")
@@ -1106,7 +1133,7 @@ def main(argv=None):
         for p in cluster.procs:  # its incarnations began before t = 0
             for inc in p.incarnations:
                 inc["start_t"] = 0.0
-        sampler = Sampler(cluster.procs)
+        sampler = Sampler(cluster)
         sampler.sample()
         clients.start()
         sampler.start()

@@ -1,6 +1,8 @@
 #include "coordinator/coordinator_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "coordinator/replica_set.h"
 #include "coordinator/etcd_client.h"
 #include "coordinator/leader_election.h"
@@ -59,6 +61,8 @@ class ClusterServingTarget : public ServingTarget {
 
 class CoordinatorServer::Impl {
  public:
+  static constexpr char kPlanKey[] = "plan";  // under the cluster's etcd prefix
+
   Impl(const ClusterConfig& config, std::function<void(const std::string&)> on_lost)
       : config_(config), on_lost_(std::move(on_lost)) {}
   ~Impl() { Shutdown(); }
@@ -128,7 +132,10 @@ class CoordinatorServer::Impl {
     control_address_ = AdvertisedHostPort(config_.server.control_listen, control.port);
     const std::string advertise =
         config_.server.advertise.empty() ? control_address_ : config_.server.advertise;
-    replicas_->OnStateChange([this](ClusterState s) { SetHealth(s == ClusterState::kServing); });
+    replicas_->OnStateChange([this](ClusterState s) {
+      SetHealth(s == ClusterState::kServing);
+      if (s == ClusterState::kServing && election_) OfferPlan();
+    });
 
     // Results from the last stage: on the TCP or MPI data plane, or on the ResultSink
     // stream served beside the control service (gRPC data plane); either way to the
@@ -187,12 +194,17 @@ class CoordinatorServer::Impl {
     o.identity = advertise;
     o.ttl = std::chrono::seconds(config_.ha.lease_ttl_s);
     o.on_elected = [this, results_address](int64_t epoch) {
+      // The workers in the previous leader's stage order: the same stages on the same
+      // workers, whatever order they register in, keep their weights.
+      if (auto plan = election_->Read(kPlanKey); plan.ok() && plan->has_value()) {
+        replicas_->PreferWorkerOrder(absl::StrSplit(**plan, ',', absl::SkipEmpty()));
+      }
       replicas_->registrar().Lead(static_cast<uint64_t>(epoch));
       {
         absl::MutexLock lock(&mu_);
         role_ = Role::kLeader;
       }
-      PublishAddresses();
+      OfferAddresses();
       replicas_->Start(results_address);
     };
     o.on_lost = [this](const std::string& why) { LostLeadership(why); };
@@ -226,13 +238,24 @@ class CoordinatorServer::Impl {
     return absl::InternalError("unknown role");
   }
 
-  // What clients of a standby are told: the leader's public addresses, beside its key.
-  void PublishAddresses() {
+  // Beside the leader's key: its public addresses, for operators and clients.
+  void OfferAddresses() {
     std::string value = absl::StrCat("grpc=", address_);
     if (http_) absl::StrAppend(&value, " http=", AdvertisedHostPort(config_.server.http.listen, http_->port()));
-    if (absl::Status st = election_->Publish("leader-api", value); !st.ok()) {
-      spdlog::warn("election: could not publish the API addresses: {}", st.message());
+    election_->Offer("leader-api", value).IgnoreError();  // lost the leadership already
+  }
+
+  // What a successor needs of the plan: its workers in stage order (replica by replica).
+  void OfferPlan() {
+    std::vector<std::string> ids;
+    for (const ClusterSnapshot& r : replicas_->Snapshot().replicas) {
+      for (const StagePlan& stage : r.plan.stages) {
+        if (stage.worker >= 0 && static_cast<size_t>(stage.worker) < r.plan_workers.size()) {
+          ids.push_back(r.plan_workers[stage.worker].id);
+        }
+      }
     }
+    if (!ids.empty()) election_->Offer(kPlanKey, absl::StrJoin(ids, ",")).IgnoreError();
   }
 
   void LostLeadership(const std::string& why) {

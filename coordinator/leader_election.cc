@@ -161,15 +161,32 @@ bool LeaderElection::Hold(std::string* why) {
     *why = absl::StrCat((*kv)->value, " leads now (epoch ", (*kv)->create_revision, ")");
     return false;
   }
+  WriteOffered();
   return true;
 }
 
-absl::Status LeaderElection::Publish(const std::string& name, const std::string& value) {
-  const int64_t epoch = this->epoch();
-  if (epoch == 0 || !leading()) {
-    return absl::FailedPreconditionError("only the leader publishes the cluster's state");
+absl::Status LeaderElection::Offer(const std::string& name, const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  if (!leading_) return absl::FailedPreconditionError("only the leader writes the cluster's state");
+  offered_[name] = value;
+  return absl::OkStatus();
+}
+
+void LeaderElection::WriteOffered() {
+  std::map<std::string, std::string> writes;
+  int64_t epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    writes.swap(offered_);
+    epoch = epoch_;
   }
-  return etcd_->PutIfGuard(options_.prefix + name, value, key_, epoch);
+  for (auto& [name, value] : writes) {
+    absl::Status st = etcd_->PutIfGuard(options_.prefix + name, value, key_, epoch);
+    NoteEtcd(st);
+    if (st.ok()) continue;
+    absl::MutexLock lock(&mu_);
+    offered_.try_emplace(name, std::move(value));  // next round, unless offered anew
+  }
 }
 
 absl::StatusOr<std::optional<std::string>> LeaderElection::Read(const std::string& name) {

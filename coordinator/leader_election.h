@@ -19,8 +19,10 @@
 //   leader from driving them should one win where this one cannot reach etcd.
 // - `on_elected(epoch)` is called once, on the election's thread, when this coordinator
 //   becomes leader; callbacks must not call Stop()/Resign().
-// - Publish(name, value) writes `<prefix><name>` only while this coordinator leads (a
-//   guarded transaction): what a successor reads with Read(name).
+// - Offer(name, value) has the election's thread write `<prefix><name>` on its next round,
+//   only while this coordinator leads (a guarded transaction; retried until written or
+//   replaced by a newer value): what a successor reads with Read(name). It never blocks
+//   on etcd, so a controller thread may call it.
 // - Thread-safe.
 #ifndef CASCADE_COORDINATOR_LEADER_ELECTION_H_
 #define CASCADE_COORDINATOR_LEADER_ELECTION_H_
@@ -28,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,8 +69,8 @@ class LeaderElection {
   // The leader's identity as last read ("" when none is known).
   std::string leader() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  absl::Status Publish(const std::string& name, const std::string& value)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // FailedPrecondition unless leading.
+  absl::Status Offer(const std::string& name, const std::string& value) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::optional<std::string>> Read(const std::string& name);
 
  private:
@@ -76,6 +79,8 @@ class LeaderElection {
   bool Campaign() ABSL_LOCKS_EXCLUDED(mu_);
   // One leader round: false when the leadership is lost (`why` says how).
   bool Hold(std::string* why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes what was offered (the election thread's, while leading).
+  void WriteOffered() ABSL_LOCKS_EXCLUDED(mu_);
   // Logs an etcd failure once per change of its message.
   void NoteEtcd(const absl::Status& st);
   bool Stopping() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -92,6 +97,7 @@ class LeaderElection {
   bool leading_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::string leader_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> offered_ ABSL_GUARDED_BY(mu_);  // not written yet
 };
 
 }  // namespace cascade

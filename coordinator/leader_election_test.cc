@@ -127,8 +127,15 @@ TEST_F(EtcdTest, OneLeadsAndAStandbyTakesOverWithinTheLeaseWhenTheLeaderDies) {
   Enter(&b, NewClient(), "b");
   ASSERT_TRUE(WaitFor([&] { return b.election->leader() == "a"; }, seconds(5)));
   EXPECT_FALSE(b.election->leading());
-  EXPECT_TRUE(a.election->Publish("plan", "from a").ok());
-  EXPECT_EQ(b.election->Publish("plan", "from b").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(a.election->Offer("plan", "from a").ok());
+  EXPECT_EQ(b.election->Offer("plan", "from b").code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto p = b.election->Read("plan");
+        return p.ok() && p->has_value() && **p == "from a";
+      },
+      seconds(3)))
+      << "the leader's offer was not written";
   // The leader's process dies: its lease is no longer renewed.
   const auto died = Clock::now();
   a.election->Stop();

@@ -53,9 +53,23 @@ std::vector<WorkerRecord> WorkerRegistry::All() const {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerRecord> out;
   for (const auto& [id, w] : workers_) out.push_back(w);
+  // (place in the preferred order, or after all of it; then registration order)
+  auto key = [this](const WorkerRecord& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = preferred_.find(w.id);
+    return std::make_pair(it == preferred_.end() ? preferred_.size() : it->second,
+                          w.registered_order);
+  };
   std::sort(out.begin(), out.end(),
-            [](const auto& a, const auto& b) { return a.registered_order < b.registered_order; });
+            [&](const auto& a, const auto& b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return key(a) < key(b);
+            });
   return out;
+}
+
+void WorkerRegistry::SetPreferredOrder(std::vector<std::string> ids) {
+  absl::MutexLock lock(&mu_);
+  preferred_.clear();
+  for (size_t i = 0; i < ids.size(); ++i) preferred_.emplace(ids[i], i);
 }
 
 std::optional<WorkerRecord> WorkerRegistry::Find(const std::string& id) const {

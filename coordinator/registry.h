@@ -56,9 +56,14 @@ class WorkerRegistry {
   bool IsAlive(const WorkerRecord& w, Clock::time_point now) const {
     return now - w.last_seen <= liveness_timeout();
   }
-  // Workers alive now, in registration order.
+  // The workers (alive now / all) in the order the planner lists them: those the
+  // preferred order names first, in its order, then the rest in registration order.
   std::vector<WorkerRecord> Alive() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<WorkerRecord> All() const ABSL_LOCKS_EXCLUDED(mu_);
+  // A new leader's hint (coordinator/leader_election.h): the previous leader's plan, its
+  // workers in stage order, so that the same workers get the same stages (kept weights)
+  // whatever order they register in.
+  void SetPreferredOrder(std::vector<std::string> ids) ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<WorkerRecord> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until `n` workers are alive or `deadline` passes; returns how many are.
   size_t WaitForWorkers(size_t n, Clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_);
@@ -69,6 +74,7 @@ class WorkerRegistry {
   mutable absl::Mutex mu_;
   std::map<std::string, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, size_t> preferred_ ABSL_GUARDED_BY(mu_);  // id -> its place
 };
 
 }  // namespace cascade

@@ -45,5 +45,20 @@ TEST(WorkerRegistry, HeartbeatsNeedTheSessionAndKeepAWorkerAlive) {
   EXPECT_FALSE(reg.Find("c").has_value());
 }
 
+TEST(WorkerRegistry, APreferredOrderListsItsWorkersFirstThenTheRestByRegistration) {
+  WorkerRegistry reg(/*session=*/7);
+  for (const char* id : {"c", "a", "d", "b"}) reg.Register(Req(id));
+  auto ids = [&] {
+    std::vector<std::string> out;
+    for (const WorkerRecord& w : reg.All()) out.push_back(w.id);
+    return out;
+  };
+  EXPECT_EQ(ids(), (std::vector<std::string>{"c", "a", "d", "b"}));  // registration order
+  // The previous leader's plan named b then a (and a worker that is not here).
+  reg.SetPreferredOrder({"b", "gone", "a"});
+  EXPECT_EQ(ids(), (std::vector<std::string>{"b", "a", "c", "d"}));
+  EXPECT_EQ(reg.Alive().front().id, "b");
+}
+
 }  // namespace
 }  // namespace cascade

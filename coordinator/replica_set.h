@@ -74,6 +74,9 @@ class ReplicaSet {
   bool MayQuery(const std::string& presented) const;
   const std::string& coordinator_secret() const;
   Registrar& registrar() { return registrar_; }
+  // The order the planner lists workers in (WorkerRegistry::SetPreferredOrder): a new
+  // leader's hint from the previous leader's plan. Before Start().
+  void PreferWorkerOrder(std::vector<std::string> ids) { registry_.SetPreferredOrder(std::move(ids)); }
 
   absl::StatusOr<std::shared_ptr<Scheduler>> SchedulerFor(std::span<const int32_t> prompt) const
       ABSL_LOCKS_EXCLUDED(mu_);
