@@ -40,15 +40,18 @@ Resources: VmRSS and the open descriptors (/proc/PID/status, /proc/PID/fd) of ev
 process are sampled every 5 s with the role it has then (etcd; leader or standby, from
 grpc health; stage or spare, from the leader's ClusterStatus). The report shows each at
 the start, after the warm-up (--warmup-s, the first minute) and at the end. The check: no
-process may grow its memory or its descriptors by more than --growth-limit-pct from the
-end of its warm-up to its end. A process the campaign restarted (killed and started
-again, or a deposed leader that exec'd itself as a standby: same pid, a new image) is a
-new incarnation, measured from its own warm-up after that restart. Roles change under
-the faults (a spare takes a stage, a standby leads; a spare holds no weights, KV cache
-or data links, a standby no client streams), so an incarnation is measured in the role
-it has at its end: from its first sample in that role after its warm-up to its last one.
-An incarnation with less than --min-window-s between the two is shown, not checked. The
-clients' own process (this script) is shown, not checked.
+process may grow its memory or its descriptors by more than --growth-limit-pct after its
+warm-up. A process the campaign restarted (killed and started again, or a deposed leader
+that exec'd itself as a standby: same pid, a new image) is a new incarnation, measured
+from its own warm-up after that restart. Roles change under the faults (a spare takes a
+stage, a standby leads; a spare holds no weights, KV cache or data links, a standby no
+client streams), so an incarnation is measured in the role it has at its end, from its
+first --window-s in that role after its warm-up to its last --window-s in that role; the
+lowest sample of each window is compared (a request's connection that comes and goes
+does not count, what stays does). An incarnation whose two windows start less than
+--min-window-s apart is shown, not checked. The clients' own process (this script) is
+shown, not checked. With --keep-logs, every process's descriptors and each host's TCP
+sockets at the end are in descriptors-at-the-end.txt, and every sample in the JSON.
 
 Exit status 0 when no request failed, hung or mismatched, every fault recovered and no
 checked process grew beyond the limit; 1 otherwise; 2 when the cluster could not be set up.
@@ -277,25 +280,40 @@ class Proc:
                                       "why": "re-exec as a standby", "samples": []})
             event(f"{self.name} (pid {self.popen.pid}) re-exec'd itself as a standby")
 
-    def sample(self, t, role):
+    def read(self):
+        """This incarnation's reading now (None when it is not running)."""
         if not self.alive():
-            return
+            return None
         self.check_reexec()
-        s = read_proc(self.popen.pid)
-        if s:
-            self.incarnations[-1]["samples"].append((t,) + s + (role,))
+        return read_proc(self.popen.pid)
+
+    def record(self, t, reading, role):
+        if reading:
+            rss, fds, kinds = reading
+            self.incarnations[-1]["samples"].append((t, rss, fds, role, kinds))
 
 
 def read_proc(pid):
-    """(VmRSS in KiB, open descriptors) of a process, None when it is gone."""
+    """(VmRSS in KiB, open descriptors, {kind: count} of them) of a process, None when it
+    is gone. Kinds: socket, pipe, anon_inode:[eventfd] ..., file, dev."""
     try:
         rss = 0
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("VmRSS:"):
                     rss = int(line.split()[1])
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
-        return rss, fds
+        kinds = {}
+        fds = os.listdir(f"/proc/{pid}/fd")
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            kind = (target.split(":", 1)[0] if target.startswith(("socket:", "pipe:"))
+                    else target if target.startswith("anon_inode:")
+                    else "dev" if target.startswith("/dev/") else "file")
+            kinds[kind] = kinds.get(kind, 0) + 1
+        return rss, len(fds), kinds
     except (OSError, ValueError):
         return None
 
@@ -777,13 +795,16 @@ class Sampler:
 
     def sample(self):
         with self.lock:
-            roles = self.cluster.roles()
+            # /proc first: the health and status calls that tell the roles open connections
+            # to the coordinators, which would count among their descriptors.
             t = now()
-            for p in self.cluster.procs:
-                p.sample(t, roles.get(p.name, "?"))
-            s = read_proc(os.getpid())
-            if s:
-                self.me["samples"].append((t,) + s + ("clients",))
+            readings = [(p, p.read()) for p in self.cluster.procs]
+            mine = read_proc(os.getpid())
+            roles = self.cluster.roles()
+            for p, reading in readings:
+                p.record(t, reading, roles.get(p.name, "?"))
+            if mine:
+                self.me["samples"].append((t, mine[0], mine[1], "clients", mine[2]))
 
     def run(self):
         while not self.stop.wait(SAMPLE_EVERY_S - (now() % SAMPLE_EVERY_S)):
@@ -791,6 +812,26 @@ class Sampler:
 
     def start(self):
         threading.Thread(target=self.run, daemon=True, name="sampler").start()
+
+
+def dump_descriptors(cluster, hosts, path):
+    """What every process holds open at the end, and each host's TCP sockets (for a report
+    of descriptors that grew)."""
+    with open(path, "w") as out:
+        for p in cluster.procs:
+            out.write(f"==== {p.name} pid {p.pid}\n")
+            if p.alive():
+                try:
+                    for fd in sorted(os.listdir(f"/proc/{p.pid}/fd"), key=int):
+                        try:
+                            out.write(f"{fd} -> {os.readlink(f'/proc/{p.pid}/fd/{fd}')}\n")
+                        except OSError:
+                            pass
+                except OSError:
+                    pass
+            out.write(f"---- ss -tanpe in {hosts.ns(p.host)}\n")
+            out.write(run(["ip", "netns", "exec", hosts.ns(p.host), "ss", "-tanpe"],
+                          check=False).stdout)
 
 
 def nearest(samples, t):
@@ -805,13 +846,16 @@ def growth(a, b):
     return None if not a else 100.0 * (b - a) / a
 
 
-def resource_rows(procs, me, warmup_s, min_window_s, limit_pct, end_t):
+def resource_rows(procs, me, a, end_t):
     """Per process: its samples at the start, after the warm-up and at the end (whatever
-    its incarnation and role), and the check of each incarnation: from the first sample
-    at least warmup_s after the incarnation began, in the role the process has at its end
-    (a spare worker holds no stage and a standby no requests: they are compared with
-    themselves in that role only), to its last sample in that role. Checked when the two
-    are at least min_window_s apart."""
+    its incarnation and role), and the check of each incarnation, in the role it has at
+    its end (a spare worker holds no stage, a standby no client streams: each is compared
+    with itself in that role only). Baseline: the lowest of its samples in that role over
+    the first --window-s from the end of its warm-up; end: the lowest over its last
+    --window-s in that role (descriptors of connections that come and go, a request's
+    channel, do not count; what stays does). Checked when the two windows' starts are
+    at least --min-window-s apart."""
+    warmup_s, window_s = a.warmup_s, a.window_s
     rows = []
     for name, incs in [(p.name, p.incarnations) for p in procs] + [("clients (this script)", [me])]:
         checked = name != "clients (this script)"
@@ -819,29 +863,32 @@ def resource_rows(procs, me, warmup_s, min_window_s, limit_pct, end_t):
         point = lambda s: s and {"t": round(s[0], 1), "rss_kib": s[1], "fds": s[2], "role": s[3]}
         per_inc = []
         for inc in incs:
-            ss = [s for s in inc["samples"] if s[0] <= end_t + 0.01]
-            known = [s for s in ss if s[3] != "?"]
+            known = [s for s in inc["samples"] if s[0] <= end_t + 0.01 and s[3] != "?"]
             if not known:
                 continue
-            last = known[-1]
-            role = last[3]
+            role = known[-1][3]
             cands = [s for s in known if s[3] == role and s[0] >= inc["start_t"] + warmup_s - 0.01]
             entry = {"pid": inc["pid"], "why": inc["why"], "from_t": round(inc["start_t"], 1),
                      "to_t": round(inc.get("end_t", end_t), 1), "role": role,
-                     "roles": sorted({s[3] for s in known})}
+                     "roles": sorted({s[3] for s in known}), "checked": False,
+                     "samples": [[round(s[0], 1), s[1], s[2], s[3]] for s in inc["samples"]]}
             if cands:
-                base = cands[0]
+                first, last = cands[0][0], cands[-1][0]
+                base_w = [s for s in cands if s[0] <= first + window_s]
+                end_w = [s for s in cands if s[0] >= last - window_s]
+                rss0, rss1 = min(s[1] for s in base_w), min(s[1] for s in end_w)
+                fd0, fd1 = min(s[2] for s in base_w), min(s[2] for s in end_w)
                 entry.update({
-                    "base_t": round(base[0], 1), "end_sample_t": round(last[0], 1),
-                    "rss_base_kib": base[1], "rss_end_kib": last[1],
-                    "fds_base": base[2], "fds_end": last[2],
-                    "rss_growth_pct": growth(base[1], last[1]),
-                    "fds_growth_pct": growth(base[2], last[2]),
-                    "checked": checked and last[0] - base[0] >= min_window_s - 0.01})
-            else:
-                entry["checked"] = False
+                    "base_window_t": [round(first, 1), round(base_w[-1][0], 1)],
+                    "end_window_t": [round(end_w[0][0], 1), round(last, 1)],
+                    "rss_base_kib": rss0, "rss_end_kib": rss1, "fds_base": fd0, "fds_end": fd1,
+                    "rss_growth_pct": growth(rss0, rss1), "fds_growth_pct": growth(fd0, fd1),
+                    "fd_kinds_base": min(base_w, key=lambda s: s[2])[4],
+                    "fd_kinds_end": min(end_w, key=lambda s: s[2])[4],
+                    "checked": checked and last - first >= a.min_window_s - 0.01})
             entry["over_limit"] = entry["checked"] and (
-                entry["rss_growth_pct"] > limit_pct or entry["fds_growth_pct"] > limit_pct)
+                entry["rss_growth_pct"] > a.growth_limit_pct or
+                entry["fds_growth_pct"] > a.growth_limit_pct)
             per_inc.append(entry)
         rows.append({"process": name, "checked": checked,
                      "start": point(all_samples[0] if all_samples else None),
@@ -874,7 +921,7 @@ def report(a, clients, campaign, rows, duration, recovered, stuck, setup):
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "cpu": setup["cpu"], "cores": os.cpu_count(),
         "duration_s": round(duration, 1), "clients": a.clients, "max_tokens": a.max_tokens,
-        "warmup_s": a.warmup_s, "min_window_s": a.min_window_s,
+        "warmup_s": a.warmup_s, "min_window_s": a.min_window_s, "window_s": a.window_s,
         "growth_limit_pct": a.growth_limit_pct,
         "references": setup["references"],
         "requests": {"completed": clients.completed, "failed": clients.failed,
@@ -934,11 +981,13 @@ def report(a, clients, campaign, rows, duration, recovered, stuck, setup):
                  f"{', '.join(f'{t:.1f}' for t in campaign.split_brain[:10])} s")
     L.append("")
     L.append(f"memory (VmRSS MiB) and descriptors at the start, after the warm-up "
-             f"({a.warmup_s:g} s) and at the end, with the role then; growth: each incarnation "
-             f"from {a.warmup_s:g} s after its (re)start to its end, in its final role (limit "
-             f"{a.growth_limit_pct:g}%, over at least {a.min_window_s:g} s)")
+             f"({a.warmup_s:g} s) and at the end, with the role then")
+    L.append(f"growth, each incarnation in its final role: the lowest sample of the "
+             f"{a.window_s:g} s after its warm-up ({a.warmup_s:g} s from its (re)start) against "
+             f"the lowest of its last {a.window_s:g} s; limit {a.growth_limit_pct:g}%, checked "
+             f"over {a.min_window_s:g} s or more")
     L.append(f"  {'process':21} {'roles start/warm/end':>26} {'RSS start/warm/end':>19} "
-             f"{'fds start/warm/end':>18}  growth of each incarnation")
+             f"{'fds start/warm/end':>18}")
     for r in rows:
         s, w, e = r["start"], r["after_warmup"], r["end"]
         if not s:
@@ -946,20 +995,21 @@ def report(a, clients, campaign, rows, duration, recovered, stuck, setup):
         roles = f"{s['role']}/{w['role']}/{e['role']}"
         rss = f"{s['rss_kib'] / 1024:.1f}/{w['rss_kib'] / 1024:.1f}/{e['rss_kib'] / 1024:.1f}"
         fds = f"{s['fds']}/{w['fds']}/{e['fds']}"
-        L.append(f"  {r['process']:21} {roles:>26} {rss:>19} {fds:>18}  "
-                 f"{len(r['incarnations'])} incarnation(s)" + ("" if r["checked"] else ", not checked"))
+        L.append(f"  {r['process']:21} {roles:>26} {rss:>19} {fds:>18}")
         for i in r["incarnations"]:
-            head = (f"      pid {i['pid']} from t={i['from_t']:.0f} s ({i['why']}) to "
-                    f"{i['to_t']:.0f} s, {i['role']}")
-            if "base_t" not in i:
-                L.append(head + f": no sample as {i['role']} after its warm-up")
+            head = (f"      pid {i['pid']} t={i['from_t']:.0f}-{i['to_t']:.0f} s ({i['why']}), "
+                    f"as {i['role']}")
+            if "base_window_t" not in i:
+                L.append(head + f": no sample in that role after its warm-up")
                 continue
             verdict = ("OVER THE LIMIT" if i["over_limit"] else "ok" if i["checked"]
                        else "not checked" if not r["checked"] else "too short to check")
-            L.append(head + f": t={i['base_t']:.0f}-{i['end_sample_t']:.0f} s RSS "
-                     f"{i['rss_base_kib'] / 1024:.1f}->{i['rss_end_kib'] / 1024:.1f} MiB "
+            L.append(head + f" from t={i['base_window_t'][0]:.0f} s to {i['end_window_t'][1]:.0f} s: "
+                     f"RSS {i['rss_base_kib'] / 1024:.1f}->{i['rss_end_kib'] / 1024:.1f} MiB "
                      f"({pct(i['rss_growth_pct'])}), fds {i['fds_base']}->{i['fds_end']} "
                      f"({pct(i['fds_growth_pct'])}): {verdict}")
+            if i["over_limit"]:
+                L.append(f"        descriptors then: {i['fd_kinds_base']} -> {i['fd_kinds_end']}")
     L.append("")
     if clients.failures:
         L.append("failures:")
@@ -996,6 +1046,8 @@ def parse_args(argv):
                    help="resources are checked from this long after each (re)start")
     p.add_argument("--min-window-s", type=float, default=60,
                    help="check an incarnation only when its samples span this long after its warm-up")
+    p.add_argument("--window-s", type=float, default=30,
+                   help="the growth compares the lowest sample of two windows this long")
     p.add_argument("--growth-limit-pct", type=float, default=10)
     p.add_argument("--faults", default=",".join(FAULTS),
                    help="the faults, in turn (default: all of them, in the order above)")
@@ -1143,14 +1195,14 @@ def main(argv=None):
         recovered = campaign.loop(a.duration_s)
         while now() < a.duration_s:
             time.sleep(0.2)
-        sampler.sample()
         sampler.stop.set()
+        sampler.sample()
         end_t = now()
+        dump_descriptors(cluster, hosts, os.path.join(logdir, "descriptors-at-the-end.txt"))
         event("duration over: stopping the clients")
         stuck = clients.finish()
         duration = end_t
-        rows = resource_rows(cluster.procs, sampler.me, a.warmup_s, a.min_window_s,
-                             a.growth_limit_pct, end_t)
+        rows = resource_rows(cluster.procs, sampler.me, a, end_t)
         text, out, ok = report(a, clients, campaign, rows, duration, recovered, stuck,
                                {"cpu": cpu, "references": refs})
         out["events"] = list(_events)

@@ -28,6 +28,7 @@ grpc::Status ControlService::ClusterStatus(grpc::ServerContext* ctx,
                         "the cluster's status needs its join token");
   }
   FillClusterStatus(controller_->Snapshot(), model_id_, resp);
+  if (annotate_) annotate_(resp);
   return grpc::Status::OK;
 }
 

@@ -7,6 +7,8 @@
 #ifndef CASCADE_COORDINATOR_CONTROL_SERVICE_H_
 #define CASCADE_COORDINATOR_CONTROL_SERVICE_H_
 
+#include <functional>
+
 #include "cascade/v1/control_plane.grpc.pb.h"
 #include "coordinator/replica_set.h"
 
@@ -14,9 +16,11 @@ namespace cascade {
 
 class ControlService final : public v1::Coordinator::Service {
  public:
-  // `controller` must outlive the service; `model_id` names the served model in reports.
-  ControlService(ReplicaSet* controller, std::string model_id)
-      : controller_(controller), model_id_(std::move(model_id)) {}
+  // `controller` must outlive the service; `model_id` names the served model in reports;
+  // `annotate` adds what the replica set does not know (the coordinator's leadership).
+  ControlService(ReplicaSet* controller, std::string model_id,
+                 std::function<void(v1::ClusterStatusResponse*)> annotate = nullptr)
+      : controller_(controller), model_id_(std::move(model_id)), annotate_(std::move(annotate)) {}
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override;
@@ -28,6 +32,7 @@ class ControlService final : public v1::Coordinator::Service {
  private:
   ReplicaSet* controller_;
   const std::string model_id_;
+  const std::function<void(v1::ClusterStatusResponse*)> annotate_;
 };
 
 // The status report of a snapshot (also used by the HTTP API and metrics). While the

@@ -101,7 +101,8 @@ class CoordinatorServer::Impl {
     worker_client_.SetCoordinatorSecret(replicas_->coordinator_secret());
     serving_target_ = std::make_unique<ClusterServingTarget>(*model_, *replicas_,
                                                              [this] { return Leading(); });
-    control_ = std::make_unique<ControlService>(replicas_.get(), model_->id());
+    control_ = std::make_unique<ControlService>(
+        replicas_.get(), model_->id(), [this](v1::ClusterStatusResponse* s) { FillLeadership(s); });
     result_sink_ = std::make_unique<ResultSinkService>(
         [r = &results_](const v1::StepResult& result, const std::string& peer) {
           return r->OnResult(result, peer);
@@ -166,6 +167,7 @@ class CoordinatorServer::Impl {
       http.metrics = [this] {
         v1::ClusterStatusResponse status;
         FillClusterStatus(replicas_->Snapshot(), model_->id(), &status);
+        FillLeadership(&status);
         return RenderPrometheus(replicas_->ServingMetricsSnapshot(), status);
       };
       auto started = HttpApi::Start(serving_target_.get(), config_.server.http, std::move(http));
@@ -214,6 +216,18 @@ class CoordinatorServer::Impl {
                  config_.ha.cluster_name, config_.ha.etcd);
     election_->Start();
     return absl::OkStatus();
+  }
+
+  void FillLeadership(v1::ClusterStatusResponse* out) const {
+    if (!election_) return;
+    v1::Leadership* l = out->mutable_leadership();
+    {
+      absl::MutexLock lock(&mu_);
+      l->set_role(role_ == Role::kLeader ? "leader" : role_ == Role::kStandby ? "standby" : "deposed");
+    }
+    l->set_epoch(static_cast<uint64_t>(election_->leader_epoch()));
+    l->set_leader(election_->leader());
+    l->set_cluster(config_.ha.cluster_name);
   }
 
   // OK while this coordinator may serve clients: it leads, or runs without etcd.

@@ -57,6 +57,11 @@ std::string LeaderElection::leader() const {
   return leader_;
 }
 
+int64_t LeaderElection::leader_epoch() const {
+  absl::MutexLock lock(&mu_);
+  return leader_epoch_;
+}
+
 bool LeaderElection::Stopping() const {
   absl::MutexLock lock(&mu_);
   return stop_;
@@ -124,6 +129,7 @@ bool LeaderElection::Campaign() {
                    created->kv.create_revision);
     }
     leader_ = created->kv.value;
+    leader_epoch_ = created->kv.create_revision;
     return false;
   }
   {
@@ -131,6 +137,7 @@ bool LeaderElection::Campaign() {
     leading_ = true;
     epoch_ = created->kv.create_revision;
     leader_ = options_.identity;
+    leader_epoch_ = epoch_;
   }
   spdlog::info("election: this coordinator ({}) leads, epoch {}", options_.identity,
                created->kv.create_revision);

@@ -66,8 +66,9 @@ class LeaderElection {
 
   bool leading() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);  // 0 until elected
-  // The leader's identity as last read ("" when none is known).
+  // The leader's identity and epoch as last read ("" and 0 when none is known).
   std::string leader() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t leader_epoch() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // FailedPrecondition unless leading.
   absl::Status Offer(const std::string& name, const std::string& value) ABSL_LOCKS_EXCLUDED(mu_);
@@ -97,6 +98,7 @@ class LeaderElection {
   bool leading_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::string leader_ ABSL_GUARDED_BY(mu_);
+  int64_t leader_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::string> offered_ ABSL_GUARDED_BY(mu_);  // not written yet
 };
 

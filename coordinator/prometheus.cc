@@ -156,6 +156,12 @@ std::string RenderPrometheus(const ServingMetrics::Snapshot& m,
     replicas.push_back({absl::StrCat(r.index()), &r.scheduler(), r.state() == "serving"});
   }
   if (replicas.empty()) replicas.push_back({"0", &q, c.serving()});  // none yet: the sums
+  if (c.has_leadership()) {
+    w.Family("cascade_coordinator_leader", "gauge",
+             "1 while this coordinator leads its cluster, 0 while it stands by (--etcd).");
+    w.Sample("cascade_coordinator_leader", {{"cluster", c.leadership().cluster()}},
+             c.leadership().role() == "leader" ? 1.0 : 0.0);
+  }
   w.Family("cascade_replica_up", "gauge", "1 while the replica serves, else 0.");
   for (const ReplicaCounts& r : replicas) {
     w.Sample("cascade_replica_up", {{"replica", r.index}}, r.serving ? 1.0 : 0.0);

@@ -130,6 +130,26 @@ TEST_F(Rendering, EverySampleCarriesTheModelName) {
   }
 }
 
+TEST_F(Rendering, LeadershipIsShownOnlyWithStandbysAndAsTheRoleIs) {
+  EXPECT_EQ(metrics_.find("cascade_coordinator_leader"), std::string::npos);
+  EXPECT_THAT(text_, ::testing::Not(HasSubstr("\nrole ")));
+  v1::ClusterStatusResponse status = status_;
+  v1::Leadership* l = status.mutable_leadership();
+  l->set_role("leader");
+  l->set_epoch(12);
+  l->set_leader("10.0.0.1:50053");
+  l->set_cluster("prod");
+  samples_ = Samples(RenderPrometheus(ServingMetrics().Take(), status));
+  metrics_ = RenderPrometheus(ServingMetrics().Take(), status);
+  EXPECT_EQ(Sample("cascade_coordinator_leader", "cluster=\"prod\""), 1.0);
+  EXPECT_THAT(RenderClusterStatus(status), HasSubstr("role     leader of cluster 'prod' (epoch 12)"));
+  l->set_role("standby");
+  samples_ = Samples(RenderPrometheus(ServingMetrics().Take(), status));
+  EXPECT_EQ(Sample("cascade_coordinator_leader", "cluster=\"prod\""), 0.0);
+  EXPECT_THAT(RenderClusterStatus(status),
+              HasSubstr("role     standby of cluster 'prod'; the leader is 10.0.0.1:50053"));
+}
+
 TEST_F(Rendering, KvCacheUsageRatioIsReservedOverCapacity) {
   EXPECT_DOUBLE_EQ(Sample("cascade_kv_cache_usage_ratio"),
                    static_cast<double>(snapshot_.scheduler.kv_blocks_reserved) /

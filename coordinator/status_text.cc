@@ -112,6 +112,14 @@ std::string RenderClusterStatus(const v1::ClusterStatusResponse& s) {
   std::string out = absl::StrFormat("model    %s\nserving  %s\nstate    %s\n", s.model(),
                                     s.serving() ? "yes" : "no", s.state());
   if (!s.error().empty()) absl::StrAppend(&out, "error    ", s.error(), "\n");
+  if (s.has_leadership()) {
+    const v1::Leadership& l = s.leadership();
+    absl::StrAppend(&out, "role     ", l.role(), " of cluster '", l.cluster(), "'",
+                    l.role() == "leader"
+                        ? absl::StrCat(" (epoch ", l.epoch(), ")")
+                        : absl::StrCat("; the leader is ", l.leader().empty() ? "not known" : l.leader()),
+                    "\n");
+  }
   AppendStages(s, &out);
   AppendWorkers(s, &out);
   const v1::SchedulerStatus& q = s.scheduler();

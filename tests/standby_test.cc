@@ -16,6 +16,7 @@
 #include "tests/etcd_process.h"
 #include "tests/netns_hosts.h"
 #include "tests/subprocess.h"
+#include "cascade/v1/control_plane.grpc.pb.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -255,6 +256,17 @@ TEST_F(Standby, TheStandbyRefusesClientsAndWorkersNamingTheLeader) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(st.error_message().find("standby"), std::string::npos) << st.error_message();
   EXPECT_NE(st.error_message().find(control_[leader_]), std::string::npos) << st.error_message();
+  // Each says its part in its status.
+  for (int i = 0; i < 2; ++i) {
+    auto control = v1::Coordinator::NewStub(
+        grpc::CreateChannel(control_[i], grpc::InsecureChannelCredentials()));
+    grpc::ClientContext c;
+    v1::ClusterStatusResponse status;
+    ASSERT_TRUE(control->ClusterStatus(&c, v1::ClusterStatusRequest(), &status).ok());
+    EXPECT_EQ(status.leadership().role(), i == leader_ ? "leader" : "standby");
+    EXPECT_EQ(status.leadership().leader(), control_[leader_]);
+    EXPECT_GT(status.leadership().epoch(), 0u);
+  }
   // The workers registered with the leader only.
   for (auto& w : workers_) {
     EXPECT_NE(w->Log().find("registered with coordinator " + control_[leader_]), std::string::npos);
