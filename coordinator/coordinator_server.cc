@@ -1,11 +1,8 @@
 #include "coordinator/coordinator_server.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "coordinator/replica_set.h"
-#include "coordinator/etcd_client.h"
-#include "coordinator/leader_election.h"
+#include "coordinator/leadership.h"
 #include "coordinator/control_service.h"
 #include "coordinator/http_api.h"
 #include "grpc/health/v1/health.pb.h"
@@ -61,7 +58,6 @@ class ClusterServingTarget : public ServingTarget {
 
 class CoordinatorServer::Impl {
  public:
-  static constexpr char kPlanKey[] = "plan";  // under the cluster's etcd prefix
 
   Impl(const ClusterConfig& config, std::function<void(const std::string&)> on_lost)
       : config_(config), on_lost_(std::move(on_lost)) {}
@@ -100,7 +96,7 @@ class CoordinatorServer::Impl {
         &results_, join_token_);
     worker_client_.SetCoordinatorSecret(replicas_->coordinator_secret());
     serving_target_ = std::make_unique<ClusterServingTarget>(*model_, *replicas_,
-                                                             [this] { return Leading(); });
+                                                             [this] { return MayServe(); });
     control_ = std::make_unique<ControlService>(
         replicas_.get(), model_->id(), [this](v1::ClusterStatusResponse* s) { FillLeadership(s); });
     result_sink_ = std::make_unique<ResultSinkService>(
@@ -135,7 +131,7 @@ class CoordinatorServer::Impl {
         config_.server.advertise.empty() ? control_address_ : config_.server.advertise;
     replicas_->OnStateChange([this](ClusterState s) {
       SetHealth(s == ClusterState::kServing);
-      if (s == ClusterState::kServing && election_) OfferPlan();
+      if (s == ClusterState::kServing && leadership_) OfferPlan();
     });
 
     // Results from the last stage: on the TCP or MPI data plane, or on the ResultSink
@@ -185,78 +181,42 @@ class CoordinatorServer::Impl {
 
   // With --etcd: stand by until elected, then bring the cluster up.
   absl::Status Campaign(const std::string& advertise, const std::string& results_address) {
-    CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd,
-                             EtcdClient::Create(config_.ha.etcd));
-    {
-      absl::MutexLock lock(&mu_);
-      role_ = Role::kStandby;
-    }
-    LeaderElectionOptions o;
-    o.prefix = absl::StrCat("/cascade/", config_.ha.cluster_name, "/");
-    o.identity = advertise;
-    o.ttl = std::chrono::seconds(config_.ha.lease_ttl_s);
-    o.on_elected = [this, results_address](int64_t epoch) {
-      // The workers in the previous leader's stage order: the same stages on the same
-      // workers, whatever order they register in, keep their weights.
-      if (auto plan = election_->Read(kPlanKey); plan.ok() && plan->has_value()) {
-        replicas_->PreferWorkerOrder(absl::StrSplit(**plan, ',', absl::SkipEmpty()));
-      }
+    Leadership::Hooks hooks;
+    hooks.on_elected = [this, results_address](int64_t epoch,
+                                               const std::vector<std::string>& order) {
+      // The previous leader's stage order: the same stages land on the same workers,
+      // whatever order they register in, and keep their weights.
+      replicas_->PreferWorkerOrder(order);
       replicas_->registrar().Lead(static_cast<uint64_t>(epoch));
-      {
-        absl::MutexLock lock(&mu_);
-        role_ = Role::kLeader;
+      std::string addresses = absl::StrCat("grpc=", address_);
+      if (http_) {
+        absl::StrAppend(&addresses, " http=",
+                        AdvertisedHostPort(config_.server.http.listen, http_->port()));
       }
-      OfferAddresses();
+      leadership_->OfferAddresses(addresses);
       replicas_->Start(results_address);
     };
-    o.on_lost = [this](const std::string& why) { LostLeadership(why); };
-    election_ = std::make_unique<LeaderElection>(std::move(etcd), std::move(o));
-    replicas_->registrar().StandBy([e = election_.get()] { return e->leader(); });
-    spdlog::info("coordinator: standing by for the leadership of cluster '{}' (etcd {})",
-                 config_.ha.cluster_name, config_.ha.etcd);
-    election_->Start();
+    hooks.on_lost = [this](const std::string& why) {
+      replicas_->registrar().StandBy([l = leadership_.get()] { return l->leader(); });
+      SetHealth(false);
+      // At once: a successor may drive the workers already. Their stages stay loaded.
+      replicas_->Abandon(absl::UnavailableError(absl::StrCat(
+          "this coordinator lost the leadership (", why, "); resume on the new leader")));
+      if (on_lost_) std::thread([fn = on_lost_, why] { fn(why); }).detach();
+    };
+    CASCADE_ASSIGN_OR_RETURN(leadership_, Leadership::Create(config_.ha, advertise, hooks));
+    replicas_->registrar().StandBy([l = leadership_.get()] { return l->leader(); });
+    leadership_->Start();
     return absl::OkStatus();
   }
 
+  // OK while this coordinator may serve clients: it runs alone, or leads.
+  absl::Status MayServe() const {
+    return leadership_ ? leadership_->MayServe() : absl::OkStatus();
+  }
+
   void FillLeadership(v1::ClusterStatusResponse* out) const {
-    if (!election_) return;
-    v1::Leadership* l = out->mutable_leadership();
-    {
-      absl::MutexLock lock(&mu_);
-      l->set_role(role_ == Role::kLeader ? "leader" : role_ == Role::kStandby ? "standby" : "deposed");
-    }
-    l->set_epoch(static_cast<uint64_t>(election_->leader_epoch()));
-    l->set_leader(election_->leader());
-    l->set_cluster(config_.ha.cluster_name);
-  }
-
-  // OK while this coordinator may serve clients: it leads, or runs without etcd.
-  absl::Status Leading() const {
-    absl::MutexLock lock(&mu_);
-    switch (role_) {
-      case Role::kLeader:
-        return absl::OkStatus();
-      case Role::kStandby: {
-        const std::string leader = election_ ? election_->leader() : "";
-        return absl::UnavailableError(absl::StrCat(
-            "this coordinator is a standby",
-            leader.empty() ? std::string(" (no leader yet)")
-                           : absl::StrCat("; the leader's control address is ", leader),
-            ": send requests to the leader"));
-      }
-      case Role::kDeposed:
-        return absl::UnavailableError(absl::StrCat(
-            "this coordinator lost the leadership (", lost_reason_,
-            "); resume the request on the new leader"));
-    }
-    return absl::InternalError("unknown role");
-  }
-
-  // Beside the leader's key: its public addresses, for operators and clients.
-  void OfferAddresses() {
-    std::string value = absl::StrCat("grpc=", address_);
-    if (http_) absl::StrAppend(&value, " http=", AdvertisedHostPort(config_.server.http.listen, http_->port()));
-    election_->Offer("leader-api", value).IgnoreError();  // lost the leadership already
+    if (leadership_) leadership_->Fill(out->mutable_leadership());
   }
 
   // What a successor needs of the plan: its workers in stage order (replica by replica).
@@ -269,20 +229,7 @@ class CoordinatorServer::Impl {
         }
       }
     }
-    if (!ids.empty()) election_->Offer(kPlanKey, absl::StrJoin(ids, ",")).IgnoreError();
-  }
-
-  void LostLeadership(const std::string& why) {
-    {
-      absl::MutexLock lock(&mu_);
-      role_ = Role::kDeposed;
-      lost_reason_ = why;
-    }
-    SetHealth(false);
-    // At once: a successor may already drive the workers. Their stages stay loaded for it.
-    replicas_->Abandon(absl::UnavailableError(absl::StrCat(
-        "this coordinator lost the leadership (", why, "); resume on the new leader")));
-    if (on_lost_) std::thread([fn = on_lost_, why] { fn(why); }).detach();
+    leadership_->OfferPlan(ids);
   }
 
   std::string Addresses() const {
@@ -316,7 +263,7 @@ class CoordinatorServer::Impl {
   void Shutdown() {
     if (shut_down_.exchange(true)) return;
     if (replicas_) replicas_->Shutdown();
-    if (election_) election_->Resign();  // a standby need not wait for the lease
+    if (leadership_) leadership_->Resign();  // a standby need not wait for the lease
     if (http_) http_->Stop();
     if (server_) {
       SetHealth(false);
@@ -355,11 +302,7 @@ class CoordinatorServer::Impl {
   std::string join_token_;  // "" when any worker may register
   std::atomic<bool> shut_down_{false};
   const std::function<void(const std::string&)> on_lost_;
-  std::unique_ptr<LeaderElection> election_;  // with --etcd
-  enum class Role { kLeader, kStandby, kDeposed };
-  mutable absl::Mutex mu_;
-  Role role_ ABSL_GUARDED_BY(mu_) = Role::kLeader;  // kStandby from Campaign() on
-  std::string lost_reason_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Leadership> leadership_;  // with --etcd
 };
 
 CoordinatorServer::CoordinatorServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
