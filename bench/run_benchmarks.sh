@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs Cascade's benchmarks and prints each result as a ratio against its baseline.
 #
-#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|prefix|replicas|spec|dataplane|moe|types|all]  (default: all)
+#   bench/run_benchmarks.sh [pipeline|mpi|kernels|serving|longctx|prefix|replicas|spec|dataplane|moe|types|soak|all]  (default: all)
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh prefix    # multi-turn chat, side by side
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh moe       # (f): Qwen3-30B-A3B layers, side by side
 #   LLAMA_BENCH=/path/to/llama-bench bench/run_benchmarks.sh kernels     # side by side
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh serving   # side by side
 #   KV_TYPE=f32 bench/run_benchmarks.sh serving   # our KV cache in F32 (default f16, as the peer)
+#   SOAK_LOGS=/tmp/soak bench/run_benchmarks.sh soak   # (j): keep the processes' logs there
 #   LLAMA_SERVER=/path/to/llama-server bench/run_benchmarks.sh longctx   # decode at depth 1024
 #   CASCADE_CPU_ISA=avx2 LLAMA_BENCH=/path/to/avx2-only/llama-bench bench/run_benchmarks.sh kernels
 #       # an AVX2-only CPU (Zen 3) on an AVX-512 one: our AVX2 kernels against a llama.cpp
@@ -614,4 +615,26 @@ fi
 if [[ $WHAT == dataplane || $WHAT == all ]]; then
   echo "== data plane: bytes per decode token per hop"
   "$BIN/data_plane_bench"
+fi
+
+if [[ $WHAT == soak || $WHAT == all ]]; then
+  echo
+  echo "== (j) soak: 10 minutes of 16 resuming clients while workers, the leader and etcd are killed, stopped and cut off =="
+  # bench/soak.py: etcd, two coordinators (one leads, one stands by) and three workers (a
+  # two-stage plan and a spare), each on a network-namespace host of its own made there;
+  # 16 clients (client/python/cascade_client.py, which resumes broken streams) check every
+  # text against a reference taken before the first fault, while faults come one at a time
+  # (a worker and the leader SIGKILLed and started again, SIGSTOPped for 5 s, cut off with
+  # nft for 5 s; etcd killed for 5 s). Target: 0 requests failed, hung or mismatched; no
+  # process grows its memory or descriptors by more than 10% after the first minute (a
+  # restarted one from its restart). Debian's python3 (python3-grpcio, python3-grpc-tools).
+  if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null || ! command -v etcd >/dev/null; then
+    echo "(needs root, ip(8), nft(8) and etcd for network-namespace hosts: skipped)"
+  else
+    logs=${SOAK_LOGS:-$(mktemp -d /tmp/cascade-soak.XXXXXX)}
+    status=0
+    /usr/bin/python3 bench/soak.py --bin "$BIN" --duration-s 600 --clients 16 \
+      --keep-logs "$logs" --json "$logs/soak.json" | grep -v '^\[' || status=$?
+    [[ $status == 0 ]] || echo "(soak: exit status $status; the logs are in $logs)"
+  fi
 fi

@@ -2,8 +2,8 @@
 """A soak and fault campaign (issue 46): streaming clients against a cluster of standby
 coordinators on network-namespace hosts while faults are injected one at a time.
 
-    sudo bench/soak.py                       # 10 minutes, 16 clients (bench/run_benchmarks.sh soak)
-    sudo bench/soak.py --duration-s 75 --clients 8 --warmup-s 20   # the ctest soak_short
+    sudo bench/soak.py --keep-logs /tmp/soak   # 10 minutes, 16 clients (run_benchmarks.sh soak)
+    ctest -R soak_short                        # 90 s, 8 clients (tests/CMakeLists.txt)
 
 The cluster: etcd, coordinators A and B (--etcd: one leads, the other stands by) and
 workers w0..w2 (a two-stage plan and one spare), each process in a network-namespace host
@@ -19,22 +19,29 @@ any fault. A request is completed (the reference's text), mismatched (another te
 failed (the client gave up: GenerateError or any other exception) or hung (no end within
 --hang-s; a watchdog counts it when that time passes). A resume is a stream the client
 sent again after it broke (cascade_client's on_resume); its time is from the last message
-before the break to the first after it.
+before the break to the first after it. At the first hung request, every thread's Python
+stack and this namespace's TCP sockets go to hung-client-stacks.txt in the logs folder
+(kill -USR1 prints the stacks at any time).
 
 The faults, in this order, one at a time, again and again until the duration ends:
-  worker-kill   SIGKILL a worker that holds a stage; start it again (same --id) 1 s later
-  leader-kill   SIGKILL the leading coordinator; start it again 1 s later (a standby now)
+  worker-kill   SIGKILL a worker that holds a stage; start it again (same --id)
+                --restart-after-s (1 s) later
+  leader-kill   SIGKILL the leading coordinator; start it again --restart-after-s later
+                (a standby now)
   worker-stop   SIGSTOP a worker that holds a stage for --stop-s, then SIGCONT
   leader-stop   SIGSTOP the leader for --stop-s, then SIGCONT (it stands by once awake)
   leader-cut    drop everything on the leader host's link (nft) for --cut-s, then heal
   etcd-kill     SIGKILL etcd for --etcd-down-s, then start it again (same data, ports)
   worker-cut    drop everything on the link of a worker that holds a stage for --cut-s
-The leader is the coordinator whose grpc.health.v1 says SERVING. After each fault, probes
-(Complete, 2 tokens, to both coordinators, a new one every 0.25 s) measure the recovery:
-the time from the fault's start until a new request is served. The next fault waits
-until the cluster has settled (one coordinator serves, the other stands by, the three
-workers are alive, the plan's stages are loaded and the spare is idle) and then
---pause-s more.
+Workers take turns among those that hold a stage (the leader's ClusterStatus); --faults
+picks and orders the kinds. The leader is the coordinator whose grpc.health.v1 says
+SERVING. After each fault, probes (Complete, 2 tokens, to both coordinators, a new one
+every 0.25 s) measure the recovery: the time from the fault's start until a new request
+is served. The next fault waits until the cluster has settled (one coordinator serves,
+the other stands by, the three workers are alive, the plan's stages are served by
+workers that say SERVING and the spare is idle) and then --pause-s more; a fault not
+recovered from within --recover-timeout-s ends the campaign (the clients run on to the
+end of the duration).
 
 Resources: VmRSS and the open descriptors (/proc/PID/status, /proc/PID/fd) of every
 process are sampled every 5 s with the role it has then (etcd; leader or standby, from
@@ -54,18 +61,19 @@ shown, not checked. With --keep-logs, every process's descriptors and each host'
 sockets at the end are in descriptors-at-the-end.txt, and every sample in the JSON.
 
 Exit status 0 when no request failed, hung or mismatched, every fault recovered and no
-checked process grew beyond the limit; 1 otherwise; 2 when the cluster could not be set up.
+checked process grew beyond the limit; 1 otherwise; 2 when the cluster could not be set
+up; 77 when something it needs is missing (root, ip, nft, etcd, setpriv, grpc_tools).
 Namespaces, the bridge and every process started here are removed on exit, on Ctrl-C and
 on SIGTERM.
 """
 import argparse
 import atexit
+import faulthandler
 import json
 import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,7 +112,7 @@ _event_log = None
 
 
 def event(text):
-    line = f"[{now():7.1f}s] {text}"
+    line = f"[{now():7.1f}s {time.strftime('%H:%M:%S', time.gmtime())}.{int(time.time() * 1000) % 1000:03d}] {text}"
     with _events_lock:
         _events.append(line)
         if _event_log:
@@ -214,7 +222,16 @@ class Proc:
     def pid(self):
         return self.popen.pid if self.popen else None
 
+    def count_marks(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read().count(self.reexec_marker)
+        except OSError:
+            return 0
+
     def start(self, why="start"):
+        if self.reexec_marker:  # those of the incarnations before are theirs
+            self._marks_seen = self.count_marks()
         with open(self.log_path, "a") as log:
             log.write(f"\n===== soak.py: {why} at t={now():.1f}s =====\n")
             log.flush()
@@ -268,11 +285,7 @@ class Proc:
         new incarnation from the time its log says so."""
         if not self.reexec_marker or not self.alive():
             return
-        try:
-            with open(self.log_path, errors="replace") as f:
-                marks = f.read().count(self.reexec_marker)
-        except OSError:
-            return
+        marks = self.count_marks()
         while self._marks_seen < marks:
             self._marks_seen += 1
             self.incarnations[-1]["end_t"] = now()
@@ -453,6 +466,11 @@ class Cluster:
         staged = {s.worker_id for s in st.stages if s.alive}
         if len(staged) < 2:
             return f"stages alive on {sorted(staged)}"
+        state = {w.worker_id: w.state for w in st.workers if w.alive}
+        for sid in sorted(staged):
+            if state.get(sid) != ctl_pb2.WORKER_STATE_SERVING:
+                return (f"the plan's stage on {sid} is on a worker that is "
+                        f"{ctl_pb2.WorkerState.Name(state.get(sid, 0))}")
         for w in st.workers:
             if w.alive and w.worker_id not in staged and w.state != ctl_pb2.WORKER_STATE_IDLE:
                 return f"the spare {w.worker_id} is {ctl_pb2.WorkerState.Name(w.state)}"
@@ -522,8 +540,10 @@ class Cluster:
 # ---------------------------------------------------------------------------------------
 # Clients.
 class Clients:
-    def __init__(self, servers, count, max_tokens, hang_s):
+    def __init__(self, servers, count, max_tokens, hang_s, stacks_path):
         self.servers, self.count, self.max_tokens, self.hang_s = servers, count, max_tokens, hang_s
+        self.stacks_path = stacks_path  # every thread's Python stack, written at the first hang
+        self.stacks_written = False
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.reference = {}
@@ -535,7 +555,6 @@ class Clients:
         self.failures = []      # (t, client, text)
         self.in_flight = {}     # client -> [start monotonic, counted hung]
         self.threads = []
-        self.first_errors = 0
 
     def request(self, client, k):
         prompt = PROMPTS[(client + k) % len(PROMPTS)]
@@ -642,6 +661,13 @@ class Clients:
                         self.hung += 1
                         self.failures.append((now(), client, f"hung: no end within {self.hang_s:g} s"))
                         event(f"client {client}: a request hung (no end within {self.hang_s:g} s)")
+                if self.hung and not self.stacks_written:
+                    self.stacks_written = True
+                    with open(self.stacks_path, "w") as f:
+                        faulthandler.dump_traceback(f, all_threads=True)
+                        f.write("\n---- ss -tanpie (this namespace: the clients' connections)\n")
+                        f.write(run(["ss", "-tanpie"], check=False).stdout)
+                    event(f"every thread's stack: {self.stacks_path}")
 
     def finish(self):
         """Stops starting requests and waits for those in flight (the watchdog counts the
@@ -745,14 +771,15 @@ class Campaign:
         prober.join()
         served = result.get("served")
         # Settled: the whole cluster back as it was (a spare again), checked every 0.25 s.
-        why = "?"
         settled = None
-        while time.monotonic() - t_fault < self.a.recover_timeout_s:
+        while True:
             why = self.c.settled()
             if why == "both coordinators say SERVING":
                 self.split_brain.append(now())
             if not why:
                 settled = time.monotonic() - t_fault
+                break
+            if time.monotonic() - t_fault >= self.a.recover_timeout_s:
                 break
             time.sleep(0.25)
         f = {"kind": kind, "target": target, "t": round(t_rel, 1),
@@ -815,6 +842,16 @@ class Sampler:
         threading.Thread(target=self.run, daemon=True, name="sampler").start()
 
 
+def log_tail(path, lines=25):
+    """The last lines of a process's log, without the per-request lines."""
+    try:
+        with open(path, errors="replace") as f:
+            kept = [l.rstrip("\n") for l in f if " request " not in l or " W " in l or " E " in l]
+    except OSError:
+        return []
+    return kept[-lines:]
+
+
 def dump_descriptors(cluster, hosts, path):
     """What every process holds open at the end, and each host's TCP sockets (for a report
     of descriptors that grew)."""
@@ -856,14 +893,15 @@ def resource_rows(procs, me, a, end_t):
     --window-s in that role (descriptors of connections that come and go, a request's
     channel, do not count; what stays does). Checked when the two windows' starts are
     at least --min-window-s apart."""
-    warmup_s, window_s = a.warmup_s, a.window_s
+    window_s = a.window_s
     rows = []
     for name, incs in [(p.name, p.incarnations) for p in procs] + [("clients (this script)", [me])]:
         checked = name != "clients (this script)"
         all_samples = [s for inc in incs for s in inc["samples"] if s[0] <= end_t + 0.01]
         point = lambda s: s and {"t": round(s[0], 1), "rss_kib": s[1], "fds": s[2], "role": s[3]}
         per_inc = []
-        for inc in incs:
+        for n, inc in enumerate(incs):
+            warmup_s = a.warmup_s if n == 0 else a.restart_warmup_s
             known = [s for s in inc["samples"] if s[0] <= end_t + 0.01 and s[3] != "?"]
             if not known:
                 continue
@@ -893,7 +931,7 @@ def resource_rows(procs, me, a, end_t):
             per_inc.append(entry)
         rows.append({"process": name, "checked": checked,
                      "start": point(all_samples[0] if all_samples else None),
-                     "after_warmup": point(nearest(all_samples, warmup_s) if all_samples else None),
+                     "after_warmup": point(nearest(all_samples, a.warmup_s) if all_samples else None),
                      "end": point(all_samples[-1] if all_samples else None),
                      "incarnations": per_inc})
     return rows
@@ -922,9 +960,11 @@ def report(a, clients, campaign, rows, duration, recovered, stuck, setup):
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "cpu": setup["cpu"], "cores": os.cpu_count(),
         "duration_s": round(duration, 1), "clients": a.clients, "max_tokens": a.max_tokens,
-        "warmup_s": a.warmup_s, "min_window_s": a.min_window_s, "window_s": a.window_s,
+        "warmup_s": a.warmup_s, "restart_warmup_s": a.restart_warmup_s,
+        "min_window_s": a.min_window_s, "window_s": a.window_s,
         "growth_limit_pct": a.growth_limit_pct,
-        "references": setup["references"],
+        "references": setup["references"], "commit": setup["commit"],
+        "settings": {k: v for k, v in vars(a).items()},
         "requests": {"completed": clients.completed, "failed": clients.failed,
                      "hung": clients.hung, "mismatched": clients.mismatched,
                      "completed_after_a_resume": clients.completed_with_resume,
@@ -946,8 +986,12 @@ def report(a, clients, campaign, rows, duration, recovered, stuck, setup):
     L.append(f"Cascade soak: {duration:.0f} s, {a.clients} streaming clients "
              f"({a.max_tokens} tokens a request, half greedy, half temperature 0.8 seeded), "
              f"etcd + 2 coordinators + 3 workers on network-namespace hosts")
-    L.append(f"date {out['date_utc']} UTC; {setup['cpu']}, {os.cpu_count()} cores; model "
-             f"{os.path.basename(a.model)}; {setup['references']} reference texts taken before any fault")
+    L.append(f"date {out['date_utc']} UTC; {setup['cpu']}, {os.cpu_count()} cores; commit "
+             f"{setup['commit']}; model {os.path.basename(a.model)}; {setup['references']} "
+             f"reference texts taken before any fault")
+    L.append(f"faults: SIGKILLed processes started again after {a.restart_after_s:g} s, SIGSTOP "
+             f"{a.stop_s:g} s, nft cut {a.cut_s:g} s, etcd down {a.etcd_down_s:g} s; "
+             f"{a.pause_s:g} s between a fault's recovery and the next")
     L.append("")
     L.append(f"requests: {clients.completed} completed ({clients.completed_with_resume} of them "
              f"after a resume), {clients.failed} failed, {clients.hung} hung, "
@@ -984,10 +1028,11 @@ def report(a, clients, campaign, rows, duration, recovered, stuck, setup):
     L.append("")
     L.append(f"memory (VmRSS MiB) and descriptors at the start, after the warm-up "
              f"({a.warmup_s:g} s) and at the end, with the role then")
-    L.append(f"growth, each incarnation in its final role: the lowest sample of the "
-             f"{a.window_s:g} s after its warm-up ({a.warmup_s:g} s from its (re)start) against "
-             f"the lowest of its last {a.window_s:g} s; limit {a.growth_limit_pct:g}%, checked "
-             f"over {a.min_window_s:g} s or more")
+    L.append(f"growth, each incarnation in its final role: the lowest sample of its first "
+             f"{a.window_s:g} s in that role after its warm-up ({a.warmup_s:g} s from the start, "
+             f"{a.restart_warmup_s:g} s from a restart) against the lowest of its last "
+             f"{a.window_s:g} s; limit {a.growth_limit_pct:g}%, checked over {a.min_window_s:g} s "
+             f"or more")
     L.append(f"  {'process':21} {'roles start/warm/end':>26} {'RSS start/warm/end':>19} "
              f"{'fds start/warm/end':>18}")
     for r in rows:
@@ -1002,7 +1047,7 @@ def report(a, clients, campaign, rows, duration, recovered, stuck, setup):
             head = (f"      pid {i['pid']} t={i['from_t']:.0f}-{i['to_t']:.0f} s ({i['why']}), "
                     f"as {i['role']}")
             if "base_window_t" not in i:
-                L.append(head + f": no sample in that role after its warm-up")
+                L.append(head + ": no sample in that role after its warm-up")
                 continue
             verdict = ("OVER THE LIMIT" if i["over_limit"] else "ok" if i["checked"]
                        else "not checked" if not r["checked"] else "too short to check")
@@ -1046,7 +1091,9 @@ def parse_args(argv):
     p.add_argument("--hang-s", type=float, default=120, help="a request not ended this long is hung")
     p.add_argument("--warmup-s", type=float, default=60,
                    help="resources are checked from this long after each (re)start")
-    p.add_argument("--min-window-s", type=float, default=60,
+    p.add_argument("--restart-warmup-s", type=float, default=20,
+                   help="the warm-up of a process the campaign restarted, from its restart")
+    p.add_argument("--min-window-s", type=float, default=30,
                    help="check an incarnation only when its samples span this long after its warm-up")
     p.add_argument("--window-s", type=float, default=30,
                    help="the growth compares the lowest sample of two windows this long")
@@ -1073,6 +1120,9 @@ def parse_args(argv):
     return a
 
 
+SKIPPED = 77  # what is needed is missing (ctest's SKIP_RETURN_CODE)
+
+
 class Interrupted(BaseException):
     pass
 
@@ -1086,15 +1136,24 @@ def main(argv=None):
     for need, why in (("ip", "iproute2"), ("nft", "nftables"), ("etcd", "etcd-server"),
                       ("setpriv", "util-linux")):
         if not shutil.which(need):
-            print(f"soak: {need} not found (Debian: {why})", file=sys.stderr)
-            return 2
+            print(f"soak: skipped: {need} not found (Debian: {why})", file=sys.stderr)
+            return SKIPPED
     if os.geteuid() != 0:
-        print("soak: network namespaces need root", file=sys.stderr)
-        return 2
+        print("soak: skipped: network namespaces need root", file=sys.stderr)
+        return SKIPPED
+    try:
+        import grpc_tools  # noqa: F401
+        import grpc  # noqa: F401
+    except ImportError as e:
+        print(f"soak: skipped: {e} (Debian: python3-grpcio, python3-grpc-tools)", file=sys.stderr)
+        return SKIPPED
     for b in ("cascade-coordinator", "cascade-worker"):
         if not os.access(os.path.join(a.bin, b), os.X_OK):
             print(f"soak: no {b} in {a.bin}", file=sys.stderr)
             return 2
+    if not os.path.isfile(a.model):
+        print(f"soak: no model at {a.model}", file=sys.stderr)
+        return 2
 
     work = tempfile.mkdtemp(prefix="cascade_soak_")
     logdir = os.path.abspath(a.keep_logs) if a.keep_logs else os.path.join(work, "logs")
@@ -1149,6 +1208,7 @@ def main(argv=None):
 
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: every thread's stack
 
     try:
         cpu = "?"
@@ -1156,6 +1216,11 @@ def main(argv=None):
         for line in lscpu.splitlines():
             if line.startswith("Model name"):
                 cpu = line.split(":", 1)[1].strip()
+        commit = run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                     check=False).stdout.strip() or "?"
+        built = max(os.path.getmtime(os.path.join(a.bin, b))
+                    for b in ("cascade-coordinator", "cascade-worker"))
+        commit += time.strftime(", binaries built %Y-%m-%d %H:%M UTC", time.gmtime(built))
         hosts.make()
         cluster = Cluster(a, hosts, logdir, work)
         T0 = time.monotonic()
@@ -1178,7 +1243,8 @@ def main(argv=None):
         event(f"cluster up: etcd {hosts.ip(1)}, coordinators {cluster.publics}, "
               f"workers on {[hosts.ip(h) for h in (4, 5, 6)]}")
 
-        clients = Clients(cluster.publics, a.clients, a.max_tokens, a.hang_s)
+        clients = Clients(cluster.publics, a.clients, a.max_tokens, a.hang_s,
+                          os.path.join(logdir, "hung-client-stacks.txt"))
         t = time.monotonic()
         refs = clients.compute_references()
         event(f"{refs} reference texts in {time.monotonic() - t:.1f} s")
@@ -1206,7 +1272,7 @@ def main(argv=None):
         duration = end_t
         rows = resource_rows(cluster.procs, sampler.me, a, end_t)
         text, out, ok = report(a, clients, campaign, rows, duration, recovered, stuck,
-                               {"cpu": cpu, "references": refs})
+                               {"cpu": cpu, "references": refs, "commit": commit})
         out["events"] = list(_events)
         print()
         print(text, flush=True)
@@ -1217,6 +1283,10 @@ def main(argv=None):
             with open(os.path.join(logdir, "soak-report.txt"), "w") as f:
                 f.write(text + "\n")
             print(f"(logs kept in {logdir})")
+        elif not ok:  # the logs go with this run: their ends, for the failure's story
+            for p in cluster.procs:
+                print(f"\n---- the end of {p.name}'s log (without its request lines)")
+                print("\n".join(log_tail(p.log_path)))
         return 0 if ok else 1
     except Interrupted as e:
         print(f"\nsoak: interrupted ({e}); cleaning up", file=sys.stderr)

@@ -24,6 +24,7 @@ WorkerSpec PlannerSpec(const WorkerRecord& w) {
   s.memory_bytes = w.resources.memory_bytes();
   s.gflops = w.resources.gflops() > 0 ? w.resources.gflops() : 1.0;
   s.tp = std::max(1, w.resources.tensor_parallel());
+  s.generation = w.generation;
   return s;
 }
 
@@ -500,6 +501,10 @@ std::vector<std::string> ClusterController::FindLostWorkers(std::string* problem
     std::string why;
     if (!w) {
       why = absl::StrCat("stage ", i, " (worker ", spec.id, ") is no longer registered");
+    } else if (spec.generation != 0 && w->generation != spec.generation) {
+      // Restarted within the liveness timeout: alive, but its stage is gone.
+      why = absl::StrCat("stage ", i, " (worker ", w->id, " at ", w->address,
+                         ") restarted and lost its stage");
     } else if (!registry_.IsAlive(*w, now)) {
       why = absl::StrCat("stage ", i, " (worker ", w->id, " at ", w->address,
                          ") stopped responding");
@@ -617,8 +622,18 @@ ClusterState ClusterController::Serve() {
       absl::MutexLock lock(&mu_);
       lost_ = lost;
       recovering_ = true;
+      // Excluded in the registration it was lost in: the plan's, so that one that
+      // restarted meanwhile (a new registration) may serve again at once as a spare.
+      const PipelineTarget& target = plan_;
       for (const std::string& id : lost) {
-        if (auto w = FindWorker(id)) excluded_[id] = w->generation;
+        uint64_t generation = 0;
+        for (const WorkerSpec& spec : target.workers) {
+          if (spec.id == id) generation = spec.generation;
+        }
+        if (generation == 0) {
+          if (auto w = FindWorker(id)) generation = w->generation;
+        }
+        excluded_[id] = generation;
       }
     }
     SetState(ClusterState::kDegraded, problem);

@@ -510,6 +510,31 @@ TEST_F(ControllerTest, AWorkerReportingFailureIsReplaced) {
   }
 }
 
+TEST_F(ControllerTest, AWorkerRestartedWithinTheLivenessTimeoutIsReplannedAndMayServeAgain) {
+  Start();
+  AddWorker("w0");
+  AddWorker("w1");
+  ASSERT_TRUE(controller_->WaitForState({ClusterState::kServing}, milliseconds(10000)));
+  const uint64_t first_plan = controller_->Snapshot().plan_id;
+  // w1 dies and is started again at once under its id: it registers anew, alive, but
+  // its stage is gone. The plan must not wait for heartbeats that never stop.
+  StopHeartbeats("w1");
+  std::this_thread::sleep_for(milliseconds(100));
+  const auto restarted = std::chrono::steady_clock::now();
+  AddWorker("w1");
+  ASSERT_TRUE(ServingANewPlan(first_plan));
+  EXPECT_LT(std::chrono::steady_clock::now() - restarted, milliseconds(3000))
+      << "noticed only by the liveness timeout";
+  // The new registration is not excluded: when w0 goes, w1 serves.
+  const uint64_t second_plan = controller_->Snapshot().plan_id;
+  StopHeartbeats("w0");
+  ASSERT_TRUE(ServingANewPlan(second_plan));
+  const ClusterSnapshot snap = controller_->Snapshot();
+  std::set<std::string> used;
+  for (const StagePlan& st : snap.plan.stages) used.insert(snap.plan_workers[st.worker].id);
+  EXPECT_EQ(used, std::set<std::string>{"w1"}) << "the restarted worker should serve again";
+}
+
 TEST_F(ControllerTest, ALostWorkerThatComesBackIsUnloadedAndBecomesASpare) {
   config_.bring_up.workers = 3;
   config_.plan.min_stages = 3;

@@ -95,6 +95,9 @@ struct WorkerSpec {
   bool node_memory = false;
   double gflops = 1.0;
   int tp = 1;  // ranks of its tensor-parallel group (one node): its stage is split over them
+  // Its registration when planned (WorkerRecord::generation; 0: unknown): a worker that
+  // registers anew under the same id (a restart) no longer holds what the plan loaded.
+  uint64_t generation = 0;
 };
 
 // The automatic KV cache (no kv_sequences or kv_tokens) prefers the fewest stages that hold

@@ -1,5 +1,7 @@
 #include "worker/stage_host.h"
 
+#include <malloc.h>
+
 #include <limits.h>
 #include <stdlib.h>
 
@@ -223,6 +225,9 @@ std::unique_ptr<Stage> StageHost::StopStage(bool graceful, bool keep) {
   }
   inbox_.reset();
   loaded_.reset();
+  // What the stage and its buffers freed goes back to the system (glibc keeps freed heap
+  // memory otherwise): a worker that loads and unloads stages for days must not grow.
+  if (!keep) malloc_trim(0);
   absl::MutexLock lock(&mu_);
   plan_id_ = 0;
   stage_index_ = -1;

@@ -21,8 +21,11 @@ How it resumes (cascade.v1.GenerateRequest.resume_after_tokens, inference.proto)
   backoff, with that seed and resume_after_tokens = the token ids received so far. The
   server generates the same tokens again and streams only the rest, so the pieces
   yielded are byte for byte those of an unbroken stream.
-- A call that receives nothing for 10 s (a coordinator stopped or cut off keeps its
-  connection open but sends nothing) is cancelled and resumed the same way.
+- Each call's responses are read on a daemon thread of its own, which hands them over
+  on a queue. A call that receives nothing for 10 s (a coordinator stopped or cut off
+  keeps its connection open but sends nothing) is cancelled, left to that thread and
+  resumed the same way: a call cut off so may never complete its receive, cancel() or
+  not (grpcio 1.51), and would otherwise hold the caller for good.
 - It gives up (GenerateError) after 60 s without a message, and at once on any other
   status (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAUTHENTICATED, ...).
 
@@ -38,6 +41,7 @@ import argparse
 import hashlib
 import importlib
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -160,41 +164,41 @@ def load_stubs():
 
 # ---------------------------------------------------------------------------------------
 # Resuming streams.
-class _StallWatch:
-    """Cancels `call` once it has received nothing for `limit` seconds. The time the caller
-    spends with a message (the generator suspended at its yield) does not count."""
+class _Stalled(grpc.RpcError):
+    """A call that received nothing for the stall timeout: resumed like a broken one."""
 
-    def __init__(self, call, limit, clock):
-        self.fired = False
-        self._clock = clock
-        self._last = clock()
-        self._held = False
-        self._stop = threading.Event()
-        cancel = getattr(call, "cancel", None)
-        if cancel is None:
-            return
+    def code(self):
+        return grpc.StatusCode.CANCELLED
 
-        def run():
-            while True:
-                left = 0.5 if self._held else self._last + limit - clock()
-                if left <= 0:
-                    self.fired = True
-                    cancel()
-                    return
-                if self._stop.wait(min(left, 0.5)):
-                    return
+    def details(self):
+        return "the stream stalled (nothing received)"
 
-        threading.Thread(target=run, daemon=True, name="cascade-stall-watch").start()
 
-    def hold(self):
-        self._held = True
+class _Ended:
+    """What follows a call's last response on its queue: `error`, the exception that ended
+    it (None: it ended OK)."""
 
-    def release(self):
-        self._last = self._clock()
-        self._held = False
+    def __init__(self, error=None):
+        self.error = error
 
-    def stop(self):
-        self._stop.set()
+
+def _read(call, responses):
+    """Puts every response of `call` on `responses`, then an _Ended. Runs on a daemon thread
+    of its own, so that a call whose receive never completes holds only that thread."""
+    try:
+        for r in call:
+            responses.put(r)
+        responses.put(_Ended())
+    except BaseException as e:  # noqa: B036 - the end must always be handed over
+        responses.put(_Ended(e))
+
+
+def _cancel(call):
+    """Cancels `call`, best effort: one cut off may ignore it."""
+    try:
+        call.cancel()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def generate_responses(servers, request, *, api_key=None, credentials=None,
@@ -260,11 +264,25 @@ def _resume_loop(servers, request, stub_factory, api_key, give_up_after_s, stall
             stubs[server] = stub_factory(server)
         got = 0
         call = None
-        watch = None
         try:
             call = stubs[server].Generate(req, metadata=metadata)
-            watch = _StallWatch(call, stall_timeout_s or give_up_after_s, clock)
-            for r in call:
+            # A queue of this call's own: what an abandoned reader puts later reaches no
+            # other call.
+            responses = queue.Queue()
+            threading.Thread(target=_read, args=(call, responses), daemon=True,
+                             name="cascade-read").start()
+            while True:
+                # The wait starts afresh at each get: the caller's time with a piece (the
+                # generator suspended at its yield) does not count.
+                try:
+                    r = responses.get(timeout=stall_timeout_s or give_up_after_s)
+                except queue.Empty:
+                    _cancel(call)
+                    raise _Stalled() from None
+                if isinstance(r, _Ended):
+                    if r.error is not None:
+                        raise r.error
+                    return
                 last_message = clock()
                 backoff = FIRST_BACKOFF_S
                 got += 1
@@ -273,16 +291,11 @@ def _resume_loop(servers, request, stub_factory, api_key, give_up_after_s, stall
                     req.sampling.seed = r.seed
                     req.sampling.has_seed = True
                 received += len(r.token_ids)
-                watch.hold()
                 yield r
                 last_message = clock()
-                watch.release()
-            return
         except grpc.RpcError as e:
             code = e.code() if callable(getattr(e, "code", None)) else None
             details = e.details() if callable(getattr(e, "details", None)) else str(e)
-            if code == grpc.StatusCode.CANCELLED and watch is not None and watch.fired:
-                details = "the stream stalled (nothing received)"
             error = f"{server}: {details}"
             if code not in RETRYABLE:
                 raise GenerateError(code, error, resumes) from None
@@ -290,12 +303,9 @@ def _resume_loop(servers, request, stub_factory, api_key, give_up_after_s, stall
                 raise GenerateError(code, f"{error} (no message for {give_up_after_s:g} s: "
                                     "giving up)", resumes) from None
         except GeneratorExit:
-            if call is not None and hasattr(call, "cancel"):
-                call.cancel()
+            if call is not None:
+                _cancel(call)
             raise
-        finally:
-            if watch is not None:
-                watch.stop()
         # A server that refused before streaming anything (a standby) is passed by at
         # once, until a whole round has refused; a stream that broke is resumed on the
         # next server after a pause (the cluster may be electing a new leader).

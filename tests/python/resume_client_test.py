@@ -10,7 +10,9 @@ resume_after_tokens as Cascade's coordinators do, and can break its stream after
 messages or refuse as a standby does. Checks that a broken stream is sent again with
 resume_after_tokens = the token ids received and the seed the first response reported,
 that the text yielded is the unbroken stream's, that a standby is passed by at once, the
-backoff, giving up, final errors, and that closing the generator cancels the call; then
+backoff, giving up, final errors, that closing the generator cancels the call, and that
+a call whose receive never completes and whose cancel() does nothing is left after the
+stall timeout and resumed; then
 the same through real gRPC channels, to in-process Python servers on loopback (one breaks
 its stream, one hangs) and to an address where nothing listens.
 """
@@ -105,10 +107,32 @@ class FakeCall:
         self.cancelled = True
 
 
+wedge_release = threading.Event()  # set only at the end, to let the wedged readers go
+
+
+class WedgedCall(FakeCall):
+    """A call cut off as nft cuts a coordinator's host off (grpcio 1.51): `messages`, then
+    its receive never completes, and cancel() returns False and does nothing."""
+
+    def __next__(self):
+        if self._it is None:
+            raise StopIteration
+        try:
+            return next(self._it)
+        except StopIteration:
+            self._it = None
+            wedge_release.wait()
+            raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "released late") from None
+
+    def cancel(self):
+        self.cancel_tries = getattr(self, "cancel_tries", 0) + 1
+        return False
+
+
 class Cluster:
     """Fake coordinators by address. behaviour[address] is a list consumed one call at a
-    time: ("serve",), ("break", N) (N messages, then UNAVAILABLE), ("refuse", code,
-    details) (at once, before any message)."""
+    time: ("serve",), ("break", N) (N messages, then UNAVAILABLE), ("wedge", N) (N
+    messages, then a WedgedCall), ("refuse", code, details) (at once, before any message)."""
 
     def __init__(self, behaviour):
         self.behaviour = {a: list(b) for a, b in behaviour.items()}
@@ -140,7 +164,9 @@ class Cluster:
                     if kept:
                         kept[0].request_id = f"req-{len(cluster.calls)}"
                         kept[0].seed = seed
-                    if plan[0] == "break":
+                    if plan[0] == "wedge":
+                        call = WedgedCall(kept[:plan[1]], None)
+                    elif plan[0] == "break":
                         call = FakeCall(kept[:plan[1]], FakeRpcError(
                             grpc.StatusCode.UNAVAILABLE, "Socket closed"))
                     else:
@@ -261,7 +287,47 @@ next(gen)
 gen.close()
 check(c.streams[0].cancelled, "closing the generator cancels the call")
 
-# 9. The CLI through real gRPC channels: nothing listens on port 1, so UNAVAILABLE until
+# 9. A call whose receive never completes and whose cancel() does nothing (a coordinator's
+#    host cut off with nft, grpcio 1.51): given up on after stall_timeout_s, resumed on the
+#    next server with resume_after_tokens = the token ids received. Twice, so the second
+#    wedged call follows an abandoned one.
+c = Cluster({"a": [("wedge", 3), ("serve",)], "b": [("wedge", 2)]})
+resumed = []
+t0 = time.monotonic()
+text = run(c, temperature=0.6, stall_timeout_s=0.3,
+           on_resume=lambda s, e: resumed.append((s, e)))
+took = time.monotonic() - t0
+check(text == expected_text(SERVER_SEED),
+      f"wedged calls: the text is the unbroken stream's ({text[:40]}...)")
+check([(a, r.resume_after_tokens) for a, r, _ in c.calls]
+      == [("a", 0), ("b", tokens_in(3)), ("a", tokens_in(5))]
+      and all(r.sampling.seed == SERVER_SEED for _, r, _ in c.calls[1:]),
+      f"wedged calls: resumed on b with resume_after_tokens 4, then on a with 7, the seed kept "
+      f"({[(a, r.resume_after_tokens) for a, r, _ in c.calls]})")
+check(resumed == [("b", "a: the stream stalled (nothing received)"),
+                  ("a", "b: the stream stalled (nothing received)")]
+      and c.sleeps == [0.05, 0.05],
+      f"wedged calls: on_resume says they stalled, the usual backoff ({resumed}, {c.sleeps})")
+check([getattr(s, "cancel_tries", 0) for s in c.streams[:2]] == [1, 1] and 0.5 < took < 5,
+      f"wedged calls: cancelled (in vain) once each, left after stall_timeout_s ({took:.1f} s)")
+wedge_release.set()  # their readers end now, on queues no call reads any more
+
+# 9b. Wedged from the start, everywhere: given up on after give_up_after_s.
+wedge_release.clear()
+c = Cluster({"a": [("wedge", 0)] * 100, "b": [("wedge", 0)] * 100})
+t0 = time.monotonic()
+try:
+    run(c, stall_timeout_s=0.2, give_up_after_s=0.7)
+    check(False, "wedged from the start: given up on")
+except cc.GenerateError as e:
+    took = time.monotonic() - t0
+    check(e.code == grpc.StatusCode.CANCELLED and "giving up" in e.details
+          and 0.6 < took < 5 and len(c.calls) >= 3,
+          f"wedged from the start: given up after give_up_after_s ({len(c.calls)} calls, "
+          f"{took:.1f} s: {e})")
+wedge_release.set()
+
+# 10. The CLI through real gRPC channels: nothing listens on port 1, so UNAVAILABLE until
 #    it gives up.
 err = io.StringIO()
 with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -270,7 +336,7 @@ with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
 check(rc == 1 and "UNAVAILABLE" in err.getvalue() and "giving up" in err.getvalue(),
       f"the CLI gives up on servers that do not answer (rc {rc}: {err.getvalue().strip()[:120]})")
 
-# 10. Real gRPC, in-process Python servers on loopback: one breaks its stream (aborts
+# 11. Real gRPC, in-process Python servers on loopback: one breaks its stream (aborts
 #     with UNAVAILABLE after two messages), the other takes the resumed request; one that
 #     stops sending after a message is left after stall_timeout_s and the stream resumed;
 #     one that never sends is given up on after give_up_after_s; a caller that takes its
