@@ -21,19 +21,6 @@ EtcdKeyValue FromProto(const etcdserverpb::KeyValue& kv) {
   return {kv.key(), kv.value(), kv.create_revision(), kv.mod_revision(), kv.lease()};
 }
 
-// The key after every key that starts with `prefix` (etcd's range end for a prefix).
-std::string PrefixEnd(std::string prefix) {
-  while (!prefix.empty()) {
-    unsigned char& last = reinterpret_cast<unsigned char&>(prefix.back());
-    if (last < 0xff) {
-      ++last;
-      return prefix;
-    }
-    prefix.pop_back();
-  }
-  return std::string(1, '\0');  // every key
-}
-
 // A transaction's guard: `key` was created at `revision` (0: it does not exist).
 void RequireCreatedAt(etcdserverpb::TxnRequest* req, const std::string& key, int64_t revision) {
   etcdserverpb::Compare* c = req->add_compare();
@@ -173,20 +160,6 @@ absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(const std::string& k
   if (!st.ok()) return st;
   if (resp.kvs_size() == 0) return std::optional<EtcdKeyValue>();
   return std::optional<EtcdKeyValue>(FromProto(resp.kvs(0)));
-}
-
-absl::StatusOr<std::vector<EtcdKeyValue>> EtcdClient::GetPrefix(const std::string& prefix) {
-  etcdserverpb::RangeRequest req;
-  req.set_key(prefix);
-  req.set_range_end(PrefixEnd(prefix));
-  etcdserverpb::RangeResponse resp;
-  absl::Status st = OnAnyMember("get", [&](Stubs& m, grpc::ClientContext& ctx) {
-    return m.kv->Range(&ctx, req, &resp);
-  });
-  if (!st.ok()) return st;
-  std::vector<EtcdKeyValue> out;
-  for (const auto& kv : resp.kvs()) out.push_back(FromProto(kv));
-  return out;
 }
 
 absl::StatusOr<int64_t> EtcdClient::Put(const std::string& key, const std::string& value,

@@ -53,8 +53,6 @@ class EtcdClient {
 
   // The key, or nullopt when it does not exist.
   absl::StatusOr<std::optional<EtcdKeyValue>> Get(const std::string& key);
-  // Every key under `prefix`.
-  absl::StatusOr<std::vector<EtcdKeyValue>> GetPrefix(const std::string& prefix);
   // The store's revision after the write. `lease` 0: the key outlives every lease.
   absl::StatusOr<int64_t> Put(const std::string& key, const std::string& value,
                               int64_t lease = 0);
