@@ -191,23 +191,23 @@ void AppendPlanningOptions(ClusterConfig* c, std::vector<ClusterOption>* out) {
                       "Reuse the KV blocks of prompts seen before", {"on", "off"}));
   t.push_back(Option(
       "speculative",
-      "Speculative decoding: off, or ngram (drafts from the text so far, verified by the "
-      "pipeline in one trip; the text is the same)",
+      "Speculative decoding: off, ngram (drafts from the text so far) or draft (drafts "
+      "from --draft-model); drafts are verified by the pipeline in one trip, and the text "
+      "is the same",
       [c](const std::string& s) -> absl::Status {
-        if (s == "off") {
-          c->scheduler.speculative = Speculative::kOff;
-        } else if (s == "ngram") {
-          c->scheduler.speculative = Speculative::kNgram;
-        } else {
-          return Bad("speculative", s, "off or ngram");
-        }
+        absl::StatusOr<Speculative> v = SpeculativeFromName(s);
+        if (!v.ok()) return Bad("speculative", s, "off, ngram or draft");
+        c->scheduler.speculative = *v;
         return absl::OkStatus();
       },
-      [c] {
-        return std::string(c->scheduler.speculative == Speculative::kOff ? "off" : "ngram");
-      }));
+      [c] { return std::string(SpeculativeName(c->scheduler.speculative)); }));
   t.push_back(Integer("spec-tokens", &c->scheduler.spec_tokens, 1, 64,
                       "Drafted tokens a sequence verifies per step, at most"));
+  t.push_back(Text("draft-model", &c->draft.model,
+                   "With --speculative draft: a small GGUF file or Hugging Face folder with "
+                   "the model's vocabulary, run by the coordinator to draft tokens"));
+  t.push_back(Integer("draft-threads", &c->draft.threads, 1, 256,
+                      "Compute threads of the draft model (per replica)"));
   // Stages.
   t.push_back(Integer("threads-per-stage", &c->stage.threads, 0, 4096,
                       "Compute threads per stage (0: each worker's own)"));

@@ -85,6 +85,12 @@ struct HaConfig {
   int lease_ttl_s = 2;              // the leader's lease: a standby takes over this long after
 };
 
+// The draft model of `--speculative draft` (engine/draft_model.h), run by the coordinator.
+struct DraftConfig {
+  std::string model;  // GGUF file or Hugging Face folder sharing the model's vocabulary
+  int threads = 1;    // its compute threads (per replica)
+};
+
 struct StageConfig {
   int threads = 0;                    // compute threads per stage (0: each worker's own)
   std::optional<DeviceSpec> device;   // none: each worker's own
@@ -105,6 +111,7 @@ struct ClusterConfig {
   ReplicaConfig replicas;
   HaConfig ha;
   SchedulerConfig scheduler;
+  DraftConfig draft;
   StageConfig stage;
 };
 

@@ -63,7 +63,17 @@ ClusterController::ClusterController(const ClusterConfig& config, const ServedMo
       log_prefix_(replica_.member ? absl::StrCat("replica ", replica_.index, ": ") : "cluster: "),
       scheduler_(std::make_shared<Scheduler>(config.scheduler, model.tokenizer(),
                                              model.config().context_length,
-                                             model.config().vocab_size)) {}
+                                             model.config().vocab_size)) {
+  if (config.scheduler.speculative == Speculative::kDraft && model.draft() != nullptr) {
+    // Each replica drafts with a cache of its own over the shared draft weights.
+    auto drafter = model.draft()->NewDrafter();
+    if (drafter.ok()) {
+      scheduler_->SetDrafter(std::move(*drafter));
+    } else {
+      spdlog::error("{}no draft model: {}", log_prefix_, drafter.status().message());
+    }
+  }
+}
 
 ClusterController::~ClusterController() { Shutdown(); }
 

@@ -88,6 +88,7 @@ class CoordinatorServer::Impl {
     auto model = ServedModel::Open(config_.model, config_.served_model_name, config_.chat_template);
     if (!model.ok()) return model.status();
     model_ = std::move(*model);
+    if (absl::Status st = OpenDraft(); !st.ok()) return st;
     replicas_ = std::make_unique<ReplicaSet>(
         config_, *model_, &worker_client_,
         [](const std::string& address, const SenderOptions& options) {
@@ -208,6 +209,25 @@ class CoordinatorServer::Impl {
     replicas_->registrar().StandBy([l = leadership_.get()] { return l->leader(); });
     leadership_->Start();
     return absl::OkStatus();
+  }
+
+  // `--speculative draft` and `--draft-model` go together; the draft model is opened (and
+  // its vocabulary checked against the model's) before anything listens.
+  absl::Status OpenDraft() {
+    const bool drafting = config_.scheduler.speculative == Speculative::kDraft;
+    if (drafting && config_.draft.model.empty()) {
+      return absl::InvalidArgumentError("--speculative draft needs --draft-model PATH");
+    }
+    if (!drafting && !config_.draft.model.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--draft-model is used only with --speculative draft (it is ",
+          SpeculativeName(config_.scheduler.speculative), ")"));
+    }
+    if (!drafting) return absl::OkStatus();
+    DraftModelOptions options;
+    options.threads = config_.draft.threads;
+    options.sequences = kSpecMaxRunning;
+    return model_->OpenDraft(config_.draft.model, options);
   }
 
   // OK while this coordinator may serve clients: it runs alone, or leads.

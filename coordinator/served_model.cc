@@ -75,6 +75,15 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Open(const std::string
   return m;
 }
 
+absl::Status ServedModel::OpenDraft(const std::string& path, const DraftModelOptions& options) {
+  auto draft = DraftModel::Open(path, *tokenizer_, options);
+  if (!draft.ok()) return draft.status();
+  draft_ = std::move(*draft);
+  spdlog::info("draft model {}: {} layers, dim {}", path, draft_->config().n_layers,
+               draft_->config().dim);
+  return absl::OkStatus();
+}
+
 v1::ModelInfo ServedModel::Info() const {
   v1::ModelInfo info;
   const ModelConfig& c = config();

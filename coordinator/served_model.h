@@ -1,9 +1,12 @@
 // ServedModel: the model a coordinator serves, opened once at start: its files (mapped,
 // validated), its tokenizer, its chat template, the id clients use for it, and the profile
-// the planner works from. The coordinator never computes with the weights; workers do.
+// the planner works from, and the draft model of `--speculative draft` when there is one.
+// The coordinator never computes with the model's weights (workers do); only with the
+// draft model's, to draft tokens.
 //
-// Contract: Open fails with the reason (missing file, corrupt header, no tokenizer) before
-// anything listens. Immutable after Open; thread-safe.
+// Contract: Open and OpenDraft fail with the reason (missing file, corrupt header, no
+// tokenizer, a draft model of another vocabulary) before anything listens. Immutable
+// after them; thread-safe.
 #ifndef CASCADE_COORDINATOR_SERVED_MODEL_H_
 #define CASCADE_COORDINATOR_SERVED_MODEL_H_
 
@@ -14,6 +17,7 @@
 #include "cascade/v1/inference.pb.h"
 #include "serving/chat_template.h"
 #include "coordinator/planner.h"
+#include "engine/draft_model.h"
 #include "model/model_source.h"
 #include "model/tokenizer.h"
 
@@ -40,6 +44,10 @@ class ServedModel {
   // The format chat requests are rendered in (kUnknown: the model cannot chat).
   ChatFormat chat_format() const { return chat_format_; }
   const ModelProfile& profile() const { return profile_; }
+  // Opens the draft model (engine/draft_model.h); called once, right after Open.
+  absl::Status OpenDraft(const std::string& path, const DraftModelOptions& options);
+  // The draft model; null without one.
+  const DraftModel* draft() const { return draft_.get(); }
   // Id, architecture and sizes (the cluster fills in stages and readiness).
   v1::ModelInfo Info() const;
 
@@ -50,6 +58,7 @@ class ServedModel {
   std::unique_ptr<ModelSource> source_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelProfile profile_;
+  std::unique_ptr<DraftModel> draft_;
 };
 
 }  // namespace cascade

@@ -10,6 +10,14 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(
   std::unique_ptr<LocalEngine> e(new LocalEngine());
   e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, tokenizer, c.context_length,
                                               c.vocab_size);
+  if (options.scheduler.speculative == Speculative::kDraft) {
+    if (options.draft == nullptr) {
+      return absl::InvalidArgumentError("speculative decoding with a draft model needs one");
+    }
+    auto drafter = options.draft->NewDrafter();
+    if (!drafter.ok()) return drafter.status();
+    e->scheduler_->SetDrafter(std::move(*drafter));
+  }
   Scheduler* sched = e->scheduler_.get();
   auto pipeline = LocalPipeline::Create(
       source, stages, options.stage, /*plan_id=*/1,

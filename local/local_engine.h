@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/draft_model.h"
 #include "serving/scheduler.h"
 #include "worker/local_pipeline.h"
 
@@ -23,6 +24,8 @@ struct LocalEngineOptions {
   StageOptions stage;              // threads, KV size, batch size of each stage
   DeviceSpec device{DeviceKind::kCpu, 0};
   SchedulerConfig scheduler;
+  // With scheduler.speculative == kDraft: the draft model (it must outlive the engine).
+  const DraftModel* draft = nullptr;
 };
 
 class LocalEngine {

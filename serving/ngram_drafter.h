@@ -14,6 +14,8 @@
 #include <span>
 #include <vector>
 
+#include "generation/drafter.h"
+
 namespace cascade {
 
 struct NgramDraftOptions {
@@ -23,6 +25,15 @@ struct NgramDraftOptions {
 
 std::vector<int32_t> DraftByLookup(std::span<const int32_t> tokens, int k,
                                    const NgramDraftOptions& options = {});
+
+// DraftByLookup as a Drafter (generation/drafter.h): it keeps nothing per sequence.
+class NgramDrafter final : public Drafter {
+ public:
+  std::vector<int32_t> Draft(SeqId, std::span<const int32_t> tokens, int k) override {
+    return DraftByLookup(tokens, k);
+  }
+  void Forget(SeqId) override {}
+};
 
 }  // namespace cascade
 

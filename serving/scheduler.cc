@@ -16,7 +16,9 @@ Scheduler::Scheduler(const SchedulerConfig& config, const Tokenizer& tokenizer,
       tokenizer_(tokenizer),
       context_length_(context_length),
       vocab_size_(vocab_size),
-      timeouts_(timeouts) {}
+      timeouts_(timeouts) {
+  if (config.speculative == Speculative::kNgram) drafter_ = std::make_unique<NgramDrafter>();
+}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -81,6 +83,7 @@ void Scheduler::ApplyHandOver(std::shared_ptr<Scheduler> to) {
   if (pipeline_) ApplyDetach(absl::UnavailableError("handed over to another replica"));
   std::vector<Carried> out;
   for (auto& [id, s] : running_) {
+    if (drafter_) drafter_->Forget(id);
     if (s.stream == nullptr) continue;
     DoneComputing(s, nullptr);
     Carried c;
@@ -294,7 +297,10 @@ void Scheduler::Admit() {
     s.stream = std::move(p.stream);
     // Speculating sequences start with one draft a step and earn more (see HandleResult):
     // a draft that fails costs a position's compute.
-    s.spec_k = config_.speculative != Speculative::kOff && s.seq->request().speculate ? 1 : 0;
+    s.spec_k = drafter_ != nullptr && config_.speculative != Speculative::kOff &&
+                       s.seq->request().speculate
+                   ? 1
+                   : 0;
     s.submitted = p.submitted;
     s.admitted = Clock::now();
     metrics_.RecordAdmitted(std::chrono::duration<double>(s.admitted - s.submitted).count());
@@ -422,7 +428,12 @@ void Scheduler::Loop() {
     ExpireFlights(Clock::now());
     CheckCancellations();
     for (auto it = running_.begin(); it != running_.end();) {
-      it = it->second.stream == nullptr ? running_.erase(it) : std::next(it);
+      if (it->second.stream != nullptr) {
+        ++it;
+        continue;
+      }
+      if (drafter_) drafter_->Forget(it->first);
+      it = running_.erase(it);
     }
     {
       absl::MutexLock lock(&mu_);
@@ -848,7 +859,7 @@ SequenceSampling SamplingOf(SeqId id, const SequenceRequest& req) {
 
 }  // namespace
 
-std::vector<int32_t> Scheduler::Draft(const Running& s, int64_t active, int64_t budget) const {
+std::vector<int32_t> Scheduler::Draft(const Running& s, int64_t active, int64_t budget) {
   if (s.spec_k <= 0 || active > kSpecMaxRunning || s.seq->generated() == 0) return {};
   // The drafts' positions stay within what admission reserved (prompt + max_tokens) and
   // the context; the last sample may complete the sequence.
@@ -857,7 +868,7 @@ std::vector<int32_t> Scheduler::Draft(const Running& s, int64_t active, int64_t 
       context_length_ - static_cast<int64_t>(s.seq->tokens().size()));
   const int64_t k = std::min<int64_t>({s.spec_k, room, budget});
   if (k <= 0) return {};
-  return DraftByLookup(s.seq->tokens(), static_cast<int>(k));
+  return drafter_->Draft(s.id, s.seq->tokens(), static_cast<int>(k));
 }
 
 bool Scheduler::SendBatch() {

@@ -47,8 +47,10 @@
 //   The carried sequences are admitted there before its own waiting requests, as its KV
 //   budget allows; one longer than its whole cache ends with RESOURCE_EXHAUSTED.
 // - Speculative decoding (config.speculative): a decoding sequence may send, after its last
-//   token, up to spec_tokens drafted tokens (prompt lookup, serving/ngram_drafter.h) as one
-//   chunk; the last stage samples every position, and the scheduler keeps the samples while
+//   token, up to spec_tokens drafted tokens as one chunk. Drafts come from the scheduler's
+//   Drafter (generation/drafter.h): prompt lookup (serving/ngram_drafter.h) for kNgram, or
+//   the one SetDrafter gave (a draft model, engine/draft_model.h) for kDraft, without
+//   which nothing is drafted; the last stage samples every position, and the scheduler keeps the samples while
 //   each draft equals the sample before it, so the text is exactly the one without
 //   speculation (draws are counter-based: a position's sample depends only on the seed, the
 //   position and the logits). Its next frame starts after the accepted tokens: every stage
@@ -77,6 +79,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "generation/drafter.h"
 #include "serving/prefix_cache.h"
 #include "serving/request_stream.h"
 #include "serving/scheduler_config.h"
@@ -140,6 +143,8 @@ class Scheduler {
 
   // Called on the scheduler's thread when a send to the first stage fails. Set before Start.
   void SetLinkErrorHandler(std::function<void(const absl::Status&)> fn) { on_link_error_ = std::move(fn); }
+  // Where drafts come from (replacing the prompt lookup of kNgram). Set before Start.
+  void SetDrafter(std::unique_ptr<Drafter> drafter) { drafter_ = std::move(drafter); }
   void Start();
   // Stops the scheduler thread and closes the pipeline's link (a send in progress gives
   // up); requests still running or waiting end with UNAVAILABLE.
@@ -307,7 +312,7 @@ class Scheduler {
   bool SendBatch();
   // The tokens `s` drafts for this step (none unless it decodes and speculation is on for
   // it), at most `budget` of them.
-  std::vector<int32_t> Draft(const Running& s, int64_t active, int64_t budget) const;
+  std::vector<int32_t> Draft(const Running& s, int64_t active, int64_t budget);
   // A result's tokens for one sequence, in position order: the first is its next token;
   // each later one counts while the draft before it matched. Returns how many drafts
   // were accepted.
@@ -356,6 +361,7 @@ class Scheduler {
   std::map<uint64_t, Flight> flights_;
   std::vector<SeqId> release_;
   std::unique_ptr<PrefixCache> prefix_;  // null: off, or no pipeline yet
+  std::unique_ptr<Drafter> drafter_;     // null: nothing is drafted
   std::vector<BlockName> evict_;         // names the stages drop with the next frame
   std::map<BlockName, int> computing_;   // prompt blocks running sequences will publish
   SeqId next_seq_ = 1;

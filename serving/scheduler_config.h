@@ -6,6 +6,9 @@
 #define CASCADE_SERVING_SCHEDULER_CONFIG_H_
 
 #include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
 
 namespace cascade {
 
@@ -13,7 +16,12 @@ namespace cascade {
 enum class Speculative {
   kOff,
   kNgram,  // prompt lookup (serving/ngram_drafter.h): no draft model
+  kDraft,  // a small model with the same vocabulary (engine/draft_model.h)
 };
+
+// "off", "ngram", "draft": the names flags and files use.
+const char* SpeculativeName(Speculative s);
+absl::StatusOr<Speculative> SpeculativeFromName(std::string_view name);
 
 // Batches with more running sequences than this draft nothing: they are compute-bound, and
 // a rejected draft costs a position's compute.

@@ -132,6 +132,37 @@ TEST(Cli, SpeculativeGenerateGivesTheSameTextAndLogsTheAcceptance) {
   EXPECT_THAT(bad.out, HasSubstr("--speculative"));
 }
 
+// --speculative draft: a draft model (here the model itself) gives the same text; a draft
+// model of another vocabulary, or one flag without the other, is refused by name.
+TEST(Cli, DraftModelSpeculationGivesTheSameTextAndRefusesAnotherVocabulary) {
+  const std::string bundled = std::string(CASCADE_SOURCE_DIR) + "/models/stories260K.gguf";
+  const std::string base = Bin() + " generate --model " + bundled +
+                           " --prompt 'Once upon a time' --max-tokens 60";
+  for (const char* sampling : {" --temperature 0", " --temperature 0.8 --seed 5"}) {
+    RunResult plain = RunCmd(base + sampling);
+    RunResult spec = RunCmd(base + sampling + " --speculative draft --draft-model " + bundled +
+                            " --log-level info 2>/tmp/cascade_draft_cli.log");
+    ASSERT_EQ(plain.exit_code, 0) << plain.out;
+    ASSERT_EQ(spec.exit_code, 0) << spec.out;
+    EXPECT_EQ(spec.out, plain.out) << sampling;
+  }
+  EXPECT_THAT(ReadText("/tmp/cascade_draft_cli.log"),
+              ::testing::ContainsRegex("speculative: [0-9]+ of [0-9]+ drafted tokens accepted"));
+  const std::string other = testing::SharedPath("models/tiny-llama/tiny-llama-f16.gguf");
+  if (testing::PathExists(other)) {
+    RunResult bad = RunCmd(base + " --speculative draft --draft-model " + other + " 2>&1");
+    EXPECT_NE(bad.exit_code, 0);
+    EXPECT_THAT(bad.out, HasSubstr("must share the model's vocabulary"));
+  }
+  RunResult alone = RunCmd(base + " --speculative draft 2>&1");
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_THAT(alone.out, HasSubstr("--draft-model"));
+  RunResult served = RunCmd(Bin() + " serve --model " + bundled +
+                            " --speculative draft --listen 127.0.0.1:0 2>&1");
+  EXPECT_NE(served.exit_code, 0);
+  EXPECT_THAT(served.out, HasSubstr("--speculative draft needs --draft-model PATH"));
+}
+
 TEST(Cli, TokenizeDetokenizeRoundTripGgufAndHf) {
   const std::string gguf = testing::SharedPath("models/stories260K/stories260K.gguf");
   const std::string hf = testing::SharedPath("models/stories260K/hf");

@@ -257,14 +257,13 @@ TEST_P(ClusterTest, PromptsSharingABeginningGetTheSingleProcessTextFromThePrefix
 // Speculative decoding through 3 worker processes (--speculative ngram): drafted tokens
 // are verified in one trip, and every stream gets the single process's text, greedy and
 // seeded, alone and 6 at once.
-class SpeculativeClusterTest : public ::testing::TestWithParam<Network> {};
-
-TEST_P(SpeculativeClusterTest, StreamsGetTheSingleProcessTextAndDraftsAreAccepted) {
+void ExpectSpeculationKeepsTheText(const Network& net, std::vector<std::string> spec_flags) {
   ClusterOptions o;
   o.model = TestModel();
-  o.netns = GetParam().netns;
+  o.netns = net.netns;
   o.coordinator_flags = {"--kv-sequences", "20", "--kv-type", "f32", "--data-plane",
-                         GetParam().data_plane, "--speculative", "ngram", "--spec-tokens", "4"};
+                         net.data_plane, "--spec-tokens", "4"};
+  o.coordinator_flags.insert(o.coordinator_flags.end(), spec_flags.begin(), spec_flags.end());
   Cluster cluster(o);
   if (!cluster.ok()) GTEST_SKIP() << cluster.skip_reason();
   cluster.StartWorkers();
@@ -318,7 +317,20 @@ TEST_P(SpeculativeClusterTest, StreamsGetTheSingleProcessTextAndDraftsAreAccepte
   EXPECT_GT(q.spec_accepted_tokens(), 0u);
   std::cerr << q.spec_accepted_tokens() << " of " << q.spec_draft_tokens()
             << " drafted tokens accepted\n";
-  if (HasFailure()) std::cerr << cluster.Logs();
+  if (::testing::Test::HasFailure()) std::cerr << cluster.Logs();
+}
+
+class SpeculativeClusterTest : public ::testing::TestWithParam<Network> {};
+
+TEST_P(SpeculativeClusterTest, StreamsGetTheSingleProcessTextAndDraftsAreAccepted) {
+  ExpectSpeculationKeepsTheText(GetParam(), {"--speculative", "ngram"});
+}
+
+// The same with a draft model run by the coordinator (--speculative draft): here the model
+// itself, whose greedy drafts the pipeline accepts.
+TEST(SpeculativeDraftClusterTest, StreamsGetTheSingleProcessTextAndDraftsAreAccepted) {
+  ExpectSpeculationKeepsTheText(Network{false, "tcp"},
+                                {"--speculative", "draft", "--draft-model", TestModel()});
 }
 
 INSTANTIATE_TEST_SUITE_P(Network, SpeculativeClusterTest,

@@ -389,22 +389,32 @@ TEST(MpiReplicas, TwoPipelinesOfOneRankEachServeTheSingleProcessText) {
 
 // Speculative decoding under mpirun with TP 2 (2 nodes x 2 ranks): the drafted tokens are
 // sampled by both ranks' last stage, and the greedy text is the single process's.
-TEST(MpiSpeculative, TwoNodesOfTp2GiveTheSingleProcessGreedyText) {
+// With --speculative draft the draft model runs on rank 0, beside the scheduler.
+class MpiSpeculative : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MpiSpeculative, TwoNodesOfTp2GiveTheSingleProcessGreedyText) {
   const std::string model = testing::SharedPath("models/stories260K/stories260K.gguf");
   CASCADE_REQUIRE_SHARED(model);
-  MpiJob job(4, model, {"--ranks-per-node", "2", "--tp", "2", "--kv-type", "f32",
-                        "--speculative", "ngram"});
+  std::vector<std::string> flags = {"--ranks-per-node", "2", "--tp", "2", "--kv-type", "f32",
+                                    "--speculative", GetParam()};
+  if (std::string(GetParam()) == "draft") flags.insert(flags.end(), {"--draft-model", model});
+  MpiJob job(4, model, flags);
   ASSERT_TRUE(job.WaitServing()) << job.Log();
   // Text that repeats, so that the drafts are often right.
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 403, 407, 261, 378, 403, 407};
   const Expected want = LocalGreedy(model, prompt, 24);
   const Expected got = RemoteGreedy(job.address(), prompt, 24);
   EXPECT_EQ(got.ids, want.ids) << job.Log();
+  if (std::string(GetParam()) == "draft") {
+    EXPECT_THAT(job.Log(), ::testing::HasSubstr("draft model " + model)) << job.Log();
+  }
   ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
   for (size_t i = 0; i < got.logprobs.size(); ++i) {
     EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << "token " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Drafts, MpiSpeculative, ::testing::Values("ngram", "draft"));
 
 TEST(MpiJobEnd, SigUsr1DrainsAndTheJobExitsZero) {
   const std::string model = testing::SharedPath("models/stories260K/stories260K.gguf");

@@ -59,6 +59,7 @@ struct CacheOptions {
   int block_size = kDefaultKvBlockSize;
   int64_t blocks = 0;  // 0: 16 sequences' worth
   Speculative speculative = Speculative::kOff;
+  const DraftModel* draft = nullptr;  // with kDraft
 };
 
 class PipelineTest : public ::testing::Test {
@@ -81,6 +82,7 @@ class PipelineTest : public ::testing::Test {
     o.scheduler.prefill_chunk = prefill_chunk;
     o.scheduler.prefix_cache = cache.prefix_cache;
     o.scheduler.speculative = cache.speculative;
+    o.draft = cache.draft;
     auto e = LocalEngine::Create(*src_, *tok_, o);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
@@ -505,6 +507,22 @@ class SpeculativeTest : public PipelineTest {
     }
     return reqs;
   }
+  // Runs `reqs` on both engines and expects the same ids, text and logprobs (bit for bit),
+  // 40 tokens each; returns the speculating engine's outputs.
+  std::vector<Output> RunBoth(LocalEngine& spec, LocalEngine& plain,
+                              const std::vector<SequenceRequest>& reqs) {
+    const std::vector<Output> a = RunAll(spec, reqs), b = RunAll(plain, reqs);
+    EXPECT_EQ(a.size(), reqs.size());
+    EXPECT_EQ(b.size(), reqs.size());
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      EXPECT_TRUE(a[i].status.ok() && b[i].status.ok()) << a[i].status << b[i].status;
+      EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i;
+      EXPECT_EQ(a[i].text, b[i].text) << "request " << i;
+      EXPECT_EQ(a[i].logprobs, b[i].logprobs) << "request " << i;
+      EXPECT_EQ(a[i].ids.size(), 40u);
+    }
+    return a;
+  }
 };
 
 TEST_F(SpeculativeTest, TextAndLogprobsAreByteIdenticalWithAndWithoutSpeculation) {
@@ -512,17 +530,10 @@ TEST_F(SpeculativeTest, TextAndLogprobsAreByteIdenticalWithAndWithoutSpeculation
     for (int batch : {1, 6}) {
       auto spec = Engine(3, 256, {.block_size = 8, .speculative = Speculative::kNgram});
       auto plain = Engine(3, 256, {.block_size = 8});
+      SCOPED_TRACE(absl::StrCat("temperature ", temperature, ", batch ", batch));
       const std::vector<SequenceRequest> reqs = Requests(batch, temperature);
-      const std::vector<Output> a = RunAll(*spec, reqs), b = RunAll(*plain, reqs);
-      ASSERT_EQ(a.size(), reqs.size());
-      ASSERT_EQ(b.size(), reqs.size());
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        ASSERT_TRUE(a[i].status.ok() && b[i].status.ok()) << a[i].status << b[i].status;
-        EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i << ", temperature " << temperature;
-        EXPECT_EQ(a[i].text, b[i].text) << "request " << i;
-        EXPECT_EQ(a[i].logprobs, b[i].logprobs) << "request " << i;  // bit for bit
-        EXPECT_EQ(a[i].ids.size(), 40u);
-      }
+      const std::vector<Output> a = RunBoth(*spec, *plain, reqs);
+      if (HasFailure()) return;
       const SchedulerStats st = spec->scheduler().Stats();
       EXPECT_GT(st.spec_draft_tokens, 0u) << "batch " << batch;
       if (temperature == 0.0f) {
@@ -543,6 +554,41 @@ TEST_F(SpeculativeTest, TextAndLogprobsAreByteIdenticalWithAndWithoutSpeculation
       EXPECT_GE(c.usage.cached_tokens, static_cast<int32_t>(reqs[0].prompt.size()) / 8 * 8 + 32);
     }
   }
+}
+
+// A draft model (here the model itself: its greedy drafts are what the pipeline samples
+// at temperature 0) through 3 stages: the same ids, text and logprobs as plain decoding,
+// greedy and seeded, and at temperature 0 nearly every draft is accepted.
+TEST_F(SpeculativeTest, ADraftModelGivesTheSameTextAndIsAcceptedWhenItAgrees) {
+  DraftModelOptions dopt;
+  dopt.sequences = 3;  // fewer than the batch: drafters drop and rebuild sequences
+  auto draft = DraftModel::Open(testing::BundledModel(), *tok_, dopt);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  for (float temperature : {0.0f, 0.9f}) {
+    for (int batch : {1, 6}) {
+      auto spec = Engine(3, 256,
+                         {.block_size = 8, .speculative = Speculative::kDraft,
+                          .draft = draft->get()});
+      auto plain = Engine(3, 256, {.block_size = 8});
+      SCOPED_TRACE(absl::StrCat("temperature ", temperature, ", batch ", batch));
+      RunBoth(*spec, *plain, Requests(batch, temperature));
+      const SchedulerStats st = spec->scheduler().Stats();
+      EXPECT_GT(st.spec_draft_tokens, 0u) << "batch " << batch;
+      if (temperature == 0.0f) {
+        EXPECT_GE(st.spec_accepted_tokens * 10, st.spec_draft_tokens * 9)
+            << st.spec_accepted_tokens << " of " << st.spec_draft_tokens << ", batch " << batch;
+      }
+    }
+  }
+}
+
+// Without a draft model, kDraft is refused rather than quietly not drafting.
+TEST_F(SpeculativeTest, DraftSpeculationWithoutADraftModelIsRefused) {
+  LocalEngineOptions o;
+  o.scheduler.speculative = Speculative::kDraft;
+  auto e = LocalEngine::Create(*src_, *tok_, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(e.status().message(), ::testing::HasSubstr("draft model"));
 }
 
 TEST_F(SpeculativeTest, ARequestThatOptsOutDraftsNothing) {

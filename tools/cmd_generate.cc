@@ -29,9 +29,12 @@ struct GenerateFlags {
   std::string device = "auto";
   std::vector<std::string> stop;
   std::string server;
-  // auto: off here, the server's choice with --server; off: none (a server's too); ngram.
+  // auto: off here, the server's choice with --server; off: none (a server's too); ngram;
+  // draft (with draft_model).
   std::string speculative = "auto";
   int spec_tokens = SchedulerConfig().spec_tokens;
+  std::string draft_model;
+  int draft_threads = DraftModelOptions().threads;
 };
 
 // The request the flags describe, in the serving core's model.
@@ -80,6 +83,15 @@ void LogRates(const StreamEvent& last) {
 }
 
 int RunGenerate(const GenerateFlags& f) {
+  if ((f.speculative == "draft") != !f.draft_model.empty()) {
+    std::cerr << "cascade generate: --speculative draft and --draft-model PATH go together\n";
+    return 2;
+  }
+  if (!f.server.empty() && f.speculative == "draft") {
+    std::cerr << "cascade generate: with --server the server drafts (cascade serve "
+                 "--speculative draft --draft-model PATH)\n";
+    return 2;
+  }
   if (!f.server.empty()) {
     v1::GenerateRequest req;
     SpecToProto(SpecOf(f), &req);
@@ -131,8 +143,22 @@ int RunGenerate(const GenerateFlags& f) {
   eo.scheduler.prefill_chunk = so.max_batch_tokens;
   eo.scheduler.max_running = 1;
   eo.scheduler.max_waiting = 1;
-  eo.scheduler.speculative = f.speculative == "ngram" ? Speculative::kNgram : Speculative::kOff;
+  eo.scheduler.speculative = f.speculative == "auto" ? Speculative::kOff
+                                                     : *SpeculativeFromName(f.speculative);
   eo.scheduler.spec_tokens = f.spec_tokens;
+  std::unique_ptr<DraftModel> draft;
+  if (eo.scheduler.speculative == Speculative::kDraft) {
+    DraftModelOptions dopt;
+    dopt.threads = f.draft_threads;
+    dopt.sequences = 1;
+    auto d = DraftModel::Open(f.draft_model, tok, dopt);
+    if (!d.ok()) {
+      std::cerr << "cascade generate: " << d.status().message() << "\n";
+      return 1;
+    }
+    draft = std::move(*d);
+    eo.draft = draft.get();
+  }
   auto engine = LocalEngine::Create(*model->source, tok, eo);
   if (!engine.ok()) {
     std::cerr << "cascade generate: " << engine.status().message() << "\n";
@@ -203,14 +229,21 @@ void AddGenerate(CLI::App& app, Action* action) {
   cmd->add_option("--threads", f->threads, "Compute threads (default: all cores)");
   cmd->add_option("--device", f->device, "auto (GPU if usable, else CPU), cpu, cuda or cuda:N");
   cmd->add_option("--speculative", f->speculative,
-                  "auto, off or ngram: ngram decodes speculatively with drafts from the text "
-                  "so far (the same text; --log-level info shows how many were accepted); "
+                  "auto, off, ngram or draft: ngram decodes speculatively with drafts from the "
+                  "text so far, draft with drafts from --draft-model (the same text; "
+                  "--log-level info shows how many were accepted); "
                   "auto is off here and the server's choice with --server, where off opts "
                   "this request out")
-      ->check(CLI::IsMember({"auto", "off", "ngram"}))
+      ->check(CLI::IsMember({"auto", "off", "ngram", "draft"}))
       ->capture_default_str();
   cmd->add_option("--spec-tokens", f->spec_tokens, "Drafted tokens per step, at most")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--draft-model", f->draft_model,
+                  "With --speculative draft: a small model file with this model's vocabulary "
+                  "that drafts the tokens");
+  cmd->add_option("--draft-threads", f->draft_threads, "Compute threads of the draft model")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->callback([f, action] { *action = [f] { return RunGenerate(*f); }; });
 }
