@@ -45,14 +45,15 @@ end of the duration).
 
 Resources: VmRSS and the open descriptors (/proc/PID/status, /proc/PID/fd) of every
 process are sampled every 5 s with the role it has then (etcd; leader or standby, from
-grpc health; stage or spare, from the leader's ClusterStatus). The report shows each at
+grpc health; stage N or spare, from the leader's ClusterStatus: stages differ in what they
+hold, the first the embedding, the last the output head and its logits). The report shows each at
 the start, after the warm-up (--warmup-s, the first minute) and at the end. The check: no
 process may grow its memory or its descriptors by more than --growth-limit-pct after its
 warm-up. A process the campaign restarted (killed and started again, or a deposed leader
 that exec'd itself as a standby: same pid, a new image) is a new incarnation, measured
 from its own warm-up after that restart. Roles change under the faults (a spare takes a
-stage, a standby leads; a spare holds no weights, KV cache or data links, a standby no
-client streams), so an incarnation is measured in the role it has at its end, from its
+stage or moves to another, a standby leads; a spare holds no weights, KV cache or data
+links, a standby no client streams), so an incarnation is measured in the role it has at its end, from its
 first --window-s in that role after its warm-up to its last --window-s in that role; the
 lowest sample of each window is compared (a request's connection that comes and goes
 does not count, what stays does). An incarnation whose two windows start less than
@@ -477,7 +478,7 @@ class Cluster:
         return ""
 
     def roles(self):
-        """Each process's role now: etcd; leader or standby (grpc health); stage or spare
+        """Each process's role now: etcd; leader or standby (grpc health); stage N or spare
         (the leader's status); '?' when it cannot be told (stopped, cut off, in a change)."""
         states = [self.health(i) for i in range(2)]
         roles = {"etcd": "etcd"}
@@ -485,11 +486,13 @@ class Cluster:
             roles[p.name] = {"SERVING": "leader", "NOT_SERVING": "standby"}.get(states[i], "?")
         serving = [i for i in range(2) if states[i] == "SERVING"]
         st = self.status(serving[0]) if len(serving) == 1 else None
-        staged = {x.worker_id for x in st.stages if x.alive} if st else set()
+        # A stage's role names its index: stages differ in what they hold (the embedding,
+        # the output head, how many layers), so memory is compared within one of them.
+        staged = {x.worker_id: f"stage {x.index}" for x in st.stages if x.alive} if st else {}
         alive = {x.worker_id for x in st.workers if x.alive} if st else set()
         for w in self.workers:
             wid = w.argv[w.argv.index("--id") + 1]
-            roles[w.name] = "stage" if wid in staged else "spare" if wid in alive else "?"
+            roles[w.name] = staged.get(wid) or ("spare" if wid in alive else "?")
         return roles
 
     def staged_workers(self, lead):

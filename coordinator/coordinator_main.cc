@@ -17,6 +17,7 @@
 int main(int argc, char** argv) {
   cascade::ConfigureRuntime();
   cascade::BlockTerminationSignals();
+  cascade::HeapTrimmer heap_trimmer;  // resident memory follows use (util/runtime.h)
   CLI::App app{"Cascade coordinator: plans, schedules and streams", "cascade-coordinator"};
   app.get_formatter()->column_width(40);
   cascade::ClusterConfig config;

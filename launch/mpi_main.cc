@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   cascade::ConfigureRuntime();
   cascade::BlockTerminationSignals();  // before MPI starts threads: they inherit the mask
   cascade::BlockDrainSignal();         // SIGUSR1 likewise
+  cascade::HeapTrimmer heap_trimmer;  // resident memory follows use (util/runtime.h)
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 1;

@@ -19,6 +19,7 @@
 #include "tools/commands.h"
 #include "util/logging.h"
 #include "util/status_macros.h"
+#include "util/runtime.h"
 #include "util/signals.h"
 #include "util/units.h"
 #include "transport/grpc_util.h"
@@ -40,6 +41,7 @@ struct ServeFlags {
 
 int RunServe(ServeFlags f) {
   BlockTerminationSignals();
+  HeapTrimmer heap_trimmer;  // resident memory follows use (util/runtime.h)
   if (!f.config.ha.etcd.empty()) {
     std::cerr << "cascade serve: --etcd needs coordinators of their own: run "
                  "cascade-coordinator --etcd on two machines and cascade-worker --coordinator "

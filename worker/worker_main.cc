@@ -23,6 +23,7 @@
 int main(int argc, char** argv) {
   cascade::ConfigureRuntime();
   cascade::BlockTerminationSignals();
+  cascade::HeapTrimmer heap_trimmer;  // resident memory follows use (util/runtime.h)
   CLI::App app{"Cascade worker: runs one pipeline stage", "cascade-worker"};
   app.get_formatter()->column_width(40);
   cascade::WorkerOptions o;
