@@ -280,6 +280,11 @@ std::vector<ClusterOption> ClusterOptions(ClusterConfig* c) {
         return absl::OkStatus();
       },
       [c] { return c->ha.cluster_name; }));
+  t.push_back(Text("etcd-cacert", &c->ha.etcd_cacert,
+                   "CA (PEM) that signed etcd's certificate: reach etcd over TLS"));
+  t.push_back(Text("etcd-cert", &c->ha.etcd_cert,
+                   "Client certificate (PEM) for an etcd with --client-cert-auth"));
+  t.push_back(Text("etcd-key", &c->ha.etcd_key, "Key (PEM) of --etcd-cert"));
   t.push_back(Integer("lease-ttl-s", &c->ha.lease_ttl_s, 2, 60,
                       "Seconds the leader's etcd lease lasts: a standby takes over this long "
                       "after the leader is lost"));

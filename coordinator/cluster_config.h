@@ -81,6 +81,7 @@ struct ReplicaConfig {
 // and cluster name elect one leader; the others stand by and take over when it is lost.
 struct HaConfig {
   std::string etcd;                 // etcd endpoints, comma-separated ("" = run alone)
+  std::string etcd_cacert, etcd_cert, etcd_key;  // TLS to etcd (PEM files; "" = plain)
   std::string cluster_name = "default";  // the cluster's keys: /cascade/<name>/
   int lease_ttl_s = 2;              // the leader's lease: a standby takes over this long after
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/grpcpp.h"
+#include "util/mapped_file.h"
 
 namespace cascade {
 namespace {
@@ -32,14 +33,51 @@ void RequireCreatedAt(etcdserverpb::TxnRequest* req, const std::string& key, int
 
 }  // namespace
 
+namespace {
+
+// The channel credentials `tls` asks for (see the contract in etcd_client.h).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> EtcdCredentials(const EtcdTls& tls) {
+  if (tls.ca.empty()) {
+    if (!tls.cert.empty() || !tls.key.empty()) {
+      return absl::InvalidArgumentError(
+          "a client certificate for etcd (--etcd-cert, --etcd-key) needs its CA (--etcd-cacert)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  if (tls.cert.empty() != tls.key.empty()) {
+    return absl::InvalidArgumentError("--etcd-cert and --etcd-key go together");
+  }
+  grpc::SslCredentialsOptions o;
+  for (auto [path, out] : {std::pair{&tls.ca, &o.pem_root_certs},
+                           std::pair{&tls.cert, &o.pem_cert_chain},
+                           std::pair{&tls.key, &o.pem_private_key}}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> pem = ReadFileToString(*path, 1 << 20);
+    if (!pem.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("etcd TLS file ", *path, ": ", pem.status().message()));
+    }
+    *out = *std::move(pem);
+  }
+  return grpc::SslCredentials(o);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
-    const std::string& endpoints, std::chrono::milliseconds deadline) {
+    const std::string& endpoints, std::chrono::milliseconds deadline, const EtcdTls& tls) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = EtcdCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
   std::vector<std::string> list;
   for (absl::string_view e : absl::StrSplit(endpoints, ',', absl::SkipWhitespace())) {
     std::string s(absl::StripAsciiWhitespace(e));
     if (absl::StartsWith(s, "https://")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "etcd endpoint '", s, "': TLS to etcd is not supported yet; give http://host:port"));
+      if (tls.ca.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "etcd endpoint '", s, "' is https: give the CA that signed its certificate "
+            "(--etcd-cacert)"));
+      }
+      s = s.substr(8);
     }
     if (absl::StartsWith(s, "http://")) s = s.substr(7);
     while (!s.empty() && s.back() == '/') s.pop_back();
@@ -52,11 +90,13 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
     list.push_back(std::move(s));
   }
   if (list.empty()) return absl::InvalidArgumentError("no etcd endpoint given");
-  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(list), deadline));
+  return std::unique_ptr<EtcdClient>(
+      new EtcdClient(std::move(list), deadline, *std::move(credentials)));
 }
 
-EtcdClient::EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds deadline)
-    : endpoints_(std::move(endpoints)), deadline_(deadline) {
+EtcdClient::EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds deadline,
+                       std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : endpoints_(std::move(endpoints)), deadline_(deadline), credentials_(std::move(credentials)) {
   for (const std::string& address : endpoints_) {
     auto m = std::make_unique<Member>();
     m->address = address;
@@ -73,7 +113,7 @@ std::shared_ptr<EtcdClient::Stubs> EtcdClient::StubsOf(Member& m, bool stale) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);  // also the least a connect may take
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(m.address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(m.address, credentials_, args);
   auto stubs = std::make_shared<Stubs>();
   stubs->kv = etcdserverpb::KV::NewStub(channel);
   stubs->lease = etcdserverpb::Lease::NewStub(channel);

@@ -4,7 +4,11 @@
 // another (the leader's key) is still the one we created.
 //
 // Contract:
-// - Endpoints are "host:port" or "http://host:port", comma-separated (one per etcd member).
+// - Endpoints are "host:port", "http://host:port" or "https://host:port", comma-separated
+//   (one per etcd member). With EtcdTls (a CA, and optionally a client certificate and key
+//   for etcd's --client-cert-auth) every member is reached over TLS, verified against the
+//   CA; an https:// endpoint without a CA, a certificate without its key, or an unreadable
+//   file is InvalidArgument naming it.
 //   A call goes to the member that answered last and, when it does not answer
 //   (UNAVAILABLE or the deadline), to the next; it fails only when none answers, with
 //   Unavailable naming every member it tried. Each call waits at most `deadline`.
@@ -26,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "etcd/rpc.grpc.pb.h"
+#include "grpcpp/security/credentials.h"
 
 namespace cascade {
 
@@ -37,11 +42,19 @@ struct EtcdKeyValue {
   int64_t lease = 0;
 };
 
+// PEM files for TLS to etcd (etcdctl's --cacert, --cert, --key); empty: plain connections.
+struct EtcdTls {
+  std::string ca, cert, key;
+};
+
 class EtcdClient {
  public:
-  // InvalidArgument for an empty or malformed endpoint list. Connects lazily.
+  // InvalidArgument for an empty or malformed endpoint list or TLS files (see the
+  // contract). Connects lazily.
+  static constexpr std::chrono::milliseconds kDefaultDeadline{2000};
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(
-      const std::string& endpoints, std::chrono::milliseconds deadline = std::chrono::seconds(2));
+      const std::string& endpoints, std::chrono::milliseconds deadline = kDefaultDeadline,
+      const EtcdTls& tls = {});
 
   const std::vector<std::string>& endpoints() const { return endpoints_; }
 
@@ -86,13 +99,15 @@ class EtcdClient {
   // A member's stubs; remade (a new connection) when `stale` and the last are over a
   // second old: a connection made while etcd restarts may never be served.
   std::shared_ptr<Stubs> StubsOf(Member& m, bool stale);
-  EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds deadline);
+  EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds deadline,
+             std::shared_ptr<grpc::ChannelCredentials> credentials);
   // Calls `call(member, context)` on the members in turn until one answers.
   template <typename Call>
   absl::Status OnAnyMember(const char* what, Call call);
 
   const std::vector<std::string> endpoints_;
   const std::chrono::milliseconds deadline_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;  // TLS, or insecure
   std::vector<std::unique_ptr<Member>> members_;
   std::atomic<size_t> preferred_{0};
 };

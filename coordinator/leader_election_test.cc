@@ -6,6 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/etcd_process.h"
+#include "tests/pki.h"
 
 namespace cascade {
 namespace {
@@ -48,11 +49,46 @@ TEST(EtcdClientEndpoints, MalformedOnesAreRefusedNamingThem) {
   auto bad = EtcdClient::Create("http://host-without-port");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("host-without-port"), std::string::npos);
-  EXPECT_EQ(EtcdClient::Create("https://a:2379").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  auto https = EtcdClient::Create("https://a:2379");  // TLS needs the CA
+  ASSERT_FALSE(https.ok());
+  EXPECT_NE(https.status().message().find("--etcd-cacert"), std::string::npos) << https.status();
+  EXPECT_FALSE(EtcdClient::Create("a:2379", milliseconds(300), {"", "c.pem", "k.pem"}).ok());
+  auto unreadable = EtcdClient::Create("a:2379", milliseconds(300), {"/nonexistent/ca.pem"});
+  ASSERT_FALSE(unreadable.ok());
+  EXPECT_NE(unreadable.status().message().find("/nonexistent/ca.pem"), std::string::npos);
   auto two = EtcdClient::Create("http://a:2379/, b:2380");
   ASSERT_TRUE(two.ok());
   EXPECT_EQ((*two)->endpoints(), (std::vector<std::string>{"a:2379", "b:2380"}));
+}
+
+// An etcd that serves TLS and asks for client certificates: a client with the CA and a
+// certificate from it reads and writes; one without a certificate, one with a certificate
+// of another CA and one without TLS are refused (Unavailable, naming the member).
+TEST(EtcdTls, OnlyAClientWithACertificateFromTheCaGetsIn) {
+  testing::Pki pki(::testing::TempDir() + "/etcd_pki_" + std::to_string(::getpid()));
+  if (!pki.ok()) GTEST_SKIP() << "the openssl tool could not make certificates";
+  testing::EtcdProcess etcd(
+      ::testing::TempDir() + "/etcd_tls_" + std::to_string(::getpid()), "127.0.0.1",
+      {pki.Path("node.crt"), pki.Path("node.key"), pki.Path("ca.crt")});
+  if (!etcd.skip_reason().empty()) GTEST_SKIP() << etcd.skip_reason();
+  ASSERT_TRUE(etcd.ok()) << etcd.Log();
+  const EtcdTls member{pki.Path("ca.crt"), pki.Path("node.crt"), pki.Path("node.key")};
+  auto good = EtcdClient::Create("https://" + etcd.endpoint(), seconds(5), member);
+  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_TRUE((*good)->Put("/tls/k", "v").ok()) << etcd.Log();
+  auto got = (*good)->Get("/tls/k");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  EXPECT_EQ((*got)->value, "v");
+  const EtcdTls no_cert{pki.Path("ca.crt")};
+  const EtcdTls other_ca{pki.Path("ca.crt"), pki.Path("intruder.crt"), pki.Path("intruder.key")};
+  for (const EtcdTls& tls : {no_cert, other_ca, EtcdTls{}}) {
+    auto c = EtcdClient::Create(etcd.endpoint(), milliseconds(1500), tls);
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto refused = (*c)->Get("/tls/k");
+    ASSERT_FALSE(refused.ok()) << "client cert " << tls.cert;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+    EXPECT_NE(refused.status().message().find(etcd.endpoint()), std::string::npos);
+  }
 }
 
 TEST(EtcdClientEndpoints, NoMemberAnsweringIsUnavailableNamingEach) {

@@ -9,7 +9,8 @@ namespace cascade {
 
 absl::StatusOr<std::unique_ptr<Leadership>> Leadership::Create(const HaConfig& config,
                                                                std::string identity, Hooks hooks) {
-  auto etcd = EtcdClient::Create(config.etcd);
+  auto etcd = EtcdClient::Create(config.etcd, EtcdClient::kDefaultDeadline,
+                                 {config.etcd_cacert, config.etcd_cert, config.etcd_key});
   if (!etcd.ok()) return etcd.status();
   std::unique_ptr<Leadership> l(new Leadership(config, std::move(hooks)));
   LeaderElectionOptions o;
