@@ -34,6 +34,10 @@ uint32_t FileTypeFor(TensorType type) {
       return 16;  // Q5_K_S
     case TensorType::kQ6_K:
       return 18;
+    case TensorType::kIQ4_NL:
+      return 25;
+    case TensorType::kIQ4_XS:
+      return 30;
     case TensorType::kBF16:
       return 32;
     default:
@@ -74,8 +78,11 @@ absl::Status QuantizeModel(const std::string& in_path, const std::string& out_pa
     TensorType target = type;
     const uint64_t cols = static_cast<uint64_t>(t.ne[0]);
     if (cols % Traits(target).block_elems != 0) {
-      target =
-          cols % Traits(TensorType::kQ8_0).block_elems == 0 ? TensorType::kQ8_0 : TensorType::kF16;
+      // IQ4_XS falls back to IQ4_NL (its 32-element blocks, the same levels), as
+      // llama.cpp's mixes do; other types to Q8_0.
+      const TensorType near =
+          type == TensorType::kIQ4_XS ? TensorType::kIQ4_NL : TensorType::kQ8_0;
+      target = cols % Traits(near).block_elems == 0 ? near : TensorType::kF16;
       ++report->fallbacks;
       report->notes.push_back(absl::StrCat(t.name, ": rows of ", cols, " are not a multiple of ",
                                            Traits(type).block_elems, "; stored as ",

@@ -288,6 +288,12 @@ bool DequantizeRow(TensorType type, const void* src, int64_t n, float* dst) {
     case TensorType::kQ3_K:
       DequantizeQ3K(static_cast<const BlockQ3K*>(src), n, dst);
       return true;
+    case TensorType::kIQ4_NL:
+      DequantizeIQ4NL(static_cast<const BlockIQ4NL*>(src), n, dst);
+      return true;
+    case TensorType::kIQ4_XS:
+      DequantizeIQ4XS(static_cast<const BlockIQ4XS*>(src), n, dst);
+      return true;
     case TensorType::kQ4_K:
       DequantizeQ4K(static_cast<const BlockQ4K*>(src), n, dst);
       return true;
@@ -475,6 +481,12 @@ bool QuantizeRow(TensorType type, const float* src, int64_t n, void* dst) {
       return true;
     case TensorType::kQ3_K:
       QuantizeQ3K(src, n, static_cast<BlockQ3K*>(dst));
+      return true;
+    case TensorType::kIQ4_NL:
+      QuantizeIQ4NL(src, n, static_cast<BlockIQ4NL*>(dst));
+      return true;
+    case TensorType::kIQ4_XS:
+      QuantizeIQ4XS(src, n, static_cast<BlockIQ4XS*>(dst));
       return true;
     case TensorType::kQ4_K:
       QuantizeQ4K(src, n, static_cast<BlockQ4K*>(dst));

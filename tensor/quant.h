@@ -75,6 +75,20 @@ struct BlockQ6K {
   int8_t scales[16];  // one per 16 elements
   uint16_t d;         // fp16, stored last
 };
+// IQ4_NL and IQ4_XS: 4-bit indices into one non-uniform table of int8 levels (denser near
+// zero, where weights are), value d * kIq4Levels[q].
+inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+struct BlockIQ4NL {
+  uint16_t d;      // fp16 scale
+  uint8_t qs[16];  // indices as Q4_0's nibbles; value d * kIq4Levels[q]
+};
+struct BlockIQ4XS {  // 256 elements in 8 sub-blocks of 32
+  uint16_t d;           // fp16 super-block scale
+  uint16_t scales_h;    // sub-block s: high 2 bits of its 6-bit scale at bit 2s
+  uint8_t scales_l[4];  // sub-block s: low 4 bits in nibble s%2 of scales_l[s/2]
+  uint8_t qs[128];      // sub-block s: qs[16s..16s+16), as one IQ4_NL block's
+};                      // value d * (scale(s) - 32) * kIq4Levels[q]
 struct BlockQ8K {  // activation format for K-quant dot products (never stored in files)
   float d;
   int8_t qs[256];
@@ -92,6 +106,13 @@ static_assert(sizeof(BlockQ4K) == 144);
 static_assert(sizeof(BlockQ5K) == 176);
 static_assert(sizeof(BlockQ6K) == 210);
 static_assert(sizeof(BlockQ8K) == 292);
+static_assert(sizeof(BlockIQ4NL) == 18);
+static_assert(sizeof(BlockIQ4XS) == 136);
+
+// The 6-bit scale (0..63, stored + 32) of sub-block s (0..7) of an IQ4_XS block.
+inline int Iq4XsScale(const BlockIQ4XS& b, int s) {
+  return ((b.scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((b.scales_h >> (2 * s)) & 3) << 4);
+}
 
 // The 6-bit (scale, min) pair j (0..7) of a Q4_K/Q5_K block.
 inline void GetScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
@@ -116,7 +137,7 @@ inline int GetScaleQ3K(int i, const uint8_t* s) {
 inline int Q5HighBit(const uint8_t* qh, int j) { return ((qh[j / 8] >> (j % 8)) & 1) << 4; }
 
 // Dequantizes n elements of any type in {F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}. Returns false for other types.
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS}. Returns false for other types.
 bool DequantizeRow(TensorType type, const void* src, int64_t n, float* dst);
 
 void DequantizeQ4_0(const BlockQ4_0* x, int64_t n, float* y);
@@ -129,6 +150,8 @@ void DequantizeQ3K(const BlockQ3K* x, int64_t n, float* y);
 void DequantizeQ4K(const BlockQ4K* x, int64_t n, float* y);
 void DequantizeQ5K(const BlockQ5K* x, int64_t n, float* y);
 void DequantizeQ6K(const BlockQ6K* x, int64_t n, float* y);
+void DequantizeIQ4NL(const BlockIQ4NL* x, int64_t n, float* y);
+void DequantizeIQ4XS(const BlockIQ4XS* x, int64_t n, float* y);
 
 // Reference quantizers (float -> blocks).
 void QuantizeQ8_0(const float* x, int64_t n, BlockQ8_0* y);
@@ -138,6 +161,10 @@ void QuantizeQ5_0(const float* x, int64_t n, BlockQ5_0* y);
 void QuantizeQ5_1(const float* x, int64_t n, BlockQ5_1* y);
 void QuantizeQ2K(const float* x, int64_t n, BlockQ2K* y);
 void QuantizeQ3K(const float* x, int64_t n, BlockQ3K* y);
+// IQ4_NL / IQ4_XS: per 32 elements, the scale (and the indices nearest to x / scale) of
+// least squared error among scales that map one of the block's extremes to a level.
+void QuantizeIQ4NL(const float* x, int64_t n, BlockIQ4NL* y);
+void QuantizeIQ4XS(const float* x, int64_t n, BlockIQ4XS* y);
 void QuantizeQ8K(const float* x, int64_t n, BlockQ8K* y);
 void QuantizeQ4K(const float* x, int64_t n, BlockQ4K* y);
 void QuantizeQ5K(const float* x, int64_t n, BlockQ5K* y);

@@ -67,8 +67,15 @@ TEST(Quant, RoundTripErrorWithinTypeBounds) {
   EXPECT_LT(RoundTripError(TensorType::kQ2_K, x), 0.4);
   EXPECT_LT(RoundTripError(TensorType::kQ4_K, x), RoundTripError(TensorType::kQ3_K, x));
   EXPECT_LT(RoundTripError(TensorType::kQ3_K, x), RoundTripError(TensorType::kQ2_K, x));
+  // The non-uniform levels of IQ4_NL fit normal weights better than Q4_0's even grid, and
+  // IQ4_XS's 6-bit sub-block scales cost it little.
+  EXPECT_LT(RoundTripError(TensorType::kIQ4_NL, x), 0.1);
+  EXPECT_LT(RoundTripError(TensorType::kIQ4_XS, x), 0.1);
+  EXPECT_LT(RoundTripError(TensorType::kIQ4_NL, x), RoundTripError(TensorType::kQ4_0, x));
+  EXPECT_LT(RoundTripError(TensorType::kIQ4_XS, x), RoundTripError(TensorType::kQ4_0, x));
   for (TensorType t : {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ3_K,
-                       TensorType::kQ2_K}) {
+                       TensorType::kQ2_K, TensorType::kQ4_0, TensorType::kIQ4_NL,
+                       TensorType::kIQ4_XS}) {
     std::printf("[ %s ] round trip normalized RMS error %.4f (N(0,1)), %.4f (N(2,1))\n",
                 TensorTypeName(t), RoundTripError(t, x), RoundTripError(t, shifted));
   }
@@ -78,7 +85,8 @@ TEST(Quant, ZeroRowsStayZero) {
   std::vector<float> z(256, 0.0f);
   for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
                        TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_K,
-                       TensorType::kQ5_K, TensorType::kQ6_K}) {
+                       TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_NL,
+                       TensorType::kIQ4_XS}) {
     uint64_t bytes;
     ASSERT_TRUE(RowBytes(t, 256, &bytes));
     std::vector<uint8_t> q(bytes);
@@ -208,10 +216,42 @@ TEST(Quant, DecodesHandBuiltLowBitKBlocks) {
   EXPECT_EQ(y[0], 2.0f * -32 * (0 - 4));
 }
 
+// Hand-built IQ4 blocks decoded as the formats define them: IQ4_NL d * level[q]; IQ4_XS
+// (d * (scale - 32)) * level[q] with sub-block s's 6-bit scale split over scales_l and
+// scales_h.
+TEST(Quant, DecodesHandBuiltIq4Blocks) {
+  BlockIQ4NL nl{};
+  nl.d = FloatToFp16(0.25f);
+  for (int j = 0; j < 16; ++j) nl.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  float y[32];
+  DequantizeIQ4NL(&nl, 32, y);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.25f * kIq4Levels[j]);
+    EXPECT_EQ(y[j + 16], 0.25f * kIq4Levels[15 - j]);
+  }
+  BlockIQ4XS xs{};
+  xs.d = FloatToFp16(0.5f);
+  // sub-block 0: scale 5 (low 5, high 0); sub-block 3: 0x2A = 42 (low 10, high 2);
+  // sub-block 6: 63 (low 15, high 3)
+  xs.scales_l[0] = 5;
+  xs.scales_l[1] = 10 << 4;
+  xs.scales_l[3] = 15;
+  xs.scales_h = static_cast<uint16_t>((2 << 6) | (3 << 12));
+  for (int l = 0; l < 128; ++l) xs.qs[l] = static_cast<uint8_t>((l % 16) | (3 << 4));
+  std::vector<float> yx(256);
+  DequantizeIQ4XS(&xs, 256, yx.data());
+  EXPECT_EQ(Iq4XsScale(xs, 3), 42);
+  EXPECT_EQ(yx[0], 0.5f * (5 - 32) * kIq4Levels[0]);
+  EXPECT_EQ(yx[3 * 32 + 7], 0.5f * (42 - 32) * kIq4Levels[7]);
+  EXPECT_EQ(yx[3 * 32 + 16 + 7], 0.5f * (42 - 32) * kIq4Levels[3]);
+  EXPECT_EQ(yx[6 * 32 + 1], 0.5f * (63 - 32) * kIq4Levels[1]);
+  EXPECT_EQ(yx[7 * 32], 0.5f * (0 - 32) * kIq4Levels[0]);  // scale bits all clear
+}
+
 // Blocks that ggml itself encoded and decoded (tensor/testdata/ggml_blocks.sh, llama.cpp
 // 80fb11a): our dequantization gives ggml's floats bit for bit; our quantizer, on the same
-// input, gives ggml's blocks exactly for the 32-element types (the same reference
-// algorithm) and, for Q2_K/Q3_K (whose scale searches differ), an error within 10% of
+// input, gives ggml's blocks exactly for Q4_1/Q5_0/Q5_1 (the same reference algorithm)
+// and, for Q2_K/Q3_K/IQ4_NL/IQ4_XS (whose scale searches differ), an error within 10% of
 // ggml's.
 TEST(Quant, DecodesGgmlsBlocksBitForBit) {
   constexpr int kN = 512;
@@ -220,7 +260,8 @@ TEST(Quant, DecodesGgmlsBlocksBitForBit) {
   for (const auto& [type, file] :
        {std::pair{TensorType::kQ4_1, "q4_1"}, std::pair{TensorType::kQ5_0, "q5_0"},
         std::pair{TensorType::kQ5_1, "q5_1"}, std::pair{TensorType::kQ2_K, "q2_K"},
-        std::pair{TensorType::kQ3_K, "q3_K"}}) {
+        std::pair{TensorType::kQ3_K, "q3_K"}, std::pair{TensorType::kIQ4_NL, "iq4_nl"},
+        std::pair{TensorType::kIQ4_XS, "iq4_xs"}}) {
     std::ifstream in(std::string(CASCADE_SOURCE_DIR) + "/tensor/testdata/" + file + ".ggml",
                      std::ios::binary);
     const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
@@ -241,7 +282,7 @@ TEST(Quant, DecodesGgmlsBlocksBitForBit) {
       err_ours += (x[i] - ours_dq[i]) * (x[i] - ours_dq[i]);
     }
     std::printf("[ %s ] squared error: ggml %.4f, ours %.4f\n", file, err_ggml, err_ours);
-    if (Traits(type).block_elems == 32) {
+    if (type == TensorType::kQ4_1 || type == TensorType::kQ5_0 || type == TensorType::kQ5_1) {
       EXPECT_EQ(std::memcmp(ours.data(), bytes.data(), rb), 0) << file << ": blocks differ";
     } else {
       EXPECT_LT(err_ours, 1.1 * err_ggml) << file;

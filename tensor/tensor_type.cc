@@ -98,6 +98,8 @@ bool IsComputeSupported(TensorType type) {
     case T::kQ4_K:
     case T::kQ5_K:
     case T::kQ6_K:
+    case T::kIQ4_NL:
+    case T::kIQ4_XS:
       return true;
     default:
       return false;

@@ -106,7 +106,8 @@ void AddMakeModel(CLI::App& app, Action* action) {
       "make-model", "Write a random-weight model of a named shape (for benchmarks)");
   cmd->add_option("--shape", f->shape, absl::StrJoin(ModelShapeNames(), ", "))->required();
   cmd->add_option("--type", f->type,
-                  "F32, F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K");
+                  "F32, F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                  "IQ4_NL, IQ4_XS");
   cmd->add_option("--seed", f->seed, "Random seed (same seed, same file)");
   cmd->add_option("--tokenizer", f->tokenizer,
                   "GGUF vocabulary to embed (default: a matching one from ../shared)");
@@ -123,7 +124,8 @@ void AddQuantize(CLI::App& app, Action* action) {
   cmd->add_option("in", f->in, "Input .gguf")->required();
   cmd->add_option("out", f->out, "Output .gguf")->required();
   cmd->add_option("--type", f->type,
-                  "Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K, Q5_K, Q4_K, Q3_K, Q2_K, F16, BF16 or F32")
+                  "Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K, Q5_K, Q4_K, Q3_K, Q2_K, IQ4_XS, IQ4_NL, F16, "
+                  "BF16 or F32")
       ->required();
   cmd->callback([f, action] { *action = [f] { return RunQuantize(*f); }; });
 }

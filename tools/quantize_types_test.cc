@@ -1,5 +1,5 @@
 // `cascade quantize --type T` (QuantizeModel) for the types llama.cpp's mixes fall back to
-// (Q4_1, Q5_0, Q5_1) and the 3- and 2-bit K-quants (Q3_K, Q2_K), end to end: tiny-llama-q's Q8_0
+// (Q4_1, Q5_0, Q5_1), the 3- and 2-bit K-quants (Q3_K, Q2_K) and IQ4_NL/IQ4_XS, end to end: tiny-llama-q's Q8_0
 // file (every row a multiple of 256) rewritten with every matrix as T, then run by the engine. Its
 // logits at 64 sampled vocabulary ids (every 500th) of every prompt position are checked against
 // references committed in tools/testdata/quantize/, made from the same file (the test writes it the
@@ -102,7 +102,7 @@ TEST_P(QuantizeTypes, EngineLogitsMatchTheReferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantizeTypes,
-                         ::testing::Values("Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q2_K"),
+                         ::testing::Values("Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

@@ -23,7 +23,7 @@ namespace cascade::cpu::avx2 {
 
 // Entry points implemented in the quantized kernel files.
 MatmulFn QuantMatmul(TensorType type);   // Q8_0 / Q4_0 weights x Q8_0 activations
-MatmulFn LegacyQuantMatmul(TensorType type);  // Q4_1 / Q5_0 / Q5_1 weights x Q8_0 activations
+MatmulFn LegacyQuantMatmul(TensorType type);  // Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS x Q8_0 activations
 MatmulFn KQuantMatmul(TensorType type);  // Q4_K / Q5_K / Q6_K weights x Q8_K activations
 void QuantizeQ8_0Row(const float* x, int64_t k, void* out);
 void QuantizeQ8KRow(const float* x, int64_t k, void* out);

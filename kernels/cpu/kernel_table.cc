@@ -12,6 +12,8 @@ ActFormat ActFormatFor(TensorType weight_type, bool quantized_activations) {
     case TensorType::kQ5_0:
     case TensorType::kQ5_1:
     case TensorType::kQ8_0:
+    case TensorType::kIQ4_NL:
+    case TensorType::kIQ4_XS:
       return ActFormat::kQ8_0;
     case TensorType::kQ2_K:
     case TensorType::kQ3_K:

@@ -25,6 +25,8 @@
 //   the codes' products (Q5_0: codes - 16), Q4_1/Q5_1's minimum m_w d_x sum(x) per block in
 //   one running sum added after the lane reduction; AVX2 (and AVX-512, which uses it): per
 //   block y = fma(S, d_w d_x, y), then y = fma(sum(x), m_w d_x, y) (Q5_0: S - 16 sum(x));
+// - IQ4_NL/IQ4_XS x Q8_0 activations: as Q8_0 on the signed levels kIq4Levels[q], per
+//   32-element block with its float scale (IQ4_XS: d * (scale - 32), tensor/quant.h);
 // - K-quants x Q8_K: per super-block, exact integer sums; scalar: 8 lanes (e % 8) scaled
 //   by d_w * d_x, the min terms in one running sum, lanes reduced as above; AVX2: the
 //   super-block's whole sums S and M, y = fma(S, d_w * d_x, y) then y = fma(-M, dmin_w *
@@ -47,7 +49,7 @@ namespace cascade::cpu {
 // How activations are presented to a matmul kernel.
 enum class ActFormat {
   kF32,   // plain floats
-  kQ8_0,  // BlockQ8_0 per 32 elements (for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights)
+  kQ8_0,  // BlockQ8_0 per 32 elements (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / IQ4_XS)
   kQ8K,   // BlockQ8K per 256 elements (for K-quant weights, Q2_K..Q6_K)
 };
 
@@ -203,6 +205,8 @@ MatmulFn ForQuantizedType(TensorType type, Pick pick) {
     CASCADE_QUANTIZED_CASE(kQ4_K)
     CASCADE_QUANTIZED_CASE(kQ5_K)
     CASCADE_QUANTIZED_CASE(kQ6_K)
+    CASCADE_QUANTIZED_CASE(kIQ4_NL)
+    CASCADE_QUANTIZED_CASE(kIQ4_XS)
 #undef CASCADE_QUANTIZED_CASE
     default:
       return nullptr;

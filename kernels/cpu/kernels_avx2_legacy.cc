@@ -1,11 +1,14 @@
 // AVX2 kernels for the 32-element block types with a minimum or a fifth bit (Q4_1, Q5_0,
-// Q5_1) times activations quantized to Q8_0 blocks.
+// Q5_1) and for the non-uniform 4-bit types (IQ4_NL, IQ4_XS) times activations quantized to
+// Q8_0 blocks.
 //
 // Order (per output element, any tile): for each 32-element block b in order, the exact
 // integer sum S_b of the weight's unsigned codes u (0..15 or 0..31) times the activation
 // codes, and sx_b = the sum of the activation codes, then in float
 //   Q5_0 (value (u - 16) d):     acc = fma(S_b - 16 sx_b, d_w d_x, acc)
 //   Q4_1, Q5_1 (value u d + m):  acc = fma(S_b, d_w d_x, acc); acc = fma(sx_b, m_w d_x, acc)
+//   IQ4_NL, IQ4_XS (value level[u] scale): S_b over the signed levels (a byte shuffle of
+//   the nibbles), acc = fma(S_b, scale_w d_x, acc)
 // and y = acc. Every tile sums S_b exactly (a horizontal-add tree over 4 rows), so results
 // are the same bits for any n, tile, row range or thread count. Decode and prefill share
 // the 4-row tile; prefill blocks tokens so that a block's activations stay in L2 while the
@@ -19,6 +22,7 @@
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/prefetch.h"
 #include "tensor/quant.h"
+#include "tensor/quant_iq4.h"
 
 namespace cascade::cpu::avx2 {
 namespace {
@@ -56,6 +60,20 @@ inline uint16_t MinBits(const BlockQ4_1& b) { return b.m; }
 inline uint16_t MinBits(const BlockQ5_1& b) { return b.m; }
 inline uint16_t MinBits(const BlockQ5_0&) { return 0; }
 
+template <typename Block>
+constexpr bool kIq4 = std::is_same_v<Block, BlockIQ4NL> || std::is_same_v<Block, BlockIQ4XS>;
+// Bytes of a row per 32 elements.
+template <typename Block>
+constexpr int64_t kBytesPer32 =
+    std::is_same_v<Block, BlockIQ4XS> ? sizeof(Block) * kQK / kQKK : sizeof(Block);
+
+// The signed levels of 32 IQ4 indices (16 bytes of nibbles), in element order.
+inline __m256i Iq4Levels32(const uint8_t* qs) {
+  const __m256i levels = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Levels)));
+  return _mm256_shuffle_epi8(levels, Nibbles32(qs));
+}
+
 inline __m128 Fp16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
   return _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(a), static_cast<int16_t>(b),
                                      static_cast<int16_t>(c), static_cast<int16_t>(d), 0, 0, 0, 0));
@@ -71,26 +89,43 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
   for (int j = 0; j < T; ++j) acc[j] = _mm_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     if (pf != 0) {
-      constexpr int64_t kStep = 4 * sizeof(Block);
+      constexpr int64_t kStep = 4 * kBytesPer32<Block>;
       PrefetchBytes<CacheLevel::kL2>(reinterpret_cast<const char*>(w[0]) + pf + b * kStep, kStep);
     }
-    __m256i u[4];
-    for (int r = 0; r < 4; ++r) u[r] = Codes(w[r][b]);
-    const __m128 wd = Fp16x4(w[0][b].d, w[1][b].d, w[2][b].d, w[3][b].d);
-    const __m128 wm =
-        Fp16x4(MinBits(w[0][b]), MinBits(w[1][b]), MinBits(w[2][b]), MinBits(w[3][b]));
-    for (int j = 0; j < T; ++j) {
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].qs));
-      __m128i s =
-          Totals4(PartialU(u[0], xq), PartialU(u[1], xq), PartialU(u[2], xq), PartialU(u[3], xq));
-      const __m128 dx = _mm_set1_ps(_cvtsh_ss(x[j][b].d));
-      if constexpr (kHasMin<Block>) {
-        acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(wd, dx), acc[j]);
-        acc[j] =
-            _mm_fmadd_ps(_mm_set1_ps(static_cast<float>(sx[j][b])), _mm_mul_ps(wm, dx), acc[j]);
-      } else {
-        s = _mm_sub_epi32(s, _mm_set1_epi32(16 * sx[j][b]));
-        acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(wd, dx), acc[j]);
+    if constexpr (kIq4<Block>) {
+      __m256i v[4], a[4];
+      for (int r = 0; r < 4; ++r) {
+        v[r] = Iq4Levels32(Iq4Indices(w[r], b));
+        a[r] = _mm256_sign_epi8(v[r], v[r]);
+      }
+      const __m128 ws =
+          _mm_setr_ps(Iq4Scale(w[0], b), Iq4Scale(w[1], b), Iq4Scale(w[2], b), Iq4Scale(w[3], b));
+      for (int j = 0; j < T; ++j) {
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].qs));
+        const __m128i s = Totals4(DotI8(v[0], a[0], xq), DotI8(v[1], a[1], xq),
+                                  DotI8(v[2], a[2], xq), DotI8(v[3], a[3], xq));
+        const __m128 dx = _mm_set1_ps(_cvtsh_ss(x[j][b].d));
+        acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(ws, dx), acc[j]);
+      }
+    } else {
+      __m256i u[4];
+      for (int r = 0; r < 4; ++r) u[r] = Codes(w[r][b]);
+      const __m128 wd = Fp16x4(w[0][b].d, w[1][b].d, w[2][b].d, w[3][b].d);
+      const __m128 wm =
+          Fp16x4(MinBits(w[0][b]), MinBits(w[1][b]), MinBits(w[2][b]), MinBits(w[3][b]));
+      for (int j = 0; j < T; ++j) {
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].qs));
+        __m128i s =
+            Totals4(PartialU(u[0], xq), PartialU(u[1], xq), PartialU(u[2], xq), PartialU(u[3], xq));
+        const __m128 dx = _mm_set1_ps(_cvtsh_ss(x[j][b].d));
+        if constexpr (kHasMin<Block>) {
+          acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(wd, dx), acc[j]);
+          acc[j] =
+              _mm_fmadd_ps(_mm_set1_ps(static_cast<float>(sx[j][b])), _mm_mul_ps(wm, dx), acc[j]);
+        } else {
+          s = _mm_sub_epi32(s, _mm_set1_epi32(16 * sx[j][b]));
+          acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(wd, dx), acc[j]);
+        }
       }
     }
   }
@@ -108,7 +143,7 @@ void MatmulLegacy(const MatmulTask& t) {
   auto xrow = [&](int64_t i) { return reinterpret_cast<const BlockQ8_0*>(t.x + i * t.x_stride); };
   for (int64_t i0 = 0; i0 < t.n; i0 += tb) {
     const int64_t i1 = std::min(t.n, i0 + tb);
-    for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t i = i0; i < i1 && !kIq4<Block>; ++i) {  // the IQ4 types need no sums
       for (int64_t b = 0; b < nb; ++b) {
         const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xrow(i)[b].qs));
         sums[(i - i0) * nb + b] = HsumI32(PartialU(_mm256_set1_epi8(1), xq));
@@ -143,6 +178,10 @@ MatmulFn LegacyQuantMatmul(TensorType type) {
       return &MatmulLegacy<BlockQ5_0>;
     case TensorType::kQ5_1:
       return &MatmulLegacy<BlockQ5_1>;
+    case TensorType::kIQ4_NL:
+      return &MatmulLegacy<BlockIQ4NL>;
+    case TensorType::kIQ4_XS:
+      return &MatmulLegacy<BlockIQ4XS>;
     default:
       return nullptr;
   }

@@ -10,6 +10,7 @@
 #include "kernels/cpu/kv_block.h"
 #include "kernels/cpu/softmax_block.h"
 #include "tensor/quant.h"
+#include "tensor/quant_iq4.h"
 #include "util/fp16.h"
 
 namespace cascade::cpu {
@@ -117,6 +118,30 @@ void MatmulQ8_0Act(const MatmulTask& t) {
         }
       }
       t.y[i * t.ldy + r] = ReduceLanes8(lanes) + mins;
+    }
+  }
+}
+
+// IQ4_NL / IQ4_XS x Q8_0 activations: the levels as signed codes, 8 lanes of 4 products per
+// 32-element block, each lane += sum * (scale_w * d_x), as Q8_0.
+template <typename Block>
+void MatmulIq4Act(const MatmulTask& t) {
+  const int64_t nb = t.k / kQK;
+  for (int64_t r = t.r0; r < t.r1; ++r) {
+    const auto* w = reinterpret_cast<const Block*>(t.w + r * t.w_stride);
+    for (int64_t i = 0; i < t.n; ++i) {
+      const auto* x = reinterpret_cast<const BlockQ8_0*>(t.x + i * t.x_stride);
+      float lanes[8] = {};
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* qs = Iq4Indices(w, b);
+        const float d = Iq4Scale(w, b) * Fp16ToFloat(x[b].d);
+        for (int l = 0; l < 8; ++l) {
+          int32_t s = 0;
+          for (int e = 4 * l; e < 4 * l + 4; ++e) s += kIq4Levels[Nibble(qs, e)] * x[b].qs[e];
+          lanes[l] += static_cast<float>(s) * d;
+        }
+      }
+      t.y[i * t.ldy + r] = ReduceLanes8(lanes);
     }
   }
 }
@@ -251,6 +276,8 @@ MatmulFn ScalarMatmul(TensorType type, ActFormat act) {
     if (type == TensorType::kQ4_1) return &MatmulQ8_0Act<BlockQ4_1>;
     if (type == TensorType::kQ5_0) return &MatmulQ8_0Act<BlockQ5_0>;
     if (type == TensorType::kQ5_1) return &MatmulQ8_0Act<BlockQ5_1>;
+    if (type == TensorType::kIQ4_NL) return &MatmulIq4Act<BlockIQ4NL>;
+    if (type == TensorType::kIQ4_XS) return &MatmulIq4Act<BlockIQ4XS>;
     return nullptr;
   }
   switch (type) {

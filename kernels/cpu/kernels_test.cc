@@ -151,6 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
         MatmulCase{TensorType::kQ4_K, 1280, true}, MatmulCase{TensorType::kQ4_K, 1280, false},
         MatmulCase{TensorType::kQ5_K, 1280, true}, MatmulCase{TensorType::kQ5_K, 1280, false},
         MatmulCase{TensorType::kQ6_K, 1280, true}, MatmulCase{TensorType::kQ6_K, 1280, false},
+        MatmulCase{TensorType::kIQ4_NL, 1088, true}, MatmulCase{TensorType::kIQ4_NL, 1088, false},
+        MatmulCase{TensorType::kIQ4_XS, 1280, true}, MatmulCase{TensorType::kIQ4_XS, 1280, false},
         // TinyLlama's ffn_down row length: the largest cache blocks and scratch use.
         MatmulCase{TensorType::kF16, 5632, false}, MatmulCase{TensorType::kQ4_K, 5632, true},
         MatmulCase{TensorType::kQ8_0, 5632, true},
@@ -167,7 +169,9 @@ INSTANTIATE_TEST_SUITE_P(
         MatmulCase{TensorType::kQ3_K, 256, false, 1e-6}, MatmulCase{TensorType::kQ3_K, 256, true},
         MatmulCase{TensorType::kQ4_K, 512, false, 1e-6}, MatmulCase{TensorType::kQ4_K, 512, true},
         MatmulCase{TensorType::kQ5_K, 512, true}, MatmulCase{TensorType::kQ6_K, 512, true},
-        MatmulCase{TensorType::kQ6_K, 256, false, 1e-6}),
+        MatmulCase{TensorType::kQ6_K, 256, false, 1e-6},
+        MatmulCase{TensorType::kIQ4_NL, 224, false, 1e-6}, MatmulCase{TensorType::kIQ4_NL, 224, true},
+        MatmulCase{TensorType::kIQ4_XS, 256, false, 1e-6}, MatmulCase{TensorType::kIQ4_XS, 512, true}),
     CaseName);
 
 // Weights that read the same input (a layer's Q, K and V) run as one: bit for bit each
@@ -181,7 +185,8 @@ TEST(MatMulShared, IsEachMatMulAlone) {
        {std::pair{TensorType::kF32, int64_t{172}}, std::pair{TensorType::kF16, int64_t{1100}},
         std::pair{TensorType::kQ8_0, int64_t{256}}, std::pair{TensorType::kQ4_0, int64_t{1088}},
         std::pair{TensorType::kQ4_K, int64_t{512}}, std::pair{TensorType::kQ6_K, int64_t{256}},
-        std::pair{TensorType::kQ5_1, int64_t{224}}, std::pair{TensorType::kQ3_K, int64_t{512}}}) {
+        std::pair{TensorType::kQ5_1, int64_t{224}}, std::pair{TensorType::kQ3_K, int64_t{512}},
+        std::pair{TensorType::kIQ4_NL, int64_t{224}}, std::pair{TensorType::kIQ4_XS, int64_t{512}}}) {
     std::vector<TestWeight> ws;
     for (int i = 0; i < 3; ++i) ws.push_back(MakeWeight(type, rows[i], k, 40 + i));
     const TestWeight odd = MakeWeight(TensorType::kF32, 24, k, 50);  // another type

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Blocks encoded and decoded by ggml itself, for quant_test.cc's GgmlBlocks test: for each
-# of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, 512 floats x[i] = sin(0.37 i + 0.1) * (1 + (i % 7) / 3)
+# of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, 512 floats x[i] = sin(0.37 i + 0.1) * (1 + (i % 7) / 3)
 # quantized by ggml_quantize_chunk and dequantized by ggml's to_float, written as
 # TYPE.ggml (the blocks, then the 512 float32 values ggml decodes them to). Cascade's
 # dequantization must give those values bit for bit.
@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   std::vector<float> x(n), y(n);
   for (int i = 0; i < n; ++i) x[i] = std::sin(0.37f * i + 0.1f) * (1.0f + (i % 7) / 3.0f);
   const ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K,
-                             GGML_TYPE_Q3_K};
+                             GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
   for (ggml_type t : types) {
     std::vector<unsigned char> q(ggml_row_size(t, n));
     ggml_quantize_chunk(t, x.data(), q.data(), 0, 1, n, nullptr);

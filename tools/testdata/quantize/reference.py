@@ -4,7 +4,8 @@
   PATH=$(getconf PATH) python3 tools/testdata/quantize/reference.py MODEL.gguf OUT.npy
 
 Reads a GGUF file with a minimal reader written here, dequantizes every tensor in float64
-with NumPy from the ggml block formats (F32, F16, Q8_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K), runs
+with NumPy from the ggml block formats (F32, F16, Q8_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL,
+IQ4_XS), runs
 the Llama forward pass (GGUF `llama`: RMSNorm, RoPE on adjacent pairs, GQA, SwiGLU, causal
 attention) over the prompt ids teacher-forced, and writes the logits at every position for
 the vocabulary ids SAMPLE_IDS (every 500th id) as float32 [n_tokens, 64]: a few KB to
@@ -21,7 +22,10 @@ PROMPT = "../shared/models/tiny-llama-q/prompt.ids"
 
 # type: (elements per block, bytes per block)
 BLOCKS = {0: (1, 4), 1: (1, 2), 8: (32, 34), 3: (32, 20), 6: (32, 22), 7: (32, 24),
-          10: (256, 84), 11: (256, 110)}
+          10: (256, 84), 11: (256, 110), 20: (32, 18), 23: (256, 136)}
+# IQ4_NL / IQ4_XS: each 4-bit index selects one of these levels.
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                      dtype=np.float64)
 
 
 def read_gguf(path):
@@ -129,6 +133,15 @@ def dequantize(t, raw, count):
         hbit = (b[:, :32].astype(np.int64)[:, e % 32] >> (e // 32)) & 1
         q = low2(b[:, 32:96]) - 4 * (1 - hbit)
         y = f16(b, 108)[:, None] * scale[:, e // 16] * q
+    elif t == 20:  # IQ4_NL: d, qs[16]; d * level[q]
+        y = f16(b, 0)[:, None] * IQ4_LEVELS[nibbles(b[:, 2:])]
+    elif t == 23:  # IQ4_XS: d, scales_h, scales_l[4], qs[128]; d * (scale - 32) * level[q]
+        s = np.arange(8)
+        high = (b[:, 2:4].copy().view("<u2")[:, 0].astype(np.int64)[:, None] >> (2 * s)) & 3
+        low = (b[:, 4:8].astype(np.int64)[:, s // 2] >> (4 * (s % 2))) & 0xF
+        scale = (low | (high << 4)) - 32  # [nb, 8]
+        q = nibbles(b[:, 8:].reshape(-1, 16)).reshape(-1, 8, 32)  # sub-block s: qs[16s..]
+        y = (f16(b, 0)[:, None] * scale)[:, :, None] * IQ4_LEVELS[q]
     else:
         raise ValueError(f"type {t}")
     return y.reshape(count)
