@@ -629,9 +629,9 @@ if [[ $WHAT == moe || $WHAT == all ]] && [[ -x $BIN/engine_bench ]]; then
 fi
 if [[ $WHAT == types || $WHAT == all ]] && [[ -x $BIN/engine_bench ]]; then
   echo
-  echo "== (g) the types of issue 45: TinyLlama-1.1B in Q4_1, Q5_0, Q5_1, Q3_K, Q2_K =="
+  echo "== (g) the types of issue 45: TinyLlama-1.1B in ${TYPES:=Q4_1 Q5_0 Q5_1 Q3_K Q2_K IQ4_NL IQ4_XS} =="
   files=()
-  for t in Q4_1 Q5_0 Q5_1 Q3_K Q2_K; do files+=("$(model tinyllama-1.1b "$t")"); done
+  for t in $TYPES; do files+=("$(model tinyllama-1.1b "$t")"); done
   side_by_side "${files[@]}"
 fi
 

@@ -18,12 +18,13 @@
 
 #include "kernels/cpu/gemm_layout.h"  // EqualTokenBlock, shared with the AVX-512 kernels
 #include "kernels/cpu/kernel_table.h"
+#include "tensor/quant.h"  // kIq4Levels
 
 namespace cascade::cpu::avx2 {
 
 // Entry points implemented in the quantized kernel files.
 MatmulFn QuantMatmul(TensorType type);   // Q8_0 / Q4_0 weights x Q8_0 activations
-MatmulFn LegacyQuantMatmul(TensorType type);  // Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS x Q8_0 activations
+MatmulFn LegacyQuantMatmul(TensorType type);  // Q4_1 / Q5_0 / Q5_1 / IQ4_XS x Q8_0 activations
 MatmulFn KQuantMatmul(TensorType type);  // Q4_K / Q5_K / Q6_K weights x Q8_K activations
 void QuantizeQ8_0Row(const float* x, int64_t k, void* out);
 void QuantizeQ8KRow(const float* x, int64_t k, void* out);
@@ -118,6 +119,14 @@ inline __m256i Nibbles32(const uint8_t* qs) {
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
   return _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
                           _mm256_set1_epi8(0x0F));
+}
+
+// The signed levels (tensor/quant.h kIq4Levels) of 32 IQ4 indices packed as Q4_0's
+// nibbles, in element order: one byte shuffle of the nibbles.
+inline __m256i Iq4Levels32(const uint8_t* qs) {
+  const __m256i levels = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Levels)));
+  return _mm256_shuffle_epi8(levels, Nibbles32(qs));
 }
 
 // DotI8 for unsigned weight codes u in [0, 31] (nibbles, 5-bit codes): no sign fix-ups;

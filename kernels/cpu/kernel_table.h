@@ -25,8 +25,10 @@
 //   the codes' products (Q5_0: codes - 16), Q4_1/Q5_1's minimum m_w d_x sum(x) per block in
 //   one running sum added after the lane reduction; AVX2 (and AVX-512, which uses it): per
 //   block y = fma(S, d_w d_x, y), then y = fma(sum(x), m_w d_x, y) (Q5_0: S - 16 sum(x));
-// - IQ4_NL/IQ4_XS x Q8_0 activations: as Q8_0 on the signed levels kIq4Levels[q], per
-//   32-element block with its float scale (IQ4_XS: d * (scale - 32), tensor/quant.h);
+// - IQ4_NL x Q8_0 activations: exactly as Q8_0, its levels kIq4Levels[q] being the
+//   signed codes (every ISA and tile, VNNI included);
+// - IQ4_XS x Q8_0 activations: as Q8_0 on the signed levels, per 32-element block with its
+//   float scale d * (scale - 32) (tensor/quant_iq4.h);
 // - K-quants x Q8_K: per super-block, exact integer sums; scalar: 8 lanes (e % 8) scaled
 //   by d_w * d_x, the min terms in one running sum, lanes reduced as above; AVX2: the
 //   super-block's whole sums S and M, y = fma(S, d_w * d_x, y) then y = fma(-M, dmin_w *

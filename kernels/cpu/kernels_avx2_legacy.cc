@@ -1,14 +1,15 @@
 // AVX2 kernels for the 32-element block types with a minimum or a fifth bit (Q4_1, Q5_0,
-// Q5_1) and for the non-uniform 4-bit types (IQ4_NL, IQ4_XS) times activations quantized to
-// Q8_0 blocks.
+// Q5_1) and for IQ4_XS (non-uniform 4-bit levels, a 6-bit scale per 32 elements) times
+// activations quantized to Q8_0 blocks. (IQ4_NL, laid out as Q4_0, takes the Q8_0 kernels
+// of kernels_avx2_quant.cc.)
 //
 // Order (per output element, any tile): for each 32-element block b in order, the exact
 // integer sum S_b of the weight's unsigned codes u (0..15 or 0..31) times the activation
 // codes, and sx_b = the sum of the activation codes, then in float
 //   Q5_0 (value (u - 16) d):     acc = fma(S_b - 16 sx_b, d_w d_x, acc)
 //   Q4_1, Q5_1 (value u d + m):  acc = fma(S_b, d_w d_x, acc); acc = fma(sx_b, m_w d_x, acc)
-//   IQ4_NL, IQ4_XS (value level[u] scale): S_b over the signed levels (a byte shuffle of
-//   the nibbles), acc = fma(S_b, scale_w d_x, acc)
+//   IQ4_XS (value level[u] scale): S_b over the signed levels (a byte shuffle of the
+//   nibbles), acc = fma(S_b, scale_w d_x, acc)
 // and y = acc. Every tile sums S_b exactly (a horizontal-add tree over 4 rows), so results
 // are the same bits for any n, tile, row range or thread count. Decode and prefill share
 // the 4-row tile; prefill blocks tokens so that a block's activations stay in L2 while the
@@ -61,18 +62,10 @@ inline uint16_t MinBits(const BlockQ5_1& b) { return b.m; }
 inline uint16_t MinBits(const BlockQ5_0&) { return 0; }
 
 template <typename Block>
-constexpr bool kIq4 = std::is_same_v<Block, BlockIQ4NL> || std::is_same_v<Block, BlockIQ4XS>;
+constexpr bool kIq4 = std::is_same_v<Block, BlockIQ4XS>;
 // Bytes of a row per 32 elements.
 template <typename Block>
-constexpr int64_t kBytesPer32 =
-    std::is_same_v<Block, BlockIQ4XS> ? sizeof(Block) * kQK / kQKK : sizeof(Block);
-
-// The signed levels of 32 IQ4 indices (16 bytes of nibbles), in element order.
-inline __m256i Iq4Levels32(const uint8_t* qs) {
-  const __m256i levels = _mm256_broadcastsi128_si256(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Levels)));
-  return _mm256_shuffle_epi8(levels, Nibbles32(qs));
-}
+constexpr int64_t kBytesPer32 = kIq4<Block> ? sizeof(Block) * kQK / kQKK : sizeof(Block);
 
 inline __m128 Fp16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
   return _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(a), static_cast<int16_t>(b),
@@ -87,6 +80,7 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
                     int64_t nb, float* y, int64_t ldy, int rows, int64_t pf) {
   __m128 acc[T];
   for (int j = 0; j < T; ++j) acc[j] = _mm_setzero_ps();
+  __m128 xs_scales[8];  // IQ4_XS: the 4 rows' scales of the current super-block's sub-blocks
   for (int64_t b = 0; b < nb; ++b) {
     if (pf != 0) {
       constexpr int64_t kStep = 4 * kBytesPer32<Block>;
@@ -98,8 +92,16 @@ inline void Tile4xT(const Block* const* w, const BlockQ8_0* const* x, const int3
         v[r] = Iq4Levels32(Iq4Indices(w[r], b));
         a[r] = _mm256_sign_epi8(v[r], v[r]);
       }
-      const __m128 ws =
-          _mm_setr_ps(Iq4Scale(w[0], b), Iq4Scale(w[1], b), Iq4Scale(w[2], b), Iq4Scale(w[3], b));
+      if (b % 8 == 0) {  // a new super-block: d * (scale - 32) of its 8 sub-blocks, 4 rows
+        const int64_t sb = b / 8;
+        const __m128 d = Fp16x4(w[0][sb].d, w[1][sb].d, w[2][sb].d, w[3][sb].d);
+        for (int k = 0; k < 8; ++k) {
+          const __m128i ls = _mm_setr_epi32(Iq4XsScale(w[0][sb], k), Iq4XsScale(w[1][sb], k),
+                                            Iq4XsScale(w[2][sb], k), Iq4XsScale(w[3][sb], k));
+          xs_scales[k] = _mm_mul_ps(d, _mm_cvtepi32_ps(_mm_sub_epi32(ls, _mm_set1_epi32(32))));
+        }
+      }
+      const __m128 ws = xs_scales[b % 8];
       for (int j = 0; j < T; ++j) {
         const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].qs));
         const __m128i s = Totals4(DotI8(v[0], a[0], xq), DotI8(v[1], a[1], xq),
@@ -178,8 +180,6 @@ MatmulFn LegacyQuantMatmul(TensorType type) {
       return &MatmulLegacy<BlockQ5_0>;
     case TensorType::kQ5_1:
       return &MatmulLegacy<BlockQ5_1>;
-    case TensorType::kIQ4_NL:
-      return &MatmulLegacy<BlockIQ4NL>;
     case TensorType::kIQ4_XS:
       return &MatmulLegacy<BlockIQ4XS>;
     default:

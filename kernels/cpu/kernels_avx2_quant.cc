@@ -1,4 +1,4 @@
-// AVX2 kernels for Q8_0 and Q4_0 weights times activations quantized to Q8_0 blocks, and
+// AVX2 kernels for Q8_0, Q4_0 and IQ4_NL weights times activations quantized to Q8_0 blocks, and
 // the AVX2 Q8_0 activation quantizer (bit-identical to the scalar one).
 //
 // Order (per output element, any tile): for each 32-element block b in order, the exact
@@ -41,6 +41,9 @@ constexpr int64_t kPrefetchRows = 16;
 inline __m256i Codes(const BlockQ8_0& b) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
 }
+// An IQ4_NL block's 32 levels as signed codes: from here on it is a Q8_0 block (fp16 scale
+// first, then its codes), so every Q8_0 kernel below computes it in the Q8_0 order.
+inline __m256i Codes(const BlockIQ4NL& b) { return Iq4Levels32(b.qs); }
 
 // The 32 nibbles of a Q4_0 block as unsigned codes u = code + 8 (Nibbles32, avx2_util.h).
 // Q4_0 kernels multiply u directly and subtract 8 * sum(x): the same integers as the signed
@@ -299,6 +302,7 @@ void MatmulQ8_0Act(const MatmulTask& t) {
 MatmulFn QuantMatmul(TensorType type) {
   if (type == TensorType::kQ8_0) return &MatmulQ8_0Act<BlockQ8_0>;
   if (type == TensorType::kQ4_0) return &MatmulQ8_0Act<BlockQ4_0>;
+  if (type == TensorType::kIQ4_NL) return &MatmulQ8_0Act<BlockIQ4NL>;
   return nullptr;
 }
 
@@ -344,6 +348,10 @@ void ExpandQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb, i
   if (type == TensorType::kQ4_0) {
     const BlockQ4_0* src[8];
     for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockQ4_0*>(rows[j]);
+    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
+  } else if (type == TensorType::kIQ4_NL) {
+    const BlockIQ4NL* src[8];
+    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockIQ4NL*>(rows[j]);
     avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
   } else {
     const BlockQ8_0* src[8];

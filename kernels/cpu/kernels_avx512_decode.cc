@@ -42,6 +42,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -160,14 +161,30 @@ struct Q8TokenBlock {
 };
 
 
+// The weight blocks QuantGroup reads: Q8_0 (signed codes, made unsigned by flipping the
+// top bit), Q4_0 (nibbles u = code + 8) or IQ4_NL (nibbles, looked up as level + 128; laid
+// out as Q4_0). The unsigned weights' offset (128, 8, 128) times sum(x) is subtracted
+// through the token's base.
+enum class QuantCodes { kQ8_0, kQ4_0, kIq4Nl };
+
 // One group of 16 rows (w: row 0 of the group) x T tokens over nb blocks (x: T tokens of
 // each block, blocks `xs` apart).
-template <bool kQ8, int T>
+template <QuantCodes kCodes, int T>
 void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock* x,
                 int64_t xs, float* y, int64_t ldy, __mmask16 keep, const uint8_t* pf) {
+  constexpr bool kQ8 = kCodes == QuantCodes::kQ8_0;
   constexpr size_t kBlock = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  static_assert(sizeof(BlockIQ4NL) == sizeof(BlockQ4_0));
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  // IQ4_NL: level + 128 (1..241) for each index, in every 128-bit lane.
+  alignas(16) static constexpr auto kLevels128 = [] {
+    std::array<uint8_t, 16> a{};
+    for (int i = 0; i < 16; ++i) a[i] = static_cast<uint8_t>(kIq4Levels[i] + 128);
+    return a;
+  }();
+  const __m512i levels =
+      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kLevels128.data())));
   const size_t s3 = 3 * stride, s4 = 4 * stride;
   __m512 acc[T];
   for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
@@ -191,6 +208,10 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
         const __m512i v = Load4x16(p, off);
         lo[j] = _mm512_and_si512(v, m4);
         hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (kCodes == QuantCodes::kIq4Nl) {
+          lo[j] = _mm512_shuffle_epi8(levels, lo[j]);
+          hi[j] = _mm512_shuffle_epi8(levels, hi[j]);
+        }
       }
     }
     const __m512 wd = Scales16(p, stride, s3);
@@ -212,7 +233,7 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
   for (int j = 0; j < T; ++j) _mm512_mask_storeu_ps(y + j * ldy, keep, acc[j]);
 }
 
-template <bool kQ8>
+template <QuantCodes kCodes>
 void QuantDecodeOf(const MatmulTask& t) {
   const int64_t nb = t.k / kQK;
   // Scratch: the tokens' blocks, (nb, n).
@@ -223,7 +244,7 @@ void QuantDecodeOf(const MatmulTask& t) {
       Q8TokenBlock& o = x[b * t.n + i];
       std::memcpy(o.qs, a[b].qs, sizeof(o.qs));
       o.d = _cvtsh_ss(a[b].d);
-      o.base = (kQ8 ? -128 : -8) * CodeSum(a[b].qs);
+      o.base = (kCodes == QuantCodes::kQ4_0 ? -8 : -128) * CodeSum(a[b].qs);
     }
   }
   const size_t stride = t.w_stride;
@@ -240,7 +261,7 @@ void QuantDecodeOf(const MatmulTask& t) {
     const int64_t width = (t.n + passes - 1) / passes;
     for (int64_t i = 0; i < t.n; i += width) {
       WithWidth<kQuantPassTokens>(std::min(width, t.n - i), [&]<int T>() {
-        QuantGroup<kQ8, T>(w, stride, nb, x + i, t.n, t.y + i * t.ldy + g.first, t.ldy, g.keep,
+        QuantGroup<kCodes, T>(w, stride, nb, x + i, t.n, t.y + i * t.ldy + g.first, t.ldy, g.keep,
                            i == 0 ? pf : nullptr);
       });
     }
@@ -552,9 +573,11 @@ void KQuantDecodeOf(const MatmulTask& t) {
 
 void QuantDecode(const MatmulTask& t, TensorType type) {
   if (type == TensorType::kQ8_0) {
-    QuantDecodeOf<true>(t);
+    QuantDecodeOf<QuantCodes::kQ8_0>(t);
+  } else if (type == TensorType::kIQ4_NL) {
+    QuantDecodeOf<QuantCodes::kIq4Nl>(t);
   } else {
-    QuantDecodeOf<false>(t);
+    QuantDecodeOf<QuantCodes::kQ4_0>(t);
   }
 }
 

@@ -304,7 +304,8 @@ cpu::MatmulFn Emulated(TensorType) { return nullptr; }
 
 TEST(QuantDot16, EmulatedLanesMatchTheAvx2KernelsBitForBit) {
   if (!HasAvx2()) GTEST_SKIP() << "the panels are expanded by AVX2 code; this CPU has no AVX2";
-  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0}, kQuantShapes, Emulated);
+  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL},
+                               kQuantShapes, Emulated);
 }
 
 TEST(QuantDot16, EmulatedKQuantLanesMatchTheAvx2KernelsBitForBit) {
@@ -321,7 +322,8 @@ TEST(QuantDot16, VnniTableMatchesTheAvx2KernelsBitForBit) {
   auto vnni = [](TensorType type) {
     return cpu::Avx512Kernels().matmul(type, cpu::ActFormatFor(type, true));
   };
-  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0}, kQuantShapes, vnni);
+  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL},
+                               kQuantShapes, vnni);
   ExpectQuantKernelMatchesAvx2({TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K},
                                kKQuantShapes, vnni);
 }
@@ -363,7 +365,7 @@ TEST(Avx512Decode, QuantMatchesTheAvx2KernelsBitForBit) {
     GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ and VNNI; this one: "
                  << DetectCpuFeatures().Describe();
   }
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0}) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL}) {
     ExpectDecodeMatchesAvx2(type, {32, 1088, 5632}, cpu::avx512::kQuantDecodeMaxTokens);
   }
 }
