@@ -174,6 +174,26 @@ void ExpandRows8(const Block* const* src, int64_t nb, int8_t* codes, int64_t blo
   }
 }
 
+// ExpandRows8 for IQ4_XS rows: per 32-element block b, the levels as signed codes and the
+// scale d * (scale - 32) of sub-block b % 8 of super-block b / 8 (the AVX2 kernel's).
+void ExpandIq4XsRows8(const BlockIQ4XS* const* src, int64_t nb, int8_t* codes,
+                      int64_t block_bytes, float* scales, int64_t scale_stride) {
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i v[8], o[8];
+    for (int j = 0; j < 8; ++j) {
+      const BlockIQ4XS& sb = src[j][b / 8];
+      v[j] = Iq4Levels32(sb.qs + 16 * (b % 8));
+      scales[b * scale_stride + j] =
+          _cvtsh_ss(sb.d) * static_cast<float>(Iq4XsScale(sb, static_cast<int>(b % 8)) - 32);
+    }
+    Transpose8x8(v, o);
+    int8_t* dst = codes + b * block_bytes;
+    for (int g = 0; g < 8; ++g) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + g * (block_bytes / 8)), o[g]);
+    }
+  }
+}
+
 // Expands weight rows [r, r + rows) (rows <= 8; the last row repeats to fill 8) into p.
 template <typename Block>
 void ExpandPanel8(const MatmulTask& t, int64_t r, int rows, int64_t nb, const Panel8& p) {
@@ -353,6 +373,10 @@ void ExpandQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb, i
     const BlockIQ4NL* src[8];
     for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockIQ4NL*>(rows[j]);
     avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
+  } else if (type == TensorType::kIQ4_XS) {
+    const BlockIQ4XS* src[8];
+    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockIQ4XS*>(rows[j]);
+    avx2::ExpandIq4XsRows8(src, nb, codes, block_bytes, scales, scale_stride);
   } else {
     const BlockQ8_0* src[8];
     for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockQ8_0*>(rows[j]);

@@ -369,6 +369,7 @@ MatmulFn Avx512VnniMatmul(TensorType type, ActFormat act) {
     if (type == TensorType::kQ8_0) return kDot<TensorType::kQ8_0>;
     if (type == TensorType::kQ4_0) return kDot<TensorType::kQ4_0>;
     if (type == TensorType::kIQ4_NL) return kDot<TensorType::kIQ4_NL>;
+    if (type == TensorType::kIQ4_XS) return kDot<TensorType::kIQ4_XS>;
   }
   if (act == ActFormat::kQ8K) {
     if (type == TensorType::kQ4_K) return kKDot<TensorType::kQ4_K>;

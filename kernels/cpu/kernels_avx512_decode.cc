@@ -162,10 +162,36 @@ struct Q8TokenBlock {
 
 
 // The weight blocks QuantGroup reads: Q8_0 (signed codes, made unsigned by flipping the
-// top bit), Q4_0 (nibbles u = code + 8) or IQ4_NL (nibbles, looked up as level + 128; laid
-// out as Q4_0). The unsigned weights' offset (128, 8, 128) times sum(x) is subtracted
-// through the token's base.
-enum class QuantCodes { kQ8_0, kQ4_0, kIq4Nl };
+// top bit), Q4_0 (nibbles u = code + 8), IQ4_NL (nibbles, looked up as level + 128; laid
+// out as Q4_0) or IQ4_XS (the same per 32 elements, inside 256-element super-blocks with
+// a scale per 32). The unsigned weights' offset (128, 8, 128, 128) times sum(x) is
+// subtracted through the token's base.
+enum class QuantCodes { kQ8_0, kQ4_0, kIq4Nl, kIq4Xs };
+
+// IQ4_XS: the 16 rows' scales d * (scale - 32) of the 8 sub-blocks of the super-block at
+// p[q] + j * stride (lane 4q + j), as the AVX2 kernel computes them (float(d) times the
+// 6-bit scale minus 32).
+CASCADE_HOT void Iq4XsScales16(const uint8_t* const* p, size_t stride, size_t off3,
+                               __m512* out) {
+  alignas(64) uint32_t head[16], low[16];  // d | scales_h << 16; scales_l
+  for (int q = 0; q < 4; ++q) {
+    for (int j = 0; j < 4; ++j) {
+      const uint8_t* row = p[q] + (j == 3 ? off3 : j * stride);
+      std::memcpy(&head[4 * q + j], row, 4);
+      std::memcpy(&low[4 * q + j], row + 4, 4);
+    }
+  }
+  const __m512i h = _mm512_load_si512(head), l = _mm512_load_si512(low);
+  const __m512 d = Fp16Lanes(h);
+  const __m512i high = _mm512_srli_epi32(h, 16);
+  for (int s = 0; s < 8; ++s) {
+    const __m512i lo4 = _mm512_and_si512(_mm512_srli_epi32(l, 4 * s), _mm512_set1_epi32(0xF));
+    const __m512i hi2 =
+        _mm512_and_si512(_mm512_srli_epi32(high, 2 * s), _mm512_set1_epi32(3));
+    const __m512i ls = _mm512_or_si512(lo4, _mm512_slli_epi32(hi2, 4));
+    out[s] = _mm512_mul_ps(d, ToFloat(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
+  }
+}
 
 // One group of 16 rows (w: row 0 of the group) x T tokens over nb blocks (x: T tokens of
 // each block, blocks `xs` apart).
@@ -173,8 +199,13 @@ template <QuantCodes kCodes, int T>
 void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock* x,
                 int64_t xs, float* y, int64_t ldy, __mmask16 keep, const uint8_t* pf) {
   constexpr bool kQ8 = kCodes == QuantCodes::kQ8_0;
-  constexpr size_t kBlock = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  constexpr bool kXs = kCodes == QuantCodes::kIq4Xs;
+  // Bytes of a row per 32 elements (IQ4_XS: a super-block's share).
+  constexpr size_t kBlock = kQ8 ? sizeof(BlockQ8_0)
+                            : kXs ? sizeof(BlockIQ4XS) * kQK / kQKK
+                                  : sizeof(BlockQ4_0);
   static_assert(sizeof(BlockIQ4NL) == sizeof(BlockQ4_0));
+  __m512 xs_scales[8];  // IQ4_XS: the current super-block's
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   // IQ4_NL: level + 128 (1..241) for each index, in every 128-bit lane.
@@ -189,7 +220,10 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
   __m512 acc[T];
   for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, x += xs) {
-    const uint8_t* blk = w + b * kBlock;
+    // IQ4_XS: the block's super-block, whose indices for sub-block b % 8 start at byte
+    // 8 + 16 (b % 8); the others: the block, its codes after the fp16 scale.
+    const uint8_t* blk = kXs ? w + (b / 8) * sizeof(BlockIQ4XS) : w + b * kBlock;
+    const size_t codes_at = kXs ? 8 + 16 * static_cast<size_t>(b % 8) : 2;
     if (pf != nullptr) PrefetchBytes<kAheadLevel>(pf + b * kGroup * kBlock, kGroup * kBlock);
     // Rows 4q + j at p[q] + j * stride (offsets 0, s, 2s, 3s): the block's fp16 scale,
     // then its codes.
@@ -198,9 +232,12 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
     p[1] = Opaque(p[0] + s4);
     p[2] = Opaque(p[1] + s4);
     p[3] = Opaque(p[2] + s4);
+    if constexpr (kXs) {
+      if (b % 8 == 0) Iq4XsScales16(p, stride, s3, xs_scales);
+    }
     __m512i lo[4], hi[4];
     for (int j = 0; j < 4; ++j) {
-      const size_t off = (j == 3 ? s3 : j * stride) + 2;
+      const size_t off = (j == 3 ? s3 : j * stride) + codes_at;
       if constexpr (kQ8) {
         lo[j] = _mm512_xor_si512(Load4x16(p, off), flip);
         hi[j] = _mm512_xor_si512(Load4x16(p, off + 16), flip);
@@ -208,13 +245,13 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
         const __m512i v = Load4x16(p, off);
         lo[j] = _mm512_and_si512(v, m4);
         hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if constexpr (kCodes == QuantCodes::kIq4Nl) {
+        if constexpr (kCodes == QuantCodes::kIq4Nl || kXs) {
           lo[j] = _mm512_shuffle_epi8(levels, lo[j]);
           hi[j] = _mm512_shuffle_epi8(levels, hi[j]);
         }
       }
     }
-    const __m512 wd = Scales16(p, stride, s3);
+    const __m512 wd = kXs ? xs_scales[b % 8] : Scales16(p, stride, s3);
     for (int j = 0; j < T; ++j) {
       const __m512i xlo =
           _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].qs)));
@@ -576,6 +613,8 @@ void QuantDecode(const MatmulTask& t, TensorType type) {
     QuantDecodeOf<QuantCodes::kQ8_0>(t);
   } else if (type == TensorType::kIQ4_NL) {
     QuantDecodeOf<QuantCodes::kIq4Nl>(t);
+  } else if (type == TensorType::kIQ4_XS) {
+    QuantDecodeOf<QuantCodes::kIq4Xs>(t);
   } else {
     QuantDecodeOf<QuantCodes::kQ4_0>(t);
   }

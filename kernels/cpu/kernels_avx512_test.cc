@@ -306,6 +306,7 @@ TEST(QuantDot16, EmulatedLanesMatchTheAvx2KernelsBitForBit) {
   if (!HasAvx2()) GTEST_SKIP() << "the panels are expanded by AVX2 code; this CPU has no AVX2";
   ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL},
                                kQuantShapes, Emulated);
+  ExpectQuantKernelMatchesAvx2({TensorType::kIQ4_XS}, kKQuantShapes, Emulated);
 }
 
 TEST(QuantDot16, EmulatedKQuantLanesMatchTheAvx2KernelsBitForBit) {
@@ -324,6 +325,7 @@ TEST(QuantDot16, VnniTableMatchesTheAvx2KernelsBitForBit) {
   };
   ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL},
                                kQuantShapes, vnni);
+  ExpectQuantKernelMatchesAvx2({TensorType::kIQ4_XS}, kKQuantShapes, vnni);
   ExpectQuantKernelMatchesAvx2({TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K},
                                kKQuantShapes, vnni);
 }
@@ -368,6 +370,8 @@ TEST(Avx512Decode, QuantMatchesTheAvx2KernelsBitForBit) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL}) {
     ExpectDecodeMatchesAvx2(type, {32, 1088, 5632}, cpu::avx512::kQuantDecodeMaxTokens);
   }
+  ExpectDecodeMatchesAvx2(TensorType::kIQ4_XS, {256, 1280, 5632},
+                          cpu::avx512::kQuantDecodeMaxTokens);
 }
 
 TEST(Avx512Decode, KQuantsMatchTheAvx2KernelsBitForBit) {
