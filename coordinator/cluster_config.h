@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "coordinator/http_server.h"
 #include "coordinator/planner.h"
+#include "engine/draft_model.h"
 #include "serving/router.h"
 #include "serving/scheduler_config.h"
 #include "tensor/device.h"
@@ -89,7 +90,7 @@ struct HaConfig {
 // The draft model of `--speculative draft` (engine/draft_model.h), run by the coordinator.
 struct DraftConfig {
   std::string model;  // GGUF file or Hugging Face folder sharing the model's vocabulary
-  int threads = 1;    // its compute threads (per replica)
+  int threads = DraftModelOptions().threads;  // its compute threads (per replica)
 };
 
 struct StageConfig {

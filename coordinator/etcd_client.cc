@@ -66,8 +66,6 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> EtcdCredentials(const 
 
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
     const std::string& endpoints, std::chrono::milliseconds deadline, const EtcdTls& tls) {
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = EtcdCredentials(tls);
-  if (!credentials.ok()) return credentials.status();
   std::vector<std::string> list;
   for (absl::string_view e : absl::StrSplit(endpoints, ',', absl::SkipWhitespace())) {
     std::string s(absl::StripAsciiWhitespace(e));
@@ -79,7 +77,14 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
       }
       s = s.substr(8);
     }
-    if (absl::StartsWith(s, "http://")) s = s.substr(7);
+    if (absl::StartsWith(s, "http://")) {
+      if (!tls.ca.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "etcd endpoint '", s, "' is plain http, but --etcd-cacert asks for TLS: give "
+            "https://host:port (or host:port)"));
+      }
+      s = s.substr(7);
+    }
     while (!s.empty() && s.back() == '/') s.pop_back();
     const size_t colon = s.rfind(':');
     if (s.empty() || colon == std::string::npos || colon == 0 || colon + 1 == s.size() ||
@@ -90,6 +95,8 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
     list.push_back(std::move(s));
   }
   if (list.empty()) return absl::InvalidArgumentError("no etcd endpoint given");
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = EtcdCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
   return std::unique_ptr<EtcdClient>(
       new EtcdClient(std::move(list), deadline, *std::move(credentials)));
 }

@@ -7,8 +7,8 @@
 // - Endpoints are "host:port", "http://host:port" or "https://host:port", comma-separated
 //   (one per etcd member). With EtcdTls (a CA, and optionally a client certificate and key
 //   for etcd's --client-cert-auth) every member is reached over TLS, verified against the
-//   CA; an https:// endpoint without a CA, a certificate without its key, or an unreadable
-//   file is InvalidArgument naming it.
+//   CA; an https:// endpoint without a CA, an http:// one with a CA, a certificate without
+//   its key, or an unreadable file is InvalidArgument naming it.
 //   A call goes to the member that answered last and, when it does not answer
 //   (UNAVAILABLE or the deadline), to the next; it fails only when none answers, with
 //   Unavailable naming every member it tried. Each call waits at most `deadline`.

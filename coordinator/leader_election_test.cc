@@ -53,6 +53,9 @@ TEST(EtcdClientEndpoints, MalformedOnesAreRefusedNamingThem) {
   ASSERT_FALSE(https.ok());
   EXPECT_NE(https.status().message().find("--etcd-cacert"), std::string::npos) << https.status();
   EXPECT_FALSE(EtcdClient::Create("a:2379", milliseconds(300), {"", "c.pem", "k.pem"}).ok());
+  auto plain = EtcdClient::Create("http://a:2379", milliseconds(300), {"ca.pem"});
+  ASSERT_FALSE(plain.ok());  // a CA asks for TLS; http:// says otherwise
+  EXPECT_NE(plain.status().message().find("plain http"), std::string::npos) << plain.status();
   auto unreadable = EtcdClient::Create("a:2379", milliseconds(300), {"/nonexistent/ca.pem"});
   ASSERT_FALSE(unreadable.ok());
   EXPECT_NE(unreadable.status().message().find("/nonexistent/ca.pem"), std::string::npos);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/stage.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "spdlog/spdlog.h"
 
 namespace cascade {
@@ -29,8 +30,14 @@ class ModelDrafter final : public Drafter {
   };
 
   Kept& Touch(SeqId seq);
-  // Feeds `slots` (the last wants logits) in chunks the stage takes; returns the argmax
-  // over the shared vocabulary of the last slot's logits.
+  void Warn(const absl::Status& st) {
+    if (warned_) return;
+    spdlog::warn("draft model: cannot draft ({}); verifying fewer drafts",
+                 std::string(st.message()));
+    warned_ = true;
+  }
+  // Feeds `slots` (at most a batch; the last wants logits); returns the argmax over the
+  // shared vocabulary of the last slot's logits.
   absl::StatusOr<int32_t> Step(std::span<const TokenSlot> slots);
 
   std::unique_ptr<Stage> stage_;
@@ -59,12 +66,8 @@ ModelDrafter::Kept& ModelDrafter::Touch(SeqId seq) {
 }
 
 absl::StatusOr<int32_t> ModelDrafter::Step(std::span<const TokenSlot> slots) {
-  const size_t chunk = static_cast<size_t>(stage_->options().max_batch_tokens);
-  for (size_t from = 0; from < slots.size(); from += chunk) {
-    const auto part = slots.subspan(from, std::min(chunk, slots.size() - from));
-    if (absl::Status st = stage_->Forward(part, {}, &logits_); !st.ok()) return st;
-  }
-  // The last chunk's only logits row is the last slot's.
+  if (absl::Status st = stage_->Forward(slots, {}, &logits_); !st.ok()) return st;
+  // The only logits row is the last slot's.
   const auto row = std::span<const float>(logits_).first(static_cast<size_t>(vocab_));
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
@@ -83,16 +86,27 @@ std::vector<int32_t> ModelDrafter::Draft(SeqId seq, std::span<const int32_t> tok
   for (size_t pos = common; pos < tokens.size(); ++pos) {
     slots_.push_back({tokens[pos], seq, static_cast<int32_t>(pos), pos + 1 == tokens.size()});
   }
-  kept.fed.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(common));
+  kept.fed.resize(common);
+  // A long catch-up (a new sequence's prompt) goes in one chunk a call, drafting nothing
+  // until it is done, so that the scheduler's thread, which calls this, is never held up
+  // for more than a chunk's compute.
+  const size_t chunk = static_cast<size_t>(stage_->options().max_batch_tokens);
+  if (slots_.size() > chunk) {
+    slots_.resize(chunk);
+    slots_.back().want_logits = false;
+    if (absl::Status st = stage_->Forward(slots_, {}, &logits_); !st.ok()) {
+      Warn(st);
+      Forget(seq);
+      return {};
+    }
+    for (const TokenSlot& s : slots_) kept.fed.push_back(s.token);
+    return {};
+  }
   std::vector<int32_t> drafts;
   for (int i = 0; i < k; ++i) {
     absl::StatusOr<int32_t> next = Step(slots_);
     if (!next.ok()) {
-      if (!warned_) {
-        spdlog::warn("draft model: cannot draft ({}); verifying fewer drafts",
-                     std::string(next.status().message()));
-        warned_ = true;
-      }
+      Warn(next.status());
       Forget(seq);
       return drafts;
     }
@@ -126,8 +140,9 @@ absl::Status CompareVocabularies(const Tokenizer& target, const Tokenizer& draft
 absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Open(const std::string& path,
                                                              const Tokenizer& target,
                                                              const DraftModelOptions& options) {
-  if (options.threads < 1 || options.sequences < 1) {
-    return absl::InvalidArgumentError("a draft model needs at least one thread and one sequence");
+  if (options.threads < 1 || options.sequences < 1 || options.max_batch_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "a draft model needs at least one thread, one sequence and one token a batch");
   }
   auto source = ModelSource::Open(path);
   if (!source.ok()) {
@@ -160,7 +175,13 @@ absl::StatusOr<std::unique_ptr<Drafter>> DraftModel::NewDrafter() const {
   StageOptions so;
   so.threads = options_.threads;
   so.kv_sequences = options_.sequences;
-  auto stage = Stage::Create(*source_, so);
+  so.max_batch_tokens = options_.max_batch_tokens;
+  // The weights are used in place (the mapped file): every drafter shares them.
+  CpuBackendOptions bo;
+  bo.threads = options_.threads;
+  bo.quantized_activations = so.quantized_activations;
+  bo.copy_weights = false;
+  auto stage = Stage::Create(*source_, so, std::make_unique<CpuBackend>(bo));
   if (!stage.ok()) {
     return absl::Status(stage.status().code(),
                         absl::StrCat("draft model ", path(), ": ", stage.status().message()));

@@ -11,11 +11,14 @@
 //   ModelSource and Stage refuse them.
 // - NewDrafter gives a Drafter (generation/drafter.h) with a KV cache of its own for
 //   `options.sequences` sequences (the least recently drafted one is dropped for a new
-//   one); drafters share the weights. The DraftModel must outlive its drafters.
+//   one); drafters share the weights, used in place from the mapped file. The DraftModel
+//   must outlive its drafters.
 // - Drafts are the draft model's greedy continuation (argmax, F32 KV cache). A drafter
 //   keeps each sequence's cache and, on the next call, computes only what changed since
 //   (tokens after the longest common prefix with what it fed before), so a step that
-//   accepted every draft costs one catch-up position and k-1 draft steps.
+//   accepted every draft costs two catch-up positions (the last draft and the sample
+//   after it) and k-1 more steps. A catch-up longer than a batch (a new sequence's
+//   prompt) is fed one batch a call, with no drafts until it is done.
 // - A draft that fails (a batch the draft stage refuses) is logged once per drafter and
 //   returns what it drafted so far: the pipeline then verifies fewer tokens; the text is
 //   the same.
@@ -34,8 +37,11 @@
 namespace cascade {
 
 struct DraftModelOptions {
-  int threads = 1;     // compute threads of each drafter
-  int sequences = 8;   // sequences whose draft cache a drafter keeps
+  int threads = 1;    // compute threads of each drafter
+  // Sequences whose draft cache a drafter keeps: those that draft at once (the scheduler:
+  // kSpecMaxRunning; `cascade generate`: 1).
+  int sequences = 1;
+  int64_t max_batch_tokens = kDefaultMaxBatchTokens;  // positions a draft step feeds at most
 };
 
 class DraftModel {

@@ -79,6 +79,24 @@ TEST_F(DraftModelTest, DraftsAreTheGreedyContinuationAcrossRewindsAndDrops) {
   EXPECT_TRUE(d.Draft(4, full, 3).empty());
 }
 
+// A catch-up longer than a batch (here 4 positions) goes in one batch a call, drafting
+// nothing until it is done; then the drafts are the greedy continuation.
+TEST_F(DraftModelTest, ALongCatchUpIsFedOneBatchACall) {
+  auto model = DraftModel::Open(testing::BundledModel(), *tok_,
+                                {.threads = 1, .sequences = 1, .max_batch_tokens = 4});
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto drafter = (*model)->NewDrafter();
+  ASSERT_TRUE(drafter.ok());
+  int calls = 0;
+  std::vector<int32_t> drafts;
+  while (drafts.empty() && calls < 10) {
+    drafts = (*drafter)->Draft(1, Greedy(14), 3);
+    ++calls;
+  }
+  EXPECT_EQ(calls, 4);  // 13 positions in batches of 4, then the last with its logits
+  EXPECT_EQ(drafts, GreedyAfter(14, 3));
+}
+
 // A model of another architecture with the same vocabulary may draft; one of another
 // vocabulary is refused, naming the difference.
 TEST_F(DraftModelTest, TheVocabularyMustBeTheModels) {

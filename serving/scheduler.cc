@@ -868,7 +868,13 @@ std::vector<int32_t> Scheduler::Draft(const Running& s, int64_t active, int64_t 
       context_length_ - static_cast<int64_t>(s.seq->tokens().size()));
   const int64_t k = std::min<int64_t>({s.spec_k, room, budget});
   if (k <= 0) return {};
-  return drafter_->Draft(s.id, s.seq->tokens(), static_cast<int>(k));
+  std::vector<int32_t> drafts = drafter_->Draft(s.id, s.seq->tokens(), static_cast<int>(k));
+  // A drafter's ids are proposals: one the model could not take (outside its vocabulary)
+  // would fail the whole batch, so the draft ends before it.
+  const auto bad = std::find_if(drafts.begin(), drafts.end(),
+                                [&](int32_t id) { return id < 0 || id >= vocab_size_; });
+  drafts.erase(bad, drafts.end());
+  return drafts;
 }
 
 bool Scheduler::SendBatch() {

@@ -57,7 +57,8 @@ class SchedulerTest : public ::testing::Test {
     pipeline_.reset();
     scheduler_.reset();
   }
-  void Make(SchedulerConfig config, SchedulerTimeouts timeouts = {}, int64_t kv_blocks = 256) {
+  void Make(SchedulerConfig config, SchedulerTimeouts timeouts = {}, int64_t kv_blocks = 256,
+            std::unique_ptr<Drafter> drafter = nullptr) {
     Reset();
     if (!tok_) {
       auto src = ModelSource::Open(testing::BundledModel());
@@ -69,6 +70,7 @@ class SchedulerTest : public ::testing::Test {
     scheduler_ = std::make_unique<Scheduler>(config, *tok_, /*context=*/512, /*vocab=*/512,
                                              timeouts);
     pipeline_ = std::make_unique<FakePipeline>([this](StepResult r) { scheduler_->OnResult(r); });
+    if (drafter) scheduler_->SetDrafter(std::move(drafter));
     scheduler_->Start();
     Attach(1, 3, kv_blocks);
   }
@@ -129,6 +131,30 @@ TEST_F(SchedulerTest, ManyStreamsEachGetTheirTokensInTheirOrder) {
   const SchedulerStats st = scheduler_->Stats();
   EXPECT_EQ(st.completed, 20u);
   EXPECT_EQ(st.kv_blocks_reserved, 0);
+}
+
+// A drafter's id the model cannot take (outside its vocabulary) never reaches the stages:
+// the draft ends before it, and the text is the plain one.
+TEST_F(SchedulerTest, DraftedIdsOutsideTheVocabularyAreNotSent) {
+  struct Wild final : Drafter {
+    std::vector<int32_t> Draft(SeqId, std::span<const int32_t>, int k) override {
+      return std::vector<int32_t>(static_cast<size_t>(k), 100000);
+    }
+    void Forget(SeqId) override {}
+  };
+  SchedulerConfig c;
+  c.speculative = Speculative::kDraft;
+  Make(c, {}, 256, std::make_unique<Wild>());
+  const SequenceRequest r = Request(12, 77);
+  const Output o = Run(r);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.ids, Expected(r, 12));
+  const std::vector<StageFrame> frames = pipeline_->frames();
+  ASSERT_FALSE(frames.empty());
+  for (const StageFrame& f : frames) {
+    for (const auto& slot : f.slots) EXPECT_LT(slot.token, 512) << "batch " << f.batch_id;
+  }
+  EXPECT_EQ(scheduler_->Stats().spec_draft_tokens, 0u);
 }
 
 TEST_F(SchedulerTest, APromptLongerThanTheChunkIsPrefilledInChunks) {

@@ -17,9 +17,12 @@ void ConfigureRuntime() {
 
 HeapTrimmer::HeapTrimmer(std::chrono::milliseconds interval) {
   thread_ = std::thread([this, interval] {
-    absl::MutexLock lock(&mu_);
-    while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::FromChrono(interval))) {
-      malloc_trim(0);
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::FromChrono(interval))) return;
+      }
+      malloc_trim(0);  // unlocked: a destructor waits at most for the wake-up, not a trim
     }
   });
 }
