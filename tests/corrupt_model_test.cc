@@ -214,9 +214,9 @@ TEST_F(CorruptGguf, UnknownAndUnsupportedTypes) {
   const size_t info = TensorInfo(b, "blk.0.attn_k.weight");
   Poke<uint32_t>(b, info + 4 + 16, 999);
   ExpectError("unknown_type", b, "unknown tensor type 999");
-  // A known type the kernels cannot use (IQ4_NL) with a row length that is a valid multiple.
-  Poke<uint32_t>(b, info + 4 + 16, 20);
-  ExpectError("unsupported_type", b, "IQ4_NL");
+  // A known type the kernels cannot use (MXFP4) with a row length that is a valid multiple.
+  Poke<uint32_t>(b, info + 4 + 16, 39);
+  ExpectError("unsupported_type", b, "MXFP4");
 }
 
 TEST_F(CorruptGguf, MissingTensor) {

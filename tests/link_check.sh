@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What each part of Cascade links, checked on the binaries and the sources:
-# 1. The coordinator computes nothing on weights, so its binary must not carry the engine,
-#    the kernels or CUDA: no symbol of theirs in cascade-coordinator, no CUDA library among
-#    what it loads. cascade-worker, which does carry them, is the control that shows the
-#    check can see them.
+# 1. The coordinator runs no stage: it computes only a draft model (--speculative draft,
+#    engine/draft_model.h), on the CPU, so its binary may carry the engine and the CPU
+#    kernels but never CUDA: no CUDA, NCCL or cuBLAS symbol in cascade-coordinator, no CUDA
+#    library among what it loads. cascade-worker, which carries the engine (and, in a CUDA
+#    build, CUDA), is the control that shows the check can see them.
 # 2. `cascade generate`'s path (LocalEngine: the serving core over in-process stages, built
 #    alone as local_engine_probe) carries no HTTP server, YAML or gRPC reflection code:
 #    neither their libraries nor their symbols. cascade-coordinator, which carries all
@@ -25,9 +26,11 @@ if [[ $worker -eq 0 ]]; then
   echo "link check is blind: cascade-worker shows no engine or kernel symbols" >&2
   exit 1
 fi
-coordinator=$(found "$bin/cascade-coordinator")
+# Symbols that only the CUDA backend and the CUDA, NCCL and cuBLAS libraries define.
+cuda='cascade::CudaBackend::|cascade::ListGpus|\bcuda[A-Z][A-Za-z]*\b|\bnccl[A-Z]|\bcublas[A-Z]'
+coordinator=$(nm -C --defined-only "$bin/cascade-coordinator" 2>/dev/null | grep -E "$cuda" || true)
 if [[ -n $coordinator ]]; then
-  echo "cascade-coordinator links engine, kernel or CUDA code:" >&2
+  echo "cascade-coordinator links CUDA code:" >&2
   echo "$coordinator" | head -20 >&2
   exit 1
 fi
@@ -35,7 +38,7 @@ if ldd "$bin/cascade-coordinator" | grep -E 'libcuda|libcudart|libcublas|libnccl
   echo "cascade-coordinator loads a CUDA library" >&2
   exit 1
 fi
-echo "cascade-coordinator: no engine, kernel or CUDA symbols (cascade-worker has $worker)"
+echo "cascade-coordinator: no CUDA symbols (cascade-worker has $worker engine or kernel symbols)"
 
 # 2. The LocalEngine path.
 servers='libmicrohttpd|libyaml-cpp|libgrpc\+\+_reflection'
