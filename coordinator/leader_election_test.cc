@@ -53,10 +53,11 @@ TEST(EtcdClientEndpoints, MalformedOnesAreRefusedNamingThem) {
   ASSERT_FALSE(https.ok());
   EXPECT_NE(https.status().message().find("--etcd-cacert"), std::string::npos) << https.status();
   EXPECT_FALSE(EtcdClient::Create("a:2379", milliseconds(300), {"", "c.pem", "k.pem"}).ok());
-  auto plain = EtcdClient::Create("http://a:2379", milliseconds(300), {"ca.pem"});
+  auto plain = EtcdClient::Create("http://a:2379", milliseconds(300), {"ca.pem", "", ""});
   ASSERT_FALSE(plain.ok());  // a CA asks for TLS; http:// says otherwise
   EXPECT_NE(plain.status().message().find("plain http"), std::string::npos) << plain.status();
-  auto unreadable = EtcdClient::Create("a:2379", milliseconds(300), {"/nonexistent/ca.pem"});
+  auto unreadable =
+      EtcdClient::Create("a:2379", milliseconds(300), {"/nonexistent/ca.pem", "", ""});
   ASSERT_FALSE(unreadable.ok());
   EXPECT_NE(unreadable.status().message().find("/nonexistent/ca.pem"), std::string::npos);
   auto two = EtcdClient::Create("http://a:2379/, b:2380");
@@ -82,7 +83,7 @@ TEST(EtcdTls, OnlyAClientWithACertificateFromTheCaGetsIn) {
   auto got = (*good)->Get("/tls/k");
   ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
   EXPECT_EQ((*got)->value, "v");
-  const EtcdTls no_cert{pki.Path("ca.crt")};
+  const EtcdTls no_cert{pki.Path("ca.crt"), "", ""};
   const EtcdTls other_ca{pki.Path("ca.crt"), pki.Path("intruder.crt"), pki.Path("intruder.key")};
   for (const EtcdTls& tls : {no_cert, other_ca, EtcdTls{}}) {
     auto c = EtcdClient::Create(etcd.endpoint(), milliseconds(1500), tls);
