@@ -39,8 +39,16 @@ TEST(Runtime, AbseilDeadlockDetectionIsOff) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// The sanitizers' allocators ignore malloc_trim (gcc names them one way, clang another).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizedMalloc = true;  // the sanitizers' allocators ignore malloc_trim
+constexpr bool kSanitizedMalloc = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+constexpr bool kSanitizedMalloc = true;
+#else
+constexpr bool kSanitizedMalloc = false;
+#endif
 #else
 constexpr bool kSanitizedMalloc = false;
 #endif
