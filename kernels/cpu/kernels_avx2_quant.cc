@@ -18,6 +18,7 @@
 #include "kernels/cpu/gemm_layout.h"
 #include "kernels/cpu/prefetch.h"
 #include "tensor/quant.h"
+#include "tensor/quant_iq4.h"
 
 namespace cascade::cpu::avx2 {
 namespace {
@@ -150,6 +151,29 @@ struct Panel8 {
   float* scales;
 };
 
+// Block b (32 elements) of a row as the panels take it: its codes (Q4_0: unsigned
+// nibbles; the others signed) and its scale as float. An IQ4_XS row's block b is
+// sub-block b % 8 of super-block b / 8, scaled by d * (scale - 32) as the AVX2 tile does.
+template <typename Block>
+__m256i PanelCodes(const Block* row, int64_t b) {
+  if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+    return Nibbles(row[b]);
+  } else {
+    return Codes(row[b]);
+  }
+}
+inline __m256i PanelCodes(const BlockIQ4XS* row, int64_t b) {
+  return Iq4Levels32(Iq4Indices(row, b));
+}
+template <typename Block>
+float PanelScale(const Block* row, int64_t b) {
+  return _cvtsh_ss(row[b].d);
+}
+inline float PanelScale(const BlockIQ4XS* row, int64_t b) {
+  const BlockIQ4XS& sb = row[b / 8];
+  return _cvtsh_ss(sb.d) * static_cast<float>(Iq4XsScale(sb, static_cast<int>(b % 8)) - 32);
+}
+
 // Expands 8 weight rows src[0..8) of nb blocks, interleaved: group g of block b (the 4
 // codes at 4g of each of the 8 rows, 32 bytes) at codes + b * block_bytes + g * block_bytes
 // / 8, and row j's scale of block b at scales[b * scale_stride + j].
@@ -159,32 +183,8 @@ void ExpandRows8(const Block* const* src, int64_t nb, int8_t* codes, int64_t blo
   for (int64_t b = 0; b < nb; ++b) {
     __m256i v[8], o[8];
     for (int j = 0; j < 8; ++j) {
-      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-        v[j] = Nibbles(src[j][b]);
-      } else {
-        v[j] = Codes(src[j][b]);
-      }
-      scales[b * scale_stride + j] = _cvtsh_ss(src[j][b].d);
-    }
-    Transpose8x8(v, o);
-    int8_t* dst = codes + b * block_bytes;
-    for (int g = 0; g < 8; ++g) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + g * (block_bytes / 8)), o[g]);
-    }
-  }
-}
-
-// ExpandRows8 for IQ4_XS rows: per 32-element block b, the levels as signed codes and the
-// scale d * (scale - 32) of sub-block b % 8 of super-block b / 8 (the AVX2 kernel's).
-void ExpandIq4XsRows8(const BlockIQ4XS* const* src, int64_t nb, int8_t* codes,
-                      int64_t block_bytes, float* scales, int64_t scale_stride) {
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i v[8], o[8];
-    for (int j = 0; j < 8; ++j) {
-      const BlockIQ4XS& sb = src[j][b / 8];
-      v[j] = Iq4Levels32(sb.qs + 16 * (b % 8));
-      scales[b * scale_stride + j] =
-          _cvtsh_ss(sb.d) * static_cast<float>(Iq4XsScale(sb, static_cast<int>(b % 8)) - 32);
+      v[j] = PanelCodes(src[j], b);
+      scales[b * scale_stride + j] = PanelScale(src[j], b);
     }
     Transpose8x8(v, o);
     int8_t* dst = codes + b * block_bytes;
@@ -376,7 +376,7 @@ void ExpandQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb, i
   } else if (type == TensorType::kIQ4_XS) {
     const BlockIQ4XS* src[8];
     for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockIQ4XS*>(rows[j]);
-    avx2::ExpandIq4XsRows8(src, nb, codes, block_bytes, scales, scale_stride);
+    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
   } else {
     const BlockQ8_0* src[8];
     for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockQ8_0*>(rows[j]);
