@@ -297,10 +297,7 @@ void Scheduler::Admit() {
     s.stream = std::move(p.stream);
     // Speculating sequences start with one draft a step and earn more (see HandleResult):
     // a draft that fails costs a position's compute.
-    s.spec_k = drafter_ != nullptr && config_.speculative != Speculative::kOff &&
-                       s.seq->request().speculate
-                   ? 1
-                   : 0;
+    s.spec_k = drafter_ != nullptr && s.seq->request().speculate ? 1 : 0;
     s.submitted = p.submitted;
     s.admitted = Clock::now();
     metrics_.RecordAdmitted(std::chrono::duration<double>(s.admitted - s.submitted).count());

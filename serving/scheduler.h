@@ -143,8 +143,11 @@ class Scheduler {
 
   // Called on the scheduler's thread when a send to the first stage fails. Set before Start.
   void SetLinkErrorHandler(std::function<void(const absl::Status&)> fn) { on_link_error_ = std::move(fn); }
-  // Where drafts come from (replacing the prompt lookup of kNgram). Set before Start.
-  void SetDrafter(std::unique_ptr<Drafter> drafter) { drafter_ = std::move(drafter); }
+  // Where drafts come from (replacing the prompt lookup of kNgram). Set before Start;
+  // ignored with speculation off (a drafter exists only where speculation is on).
+  void SetDrafter(std::unique_ptr<Drafter> drafter) {
+    if (config_.speculative != Speculative::kOff) drafter_ = std::move(drafter);
+  }
   void Start();
   // Stops the scheduler thread and closes the pipeline's link (a send in progress gives
   // up); requests still running or waiting end with UNAVAILABLE.
