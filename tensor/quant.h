@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "tensor/tensor_type.h"
 
@@ -131,6 +132,22 @@ inline int GetScaleQ3K(int i, const uint8_t* s) {
   const int lo = (s[i % 8] >> (4 * (i / 8))) & 0xF;
   const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
   return (lo | (hi << 4)) - 32;
+}
+
+// All 16 scales of a Q3_K block at once, still + 32: byte i of out (little-endian words)
+// is scale i as GetScaleQ3K reads it. Low nibbles from bytes 0-7 (scales 0-7 low halves,
+// 8-15 high halves), the high pairs of scale i at bits 2 (i / 4) of byte 8 + i % 4, moved
+// to bits 4-5.
+inline void Q3KScaleWords(const uint8_t* s, uint32_t out[4]) {
+  uint32_t a, c, e;  // little-endian, as every GGUF file
+  std::memcpy(&a, s, 4);
+  std::memcpy(&c, s + 4, 4);
+  std::memcpy(&e, s + 8, 4);
+  const uint32_t lo = 0x0F0F0F0Fu, hi = 0x30303030u;
+  out[0] = (a & lo) | ((e << 4) & hi);
+  out[1] = (c & lo) | ((e << 2) & hi);
+  out[2] = ((a >> 4) & lo) | (e & hi);
+  out[3] = ((c >> 4) & lo) | ((e >> 2) & hi);
 }
 
 // The fifth bit of element j (0..31) of a Q5_0/Q5_1 block, as 0 or 16.

@@ -12,7 +12,7 @@
 //
 // Contract: call QuantDecode / KQuantDecode only when the CPU has AVX-512 F/BW/VL/DQ and
 // VNNI (with AVX2, FMA and F16C); with t.n in [1, kQuantDecodeMaxTokens] (Q8_0 / Q4_0 /
-// IQ4_NL / IQ4_XS weights, BlockQ8_0 activation rows) or [1, KQuantDecodeMaxTokens(type)] (Q4_K / Q5_K /
+// IQ4_NL / IQ4_XS / Q4_1 / Q5_0 / Q5_1 weights, BlockQ8_0 activation rows) or [1, KQuantDecodeMaxTokens(type)] (Q4_K / Q5_K /
 // Q6_K weights, BlockQ8K rows); t.k a multiple of the block; and
 // t.r1 >= 16: a range's last, partial group of rows is moved down to end at t.r1 and
 // re-reads up to 15 rows below the range, never writing them (smaller matrices: the AVX2
@@ -42,9 +42,9 @@ constexpr int64_t KQuantDecodeMaxTokens(TensorType type) {
   return type == TensorType::kQ6_K ? 32 : 16;
 }
 
-// Q8_0 / Q4_0 / IQ4_NL / IQ4_XS weights (`type`) x Q8_0 activations.
+// Q8_0 / Q4_0 / IQ4_NL / IQ4_XS / Q4_1 / Q5_0 / Q5_1 weights (`type`) x Q8_0 activations.
 void QuantDecode(const MatmulTask& t, TensorType type);
-// Q4_K / Q5_K / Q6_K weights (`type`) x Q8_K activations.
+// Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights (`type`) x Q8_K activations.
 void KQuantDecode(const MatmulTask& t, TensorType type);
 
 }  // namespace cascade::cpu::avx512

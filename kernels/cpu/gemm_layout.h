@@ -83,9 +83,9 @@ void PackGemmActivationBlock(const MatmulTask& t, int64_t b, float* out);
 void PackGemmWeightRows(TensorType type, const uint8_t* const* rows, int64_t k, float* out,
                         const LaneLayout& at);
 
-// AVX2 (kernels_avx2_quant.cc). Expands 8 rows of nb Q8_0, Q4_0, IQ4_NL or IQ4_XS 32-element
-// blocks (type; Q4_0 as unsigned nibbles u = code + 8, IQ4 as their signed levels, IQ4_XS
-// with each sub-block's float scale) interleaved for the blocked integer kernels: the 4 codes
+// AVX2 (kernels_avx2_quant.cc). Expands 8 rows of nb Q8_0, Q4_0, Q5_0, IQ4_NL or IQ4_XS
+// 32-element blocks (type; Q4_0 as unsigned nibbles u = code + 8, Q5_0 as signed codes
+// u - 16, IQ4 as their signed levels, IQ4_XS with each sub-block's float scale) interleaved for the blocked integer kernels: the 4 codes
 // at 4g of block b of all 8 rows (32 bytes, row after row) at codes + b * block_bytes +
 // g * block_bytes / 8, and row j's scale of block b (as float) at scales[b * scale_stride
 // + j].

@@ -33,20 +33,6 @@ constexpr int kTile = 4;  // tokens per tile
 // (kernels_avx2_quant.cc).
 constexpr int64_t kPrefetchRows = 16;
 
-// The fifth bits of a block's 32 codes (bit j of the little-endian qh) as 0 or 16 per byte.
-inline __m256i FifthBits(const uint8_t* qh) {
-  uint32_t bits;
-  std::memcpy(&bits, qh, 4);
-  // Bytes 0-7 take qh byte 0, 8-15 byte 1 (low half); 16-23 byte 2, 24-31 byte 3.
-  const __m256i spread =
-      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)),
-                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
-                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
-                          _mm256_set1_epi8(0x10));
-}
-
 // Per type: unsigned codes of a block, whether it has a minimum, and the code offset.
 inline __m256i Codes(const BlockQ4_1& b) { return Nibbles32(b.qs); }
 inline __m256i Codes(const BlockQ5_0& b) {

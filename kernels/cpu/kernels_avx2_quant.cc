@@ -45,6 +45,11 @@ inline __m256i Codes(const BlockQ8_0& b) {
 // An IQ4_NL block's 32 levels as signed codes: from here on it is a Q8_0 block (fp16 scale
 // first, then its codes), so every Q8_0 kernel below computes it in the Q8_0 order.
 inline __m256i Codes(const BlockIQ4NL& b) { return Iq4Levels32(b.qs); }
+// Q5_0's signed codes u - 16 in [-16, 15] (the panels; kernels_avx2_legacy.cc's tiles take
+// u itself).
+inline __m256i Codes(const BlockQ5_0& b) {
+  return _mm256_sub_epi8(_mm256_or_si256(Nibbles32(b.qs), FifthBits(b.qh)), _mm256_set1_epi8(16));
+}
 
 // The 32 nibbles of a Q4_0 block as unsigned codes u = code + 8 (Nibbles32, avx2_util.h).
 // Q4_0 kernels multiply u directly and subtract 8 * sum(x): the same integers as the signed
@@ -372,6 +377,10 @@ void ExpandQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb, i
   } else if (type == TensorType::kIQ4_NL) {
     const BlockIQ4NL* src[8];
     for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockIQ4NL*>(rows[j]);
+    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
+  } else if (type == TensorType::kQ5_0) {
+    const BlockQ5_0* src[8];
+    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockQ5_0*>(rows[j]);
     avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
   } else if (type == TensorType::kIQ4_XS) {
     const BlockIQ4XS* src[8];

@@ -332,13 +332,27 @@ void PackF32(TensorType type, const MatmulTask& t, int part, int parts, float* o
   const int64_t steps = PairSteps(t.k);
   PackTokenPairs(t, steps * part / parts, steps * (part + 1) / parts, out);
 }
-// Q8_0 / Q4_0: the decode kernel up to 16 tokens (a batch of 16 decoding sequences), the
-// panels above. Expanding rows into panels costs as much as the dot products at 16 tokens
+// Q8_0 / Q4_0 / Q5_0 / IQ4: the decode kernel up to 16 tokens (a batch of 16 decoding
+// sequences), the panels above. Expanding rows into panels costs as much as the dot products at 16 tokens
 // (a 16-stream serving profile: 36% of the time in the expansion, 43% in the products).
 static_assert(avx512::kQuantDecodeMaxTokens == 16);
 template <TensorType kType>
 constexpr MatmulFn kDot = &ByTokens<kType, ActFormat::kQ8_0, 17, &dot16::QuantBlocked<ZmmDot>,
                                     16, &avx512::QuantDecode>;
+// Q4_1 / Q5_1 and Q2_K / Q3_K: the decode kernel up to 16 tokens, the AVX2 kernel above
+// (the panels expand no codes with a minimum, nor 16 scales per super-block). Q5_0 takes
+// kDot: its codes u - 16 are signed bytes as Q8_0's.
+template <ActFormat kAct>
+void Avx2QuantMatmul(const MatmulTask& t, TensorType type) {
+  Avx2Kernels().matmul(type, kAct)(t);
+}
+template <TensorType kType>
+constexpr MatmulFn kLegacyDot = &ByTokens<kType, ActFormat::kQ8_0, 17,
+                                          &Avx2QuantMatmul<ActFormat::kQ8_0>, 16, &avx512::QuantDecode>;
+template <TensorType kType>
+constexpr MatmulFn kKLegacyDot =
+    &ByTokens<kType, ActFormat::kQ8K, 17, &Avx2QuantMatmul<ActFormat::kQ8K>, 16,
+              &avx512::KQuantDecode>;
 // K-quants: the decode kernel up to KQuantDecodeMaxTokens, the panels above.
 template <TensorType kType>
 constexpr MatmulFn kKDot =
@@ -370,11 +384,16 @@ MatmulFn Avx512VnniMatmul(TensorType type, ActFormat act) {
     if (type == TensorType::kQ4_0) return kDot<TensorType::kQ4_0>;
     if (type == TensorType::kIQ4_NL) return kDot<TensorType::kIQ4_NL>;
     if (type == TensorType::kIQ4_XS) return kDot<TensorType::kIQ4_XS>;
+    if (type == TensorType::kQ4_1) return kLegacyDot<TensorType::kQ4_1>;
+    if (type == TensorType::kQ5_0) return kDot<TensorType::kQ5_0>;
+    if (type == TensorType::kQ5_1) return kLegacyDot<TensorType::kQ5_1>;
   }
   if (act == ActFormat::kQ8K) {
     if (type == TensorType::kQ4_K) return kKDot<TensorType::kQ4_K>;
     if (type == TensorType::kQ5_K) return kKDot<TensorType::kQ5_K>;
     if (type == TensorType::kQ6_K) return kKDot<TensorType::kQ6_K>;
+    if (type == TensorType::kQ3_K) return kKLegacyDot<TensorType::kQ3_K>;
+    if (type == TensorType::kQ2_K) return kKLegacyDot<TensorType::kQ2_K>;
   }
   return Avx512Matmul(type, act);
 }

@@ -8,7 +8,7 @@
 // sums are reduced into the 16 int32 lanes of one register by a shuffle tree, and every
 // float step after that (scales, conversion, FMA) is one instruction for 16 outputs.
 //
-// Q8_0 / Q4_0 (per 32-element block b, each of the T tokens):
+// Q8_0 / Q4_0 (and the other 32-element types, QuantCodes; per block b, each of the T tokens):
 // - register j (j = 0..3) holds 16 bytes of code of rows 4q + j in its 128-bit chunk q;
 //   Q4_0: low nibbles (elements 0..15) and high nibbles (16..31) of those 16 bytes, both
 //   unsigned (code + 8); Q8_0: the first and the second 16 codes, made unsigned (+ 128).
@@ -21,10 +21,11 @@
 // K-quants (per super-block, each token):
 // - per row, 16 int32 lanes of scaled code products: the 128 code bytes as two registers,
 //   their nibbles as four (each half a register one 32-element sub-block; Q5_K adds the
-//   fifth bit, Q6_K the two high bits), times the token's codes arranged to match
-//   (vpmaddubsw, int16 pairs), times the sub-block scales (vpdpwssd). Q4_K / Q5_K fold
-//   these into 8 lanes and put the min products (sub-block mins times the token's sums of
-//   32 codes) into 4 more; Q6_K subtracts its -32 offset term (scales times bsums);
+//   fifth bit, Q6_K the two high bits; Q2_K / Q3_K: 2-bit codes, Q3_K's third bit), times
+//   the token's codes arranged to match (vpmaddubsw, int16 pairs), times the sub-block
+//   scales (vpdpwssd). Q4_K / Q5_K / Q2_K fold these into 8 lanes and put the min products
+//   (sub-block mins times the token's sums of 32 codes, Q2_K: of 16) into 4 more; Q6_K /
+//   Q3_K subtract their -32 / -4 offset term (scales times bsums);
 // - a tree over the 16 rows (RowTree) reduces each row's lanes into lane r: S (and M)
 //   exactly;
 // - then AVX2's float steps per super-block: acc = fma(S, d * dx, acc), acc = fma(-M,
@@ -43,6 +44,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -158,15 +160,64 @@ struct Q8TokenBlock {
   int8_t qs[32];
   float d;
   int32_t base;
+  float sum;  // sum(x) as float: what a Q4_1 / Q5_1 minimum multiplies
 };
 
 
 // The weight blocks QuantGroup reads: Q8_0 (signed codes, made unsigned by flipping the
 // top bit), Q4_0 (nibbles u = code + 8), IQ4_NL (nibbles, looked up as level + 128; laid
 // out as Q4_0) or IQ4_XS (the same per 32 elements, inside 256-element super-blocks with
-// a scale per 32). The unsigned weights' offset (128, 8, 128, 128) times sum(x) is
-// subtracted through the token's base.
-enum class QuantCodes { kQ8_0, kQ4_0, kIq4Nl, kIq4Xs };
+// a scale per 32); Q5_0 (nibbles and a fifth bit, u = code + 16); Q4_1 / Q5_1 (u with a
+// minimum: value u d + m). The unsigned weights' offset (128, 8, 128, 128, 16) times
+// sum(x) is subtracted through the token's base; a minimum adds fma(sum(x), m_w d_x) after
+// the block's fma, as the AVX2 kernel (kernels_avx2_legacy.cc) does.
+enum class QuantCodes { kQ8_0, kQ4_0, kIq4Nl, kIq4Xs, kQ4_1, kQ5_0, kQ5_1 };
+
+// Where a block's parts lie, per type.
+template <QuantCodes kCodes>
+struct QuantBlockLayout {
+  static constexpr bool kMin = kCodes == QuantCodes::kQ4_1 || kCodes == QuantCodes::kQ5_1;
+  static constexpr bool kFifthBit = kCodes == QuantCodes::kQ5_0 || kCodes == QuantCodes::kQ5_1;
+  // Bytes of a row per 32 elements (IQ4_XS: a super-block's share).
+  static constexpr size_t kBytes = kCodes == QuantCodes::kQ8_0   ? sizeof(BlockQ8_0)
+                                   : kCodes == QuantCodes::kIq4Xs ? sizeof(BlockIQ4XS) * kQK / kQKK
+                                   : kCodes == QuantCodes::kQ4_1  ? sizeof(BlockQ4_1)
+                                   : kCodes == QuantCodes::kQ5_0  ? sizeof(BlockQ5_0)
+                                   : kCodes == QuantCodes::kQ5_1  ? sizeof(BlockQ5_1)
+                                                                  : sizeof(BlockQ4_0);
+  // Offsets of the codes (IQ4_XS: of sub-block 0, past its super-block's head), the fifth
+  // bits and the fp16 minimum.
+  static constexpr size_t kCodesAt = kCodes == QuantCodes::kIq4Xs ? 8
+                                     : kCodes == QuantCodes::kQ4_1 ? offsetof(BlockQ4_1, qs)
+                                     : kCodes == QuantCodes::kQ5_0 ? offsetof(BlockQ5_0, qs)
+                                     : kCodes == QuantCodes::kQ5_1 ? offsetof(BlockQ5_1, qs)
+                                                                   : 2;
+  static constexpr size_t kHighAt =
+      kCodes == QuantCodes::kQ5_1 ? offsetof(BlockQ5_1, qh) : offsetof(BlockQ5_0, qh);
+  static constexpr size_t kMinAt = offsetof(BlockQ4_1, m);
+  static_assert(offsetof(BlockQ4_1, m) == offsetof(BlockQ5_1, m));
+  // The token's base: -offset * sum(x).
+  static constexpr int32_t kOffset = kCodes == QuantCodes::kQ4_0   ? 8
+                                     : kCodes == QuantCodes::kQ5_0 ? 16
+                                     : kMin                        ? 0
+                                                                   : 128;
+};
+
+// The fifth bits of rows 4q + j (q = 0..3, their blocks at p[q] + off) as two byte masks in
+// the layout of the code registers: bit 16q + e of lo for element e < 16 of row 4q + j,
+// of hi for element 16 + e.
+CASCADE_HOT void FifthBitMasks(const uint8_t* const* p, size_t off, __mmask64* lo,
+                               __mmask64* hi) {
+  uint64_t l = 0, h = 0;
+  for (int q = 0; q < 4; ++q) {
+    uint32_t bits;
+    std::memcpy(&bits, p[q] + off, 4);
+    l |= uint64_t{bits & 0xFFFFu} << (16 * q);
+    h |= uint64_t{bits >> 16} << (16 * q);
+  }
+  *lo = _cvtu64_mask64(l);
+  *hi = _cvtu64_mask64(h);
+}
 
 // IQ4_XS: the 16 rows' scales d * (scale - 32) of the 8 sub-blocks of the super-block at
 // p[q] + j * stride (lane 4q + j), as the AVX2 kernel computes them (float(d) times the
@@ -198,13 +249,12 @@ CASCADE_HOT void Iq4XsScales16(const uint8_t* const* p, size_t stride, size_t of
 template <QuantCodes kCodes, int T>
 void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock* x,
                 int64_t xs, float* y, int64_t ldy, __mmask16 keep, const uint8_t* pf) {
+  using L = QuantBlockLayout<kCodes>;
   constexpr bool kQ8 = kCodes == QuantCodes::kQ8_0;
   constexpr bool kXs = kCodes == QuantCodes::kIq4Xs;
-  // Bytes of a row per 32 elements (IQ4_XS: a super-block's share).
-  constexpr size_t kBlock = kQ8 ? sizeof(BlockQ8_0)
-                            : kXs ? sizeof(BlockIQ4XS) * kQK / kQKK
-                                  : sizeof(BlockQ4_0);
+  constexpr size_t kBlock = L::kBytes;
   static_assert(sizeof(BlockIQ4NL) == sizeof(BlockQ4_0));
+  const __m512i sixteen = _mm512_set1_epi8(16);
   __m512 xs_scales[8];  // IQ4_XS: the current super-block's
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -223,7 +273,7 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
     // IQ4_XS: the block's super-block, whose indices for sub-block b % 8 start at byte
     // 8 + 16 (b % 8); the others: the block, its codes after the fp16 scale.
     const uint8_t* blk = kXs ? w + (b / 8) * sizeof(BlockIQ4XS) : w + b * kBlock;
-    const size_t codes_at = kXs ? 8 + 16 * static_cast<size_t>(b % 8) : 2;
+    const size_t codes_at = L::kCodesAt + (kXs ? 16 * static_cast<size_t>(b % 8) : 0);
     if (pf != nullptr) PrefetchBytes<kAheadLevel>(pf + b * kGroup * kBlock, kGroup * kBlock);
     // Rows 4q + j at p[q] + j * stride (offsets 0, s, 2s, 3s): the block's fp16 scale,
     // then its codes.
@@ -249,9 +299,21 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
           lo[j] = _mm512_shuffle_epi8(levels, lo[j]);
           hi[j] = _mm512_shuffle_epi8(levels, hi[j]);
         }
+        if constexpr (L::kFifthBit) {
+          __mmask64 mlo, mhi;
+          FifthBitMasks(p, (j == 3 ? s3 : j * stride) + L::kHighAt, &mlo, &mhi);
+          lo[j] = _mm512_mask_add_epi8(lo[j], mlo, lo[j], sixteen);
+          hi[j] = _mm512_mask_add_epi8(hi[j], mhi, hi[j], sixteen);
+        }
       }
     }
     const __m512 wd = kXs ? xs_scales[b % 8] : Scales16(p, stride, s3);
+    __m512 wm = _mm512_setzero_ps();
+    if constexpr (L::kMin) {
+      const uint8_t* pm[4] = {p[0] + L::kMinAt, p[1] + L::kMinAt, p[2] + L::kMinAt,
+                              p[3] + L::kMinAt};
+      wm = Scales16(pm, stride, s3);
+    }
     for (int j = 0; j < T; ++j) {
       const __m512i xlo =
           _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].qs)));
@@ -263,8 +325,11 @@ void QuantGroup(const uint8_t* w, size_t stride, int64_t nb, const Q8TokenBlock*
                                    xhi);
       }
       const __m512i s = _mm512_add_epi32(Tree4(a), _mm512_set1_epi32(x[j].base));
-      const __m512 d = _mm512_mul_ps(wd, _mm512_set1_ps(x[j].d));
-      acc[j] = _mm512_fmadd_ps(ToFloat(s), d, acc[j]);
+      const __m512 dx = _mm512_set1_ps(x[j].d);
+      acc[j] = _mm512_fmadd_ps(ToFloat(s), _mm512_mul_ps(wd, dx), acc[j]);
+      if constexpr (L::kMin) {
+        acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(x[j].sum), _mm512_mul_ps(wm, dx), acc[j]);
+      }
     }
   }
   for (int j = 0; j < T; ++j) _mm512_mask_storeu_ps(y + j * ldy, keep, acc[j]);
@@ -281,7 +346,9 @@ void QuantDecodeOf(const MatmulTask& t) {
       Q8TokenBlock& o = x[b * t.n + i];
       std::memcpy(o.qs, a[b].qs, sizeof(o.qs));
       o.d = _cvtsh_ss(a[b].d);
-      o.base = (kCodes == QuantCodes::kQ4_0 ? -8 : -128) * CodeSum(a[b].qs);
+      const int32_t sum = CodeSum(a[b].qs);
+      o.base = -QuantBlockLayout<kCodes>::kOffset * sum;
+      o.sum = static_cast<float>(sum);
     }
   }
   const size_t stride = t.w_stride;
@@ -322,9 +389,18 @@ struct alignas(64) KTokenBlock {
 
 // Q4_K / Q5_K: the code order of the weight registers, per 64 bytes: [32c, 32c + 32) of
 // the token's codes in the lower half, [32c + 64, ...) in the upper (c: see above).
+// Q6_K, Q3_K and Q2_K: in order (their registers hold 64 elements each, in order).
+template <TensorType kType>
+constexpr bool kCodesInOrder =
+    kType == TensorType::kQ6_K || kType == TensorType::kQ3_K || kType == TensorType::kQ2_K;
+// Q6_K and Q3_K: unsigned codes with the offset (32, 4) times the scales taken out; the
+// others a minimum per sub-block.
+template <TensorType kType>
+constexpr bool kHasMinK = kType != TensorType::kQ6_K && kType != TensorType::kQ3_K;
+
 template <TensorType kType>
 void PrepareKToken(const BlockQ8K& x, KTokenBlock* out) {
-  if constexpr (kType == TensorType::kQ6_K) {
+  if constexpr (kCodesInOrder<kType>) {
     std::memcpy(out->x, x.qs, 256);
   } else {
     static constexpr int kFrom[8] = {0, 64, 32, 96, 128, 192, 160, 224};
@@ -354,16 +430,13 @@ constexpr WordSelect Select(int lo, int hi) {
 alignas(64) constexpr WordSelect kSelect[4] = {Select(0, 2), Select(1, 3), Select(4, 6),
                                                Select(5, 7)};
 
-// vpermw indices: chunk c of register v takes int16 element 4v + c (Q6_K's scales).
-struct alignas(64) WordIndex {
-  uint16_t w[32];
-};
-constexpr WordIndex Q6Index(int v) {
-  WordIndex x{};
-  for (int i = 0; i < 32; ++i) x.w[i] = static_cast<uint16_t>(4 * v + i / 8);
-  return x;
+// pshufb masks: every word of chunk c takes int16 element 4h + c of its chunk (h = 0, 1).
+constexpr WordSelect WordOfChunk(int h) {
+  WordSelect s{};
+  for (int i = 0; i < 64; ++i) s.b[i] = static_cast<uint8_t>(2 * (4 * h + i / 16) + (i & 1));
+  return s;
 }
-alignas(64) constexpr WordIndex kQ6Index[4] = {Q6Index(0), Q6Index(1), Q6Index(2), Q6Index(3)};
+alignas(64) constexpr WordSelect kWordOfChunk[2] = {WordOfChunk(0), WordOfChunk(1)};
 
 CASCADE_HOT __m512i Load512(const void* p) { return _mm512_loadu_si512(p); }
 CASCADE_HOT __m512i Bcast256(const void* p) {
@@ -381,14 +454,54 @@ CASCADE_HOT __m512i HalfCounts(int lo, int hi) {
 
 // One weight row's super-block unpacked: four registers of unsigned codes (each half one
 // 32-element sub-block, in the order KTokenBlock::x follows), the int16 scale of each
-// word, and the min-side weights: Q4_K / Q5_K the 8 sub-block mins (int16), Q6_K the 16
-// scales times 32 (its -32 code offset).
+// word, and the min-side weights: Q4_K / Q5_K the 8 sub-block mins (int16), Q2_K its 16,
+// Q6_K / Q3_K the 16 scales times the code offset (32, 4).
 struct KRow {
   __m512i codes[4];
   __m512i scales[4];
   __m128i mins;           // Q4_K / Q5_K
-  __m256i offset_scales;  // Q6_K
+  __m256i mins16;         // Q2_K
+  __m256i offset_scales;  // Q6_K / Q3_K
 };
+
+// Register v's int16 scale per word from the 16 sub-block scales (int16) of s16: chunk c
+// takes scale 4v + c (Q6_K, Q3_K, Q2_K: 16-element sub-blocks, codes in order). Scales
+// 0-7 and 8-15 go to every chunk, then a byte shuffle per register picks the chunk's word.
+// Measured on Zen 4 (kernel_bench BM_MatMul n:1, one thread, ms), against one vpermw per
+// register: Q6_K 1.97-2.13 against 2.49-2.58; Q2_K 1.55-1.58 against 1.44-1.45 and Q3_K
+// 2.19 against 2.09-2.13. Permuting for those two while shuffling for Q6_K measured Q6_K
+// at 2.66-2.97, so all three shuffle: Q6_K is the output head of most K-quant files.
+CASCADE_HOT void Scales16Words(__m256i s16, __m512i* scales) {
+  const __m512i lo = _mm512_broadcast_i32x4(_mm256_castsi256_si128(s16));
+  const __m512i hi = _mm512_broadcast_i32x4(_mm256_extracti128_si256(s16, 1));
+  const __m512i first = _mm512_load_si512(kWordOfChunk[0].b);
+  const __m512i second = _mm512_load_si512(kWordOfChunk[1].b);
+  scales[0] = _mm512_shuffle_epi8(lo, first);
+  scales[1] = _mm512_shuffle_epi8(lo, second);
+  scales[2] = _mm512_shuffle_epi8(hi, first);
+  scales[3] = _mm512_shuffle_epi8(hi, second);
+}
+
+// Q2_K / Q3_K: the 2-bit codes, register 2h + t holding elements 128h + 64t + [0, 64): the
+// bits at 2j of qs[32h + l] for j = 2t (lower half) and 2t + 1 (upper). Q3_K adds 4 where
+// bit 4h + j of hmask[l] is set.
+template <TensorType kType>
+CASCADE_HOT void TwoBitCodes(const uint8_t* qs, const uint8_t* hmask, KRow* u) {
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i hm = kType == TensorType::kQ3_K ? Bcast256(hmask) : _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    const __m512i q = Bcast256(qs + 32 * h);
+    for (int t = 0; t < 2; ++t) {
+      u->codes[2 * h + t] = _mm512_and_si512(_mm512_srlv_epi16(q, HalfCounts(4 * t, 4 * t + 2)), m3);
+      if constexpr (kType == TensorType::kQ3_K) {
+        const int j = 4 * h + 2 * t;
+        const __m512i bit = _mm512_srlv_epi16(hm, HalfCounts(j, j + 1));
+        u->codes[2 * h + t] =
+            OrAnd(u->codes[2 * h + t], _mm512_slli_epi16(bit, 2), _mm512_set1_epi8(4));
+      }
+    }
+  }
+}
 
 // The 6-bit sub-block scales (*sc) and mins (*m) of a Q4_K / Q5_K super-block as bytes.
 CASCADE_HOT void ScaleMinBytesK4(const uint8_t* s, uint64_t* sc, uint64_t* m) {
@@ -420,11 +533,27 @@ CASCADE_HOT void UnpackRow(const uint8_t* blk, KRow* u) {
     }
     const __m256i s16 =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales)));
-    const __m512i s512 = _mm512_castsi256_si512(s16);
-    for (int v = 0; v < 4; ++v) {
-      u->scales[v] = _mm512_permutexvar_epi16(_mm512_load_si512(kQ6Index[v].w), s512);
-    }
+    Scales16Words(s16, u->scales);
     u->offset_scales = _mm256_slli_epi16(s16, 5);
+  } else if constexpr (kType == TensorType::kQ3_K) {
+    const auto* b = reinterpret_cast<const BlockQ3K*>(blk);
+    TwoBitCodes<kType>(b->qs, b->hmask, u);
+    // Assembled in registers: stored as 4 words and loaded as one vector, the load waited
+    // for the stores (no store forwarding), 2.5x the time of a Q2_K row.
+    uint32_t w[4];
+    Q3KScaleWords(b->scales, w);
+    const __m128i words = _mm_setr_epi32(static_cast<int32_t>(w[0]), static_cast<int32_t>(w[1]),
+                                         static_cast<int32_t>(w[2]), static_cast<int32_t>(w[3]));
+    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(words, _mm_set1_epi8(32)));
+    Scales16Words(s16, u->scales);
+    u->offset_scales = _mm256_slli_epi16(s16, 2);
+  } else if constexpr (kType == TensorType::kQ2_K) {
+    const auto* b = reinterpret_cast<const BlockQ2K*>(blk);
+    TwoBitCodes<kType>(b->qs, nullptr, u);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales));
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    Scales16Words(_mm256_cvtepu8_epi16(_mm_and_si128(raw, nib)), u->scales);
+    u->mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), nib));
   } else {
     const uint8_t* qs = blk + (kType == TensorType::kQ5_K ? 48 : 16);
     __m512i q0 = Load512(qs), q1 = Load512(qs + 64);
@@ -467,10 +596,17 @@ CASCADE_HOT __m512i RowLanes(const KRow& u, const KTokenBlock& x) {
     p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(u.codes[v], Load512(x.x + 64 * v)),
                             u.scales[v]);
   }
-  if constexpr (kType == TensorType::kQ6_K) {
+  if constexpr (!kHasMinK<kType>) {
     const __m256i m = _mm256_madd_epi16(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)), u.offset_scales);
     return _mm512_sub_epi32(p, _mm512_zextsi256_si512(m));
+  } else if constexpr (kType == TensorType::kQ2_K) {
+    // The 16 mins times the bsums, in 8 lanes, folded to 4.
+    const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1));
+    const __m256i m8 = _mm256_madd_epi16(
+        u.mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)));
+    const __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(s8), _mm256_zextsi128_si256(m4), 1);
   } else {
     const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1));
     const __m128i m4 =
@@ -512,6 +648,17 @@ struct KBlockOf<TensorType::kQ6_K> {
   using Type = BlockQ6K;
   static constexpr int kScaleAt = 206;  // scales[14..15], then d
 };
+template <>
+struct KBlockOf<TensorType::kQ3_K> {
+  using Type = BlockQ3K;
+  static constexpr int kScaleAt = 106;  // scales[10..11], then d
+};
+template <>
+struct KBlockOf<TensorType::kQ2_K> {
+  using Type = BlockQ2K;
+  static constexpr int kScaleAt = 80;  // d, dmin
+};
+static_assert(offsetof(BlockQ3K, d) == 108 && offsetof(BlockQ2K, d) == 80);
 
 // Rows kRow .. kRow + 2^kLevel - 1 of the group at super-block *blk (advanced past them,
 // `stride` bytes a row), for T tokens (x[j]: token j's prepared super-block): out[j] = their
@@ -540,7 +687,7 @@ template <TensorType kType, int T>
 void KQuantGroup(const uint8_t* w, size_t stride, int64_t nb, const KTokenBlock* x,
                  int64_t x_stride, float* y, int64_t ldy, __mmask16 keep, const uint8_t* pf) {
   constexpr size_t kBlock = sizeof(typename KBlockOf<kType>::Type);
-  constexpr bool kHasMin = kType != TensorType::kQ6_K;
+  constexpr bool kHasMin = kHasMinK<kType>;
   __m512 acc[T];
   for (int j = 0; j < T; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, x += x_stride) {
@@ -615,6 +762,12 @@ void QuantDecode(const MatmulTask& t, TensorType type) {
     QuantDecodeOf<QuantCodes::kIq4Nl>(t);
   } else if (type == TensorType::kIQ4_XS) {
     QuantDecodeOf<QuantCodes::kIq4Xs>(t);
+  } else if (type == TensorType::kQ4_1) {
+    QuantDecodeOf<QuantCodes::kQ4_1>(t);
+  } else if (type == TensorType::kQ5_0) {
+    QuantDecodeOf<QuantCodes::kQ5_0>(t);
+  } else if (type == TensorType::kQ5_1) {
+    QuantDecodeOf<QuantCodes::kQ5_1>(t);
   } else {
     QuantDecodeOf<QuantCodes::kQ4_0>(t);
   }
@@ -627,6 +780,12 @@ void KQuantDecode(const MatmulTask& t, TensorType type) {
       return;
     case TensorType::kQ5_K:
       KQuantDecodeOf<TensorType::kQ5_K>(t);
+      return;
+    case TensorType::kQ3_K:
+      KQuantDecodeOf<TensorType::kQ3_K>(t);
+      return;
+    case TensorType::kQ2_K:
+      KQuantDecodeOf<TensorType::kQ2_K>(t);
       return;
     default:
       KQuantDecodeOf<TensorType::kQ6_K>(t);

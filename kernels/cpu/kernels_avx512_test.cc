@@ -304,7 +304,8 @@ cpu::MatmulFn Emulated(TensorType) { return nullptr; }
 
 TEST(QuantDot16, EmulatedLanesMatchTheAvx2KernelsBitForBit) {
   if (!HasAvx2()) GTEST_SKIP() << "the panels are expanded by AVX2 code; this CPU has no AVX2";
-  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL},
+  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ5_0,
+                                TensorType::kIQ4_NL},
                                kQuantShapes, Emulated);
   ExpectQuantKernelMatchesAvx2({TensorType::kIQ4_XS}, kKQuantShapes, Emulated);
 }
@@ -323,10 +324,12 @@ TEST(QuantDot16, VnniTableMatchesTheAvx2KernelsBitForBit) {
   auto vnni = [](TensorType type) {
     return cpu::Avx512Kernels().matmul(type, cpu::ActFormatFor(type, true));
   };
-  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL},
+  ExpectQuantKernelMatchesAvx2({TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL,
+                                TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1},
                                kQuantShapes, vnni);
   ExpectQuantKernelMatchesAvx2({TensorType::kIQ4_XS}, kKQuantShapes, vnni);
-  ExpectQuantKernelMatchesAvx2({TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K},
+  ExpectQuantKernelMatchesAvx2({TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_K,
+                                TensorType::kQ5_K, TensorType::kQ6_K},
                                kKQuantShapes, vnni);
 }
 
@@ -367,7 +370,8 @@ TEST(Avx512Decode, QuantMatchesTheAvx2KernelsBitForBit) {
     GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ and VNNI; this one: "
                  << DetectCpuFeatures().Describe();
   }
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL}) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kIQ4_NL,
+                          TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1}) {
     ExpectDecodeMatchesAvx2(type, {32, 1088, 5632}, cpu::avx512::kQuantDecodeMaxTokens);
   }
   ExpectDecodeMatchesAvx2(TensorType::kIQ4_XS, {256, 1280, 5632},
@@ -379,8 +383,9 @@ TEST(Avx512Decode, KQuantsMatchTheAvx2KernelsBitForBit) {
     GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ and VNNI; this one: "
                  << DetectCpuFeatures().Describe();
   }
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
-    // Up to the first token count the panels take.
+  for (TensorType type : {TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_K,
+                          TensorType::kQ5_K, TensorType::kQ6_K}) {
+    // Up to the first token count the panels (Q2_K / Q3_K: the AVX2 kernel) take.
     ExpectDecodeMatchesAvx2(type, {256, 1280, 5632},
                             cpu::avx512::KQuantDecodeMaxTokens(type) + 1);
   }
@@ -503,8 +508,9 @@ TEST(Avx512Decode, BatchInvariantAcrossTokensAndRowSplits) {
                  << DetectCpuFeatures().Describe();
   }
   const int64_t rows = 45, max_n = 16;
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
-                          TensorType::kQ5_K, TensorType::kQ6_K}) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ5_0,
+                          TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K,
+                          TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
     const int64_t k = cpu::ActFormatFor(type, true) == cpu::ActFormat::kQ8_0 ? 1088 : 1280;
     const cpu::MatmulFn fn = cpu::Avx512Kernels().matmul(type, cpu::ActFormatFor(type, true));
     const TestWeight w = MakeWeight(type, rows, k, 31);

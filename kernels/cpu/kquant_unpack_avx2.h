@@ -195,20 +195,11 @@ struct Q3KUnpack : Scales16 {
   __m256i qs[2], hm;
   float d, dmin;
   void Init(const BlockQ3K& b) {
-    // The 16 6-bit scales (GetScaleQ3K) four at a time: low nibbles from bytes 0-7 (scales
-    // 0-7 low halves, 8-15 high halves), the high pairs of scale i at bits 2 * (i / 4) of
-    // byte 8 + i % 4, moved to bits 4-5; then the offset 32 off each byte.
-    uint32_t a, c, e;
-    std::memcpy(&a, b.scales, 4);
-    std::memcpy(&c, b.scales + 4, 4);
-    std::memcpy(&e, b.scales + 8, 4);
-    const uint32_t lo = 0x0F0F0F0Fu, hi = 0x30303030u;
-    const __m128i sc =
-        _mm_sub_epi8(_mm_setr_epi32(static_cast<int32_t>((a & lo) | ((e << 4) & hi)),
-                                    static_cast<int32_t>((c & lo) | ((e << 2) & hi)),
-                                    static_cast<int32_t>(((a >> 4) & lo) | (e & hi)),
-                                    static_cast<int32_t>(((c >> 4) & lo) | ((e >> 2) & hi))),
-                     _mm_set1_epi8(32));
+    // The 16 6-bit scales, then the offset 32 off each byte.
+    alignas(16) uint32_t words[4];
+    Q3KScaleWords(b.scales, words);
+    const __m128i sc = _mm_sub_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(words)),
+                                    _mm_set1_epi8(32));
     const __m256i s16 = _mm256_cvtepi8_epi16(sc);
     Set(s16);
     mins = _mm256_slli_epi16(s16, 2);

@@ -31,8 +31,8 @@
 // times b's 2 int16) and Fnma(a, b, c) = c - a * b rounded once.
 //
 // Contract: as gemm_lanes.h (templates on P only; include where P's instructions are
-// enabled). Call QuantBlocked for Q8_0, Q4_0, IQ4_NL or IQ4_XS weights (`type`; the IQ4
-// levels expanded as Q8_0's signed codes, IQ4_XS with a float scale per 32 elements) with t.x holding BlockQ8_0
+// enabled). Call QuantBlocked for Q8_0, Q4_0, Q5_0, IQ4_NL or IQ4_XS weights (`type`; Q5_0's
+// codes u - 16 and the IQ4 levels expanded as Q8_0's signed codes, IQ4_XS with a float scale per 32 elements) with t.x holding BlockQ8_0
 // activation rows, KQuantBlocked for Q4_K/Q5_K/Q6_K with BlockQ8K rows, on a CPU with AVX2
 // (the panels are expanded by kernels_avx2_quant.cc / kernels_avx2_kquant.cc).
 // t.scratch holds ScratchFloats(t.k) floats. Thread-safe; never allocates.
@@ -166,7 +166,7 @@ void QuantBlockedOf(const MatmulTask& t, TensorType type) {
 
 template <class P>
 void QuantBlocked(const MatmulTask& t, TensorType type) {
-  if (type == TensorType::kQ8_0 || type == TensorType::kIQ4_NL ||
+  if (type == TensorType::kQ8_0 || type == TensorType::kQ5_0 || type == TensorType::kIQ4_NL ||
       type == TensorType::kIQ4_XS) {  // signed codes
     QuantBlockedOf<P, true>(t, type);
   } else {
