@@ -29,7 +29,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, ChannelCredentials(), args);
 }
 
-void ConfigureServer(grpc::ServerBuilder* builder) {
+void ConfigureServer(grpc::ServerBuilder* builder, int idle_ms) {
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
@@ -37,6 +37,10 @@ void ConfigureServer(grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // A connection with no call for a minute is closed (a GOAWAY: the client reconnects when
+  // it next calls). Clients that try every coordinator, standbys included, keep a channel
+  // to each; without this a standby holds their sockets for as long as they run.
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, idle_ms);
   // A port another server holds is an error, never shared (gRPC sets SO_REUSEPORT
   // otherwise, and two servers on one port would split the connections between them).
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -27,8 +27,12 @@ constexpr char kCoordinatorMetadata[] = "x-cascade-coordinator";
 // within ~15 s, and bounded reconnect backoff.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
-// Applies the same limits to a server.
-void ConfigureServer(grpc::ServerBuilder* builder);
+// How long a server keeps a client's connection that has no call in flight.
+constexpr int kServerConnectionIdleMs = 60'000;
+
+// Applies the same limits to a server, and closes a connection after `idle_ms` without a
+// call (the client reconnects when it next calls).
+void ConfigureServer(grpc::ServerBuilder* builder, int idle_ms = kServerConnectionIdleMs);
 
 // A server with those limits on `listen`, serving `services` (which must outlive it).
 // `who` names the port in errors ("control", "worker"), `flag` the option that moves it.
