@@ -38,6 +38,14 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
   }
   kv->k_ = std::move(*k);
   kv->v_ = std::move(*v);
+  if (options.resident) {
+    for (DeviceBuffer* pool : {&kv->k_, &kv->v_}) {
+      if (absl::Status st = backend.MakeResident(*pool); !st.ok()) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("KV cache of ", options.num_blocks, " blocks: ", st.message()));
+      }
+    }
+  }
   return kv;
 }
 

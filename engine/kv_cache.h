@@ -7,7 +7,8 @@
 // Contract:
 // - Memory is allocated once, on the backend's device, by Create: (layers, num_blocks,
 //   kv_heads, block_size, head_dim) elements of options.type (F32, or F16 at half the
-//   bytes) for K and the same for V. The block bookkeeping lives on the host.
+//   bytes) for K and the same for V, made resident there when options.resident. The
+//   block bookkeeping lives on the host.
 // - A sequence's tokens occupy positions [0, length). A batch may append to a sequence
 //   (first position == length) or rewind it (first position < length: later positions
 //   are dropped, e.g. to re-run a step after a failure).
@@ -44,6 +45,11 @@ struct KvCacheOptions {
   int64_t num_blocks = 0;
   int64_t max_positions = 0;  // per sequence (the model's context length)
   TensorType type = TensorType::kF32;  // element type (IsKvCacheType)
+  // Back the whole pool with memory at Create (Backend::MakeResident): a planned cache takes
+  // its memory at load, so a machine that cannot back it fails there, not while serving,
+  // and a server's memory does not grow as blocks are first used. Otherwise a block's
+  // pages are taken when first written.
+  bool resident = false;
 };
 
 class KvCache {

@@ -1,5 +1,9 @@
 #include "engine/kv_cache.h"
 
+#include <unistd.h>
+
+#include <fstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -199,6 +203,44 @@ TEST(KvCache, ABatchTakesIdleCachedBlocksLeastRecentlyUsedFirst) {
   EXPECT_EQ(kv.PlanBatch(Tokens(4, 0, 8)).status().code(), absl::StatusCode::kResourceExhausted);
   kv.Free(3);
   EXPECT_EQ(kv.free_blocks(), 2);
+}
+
+}  // namespace
+}  // namespace cascade
+
+namespace cascade {
+namespace {
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+// A cache for 8 MiB of keys and 8 of values: resident at Create when asked (a planned
+// cache takes its memory at load), and only as blocks are written otherwise.
+TEST(KvCache, AResidentPoolTakesItsMemoryAtCreate) {
+  KvCacheOptions o = Small(0);
+  o.n_kv_heads = 8;
+  o.head_dim = 64;
+  o.block_size = 32;
+  o.num_blocks = 128;  // 128 x 32 x 8 x 64 floats = 8 MiB per pool
+  o.max_positions = 4096;
+  const int64_t pools = static_cast<int64_t>(KvCache::BytesFor(o));
+  ASSERT_EQ(pools, int64_t{16} << 20);
+  CpuBackend backend({});
+
+  const int64_t before_lazy = ResidentBytes();
+  auto lazy = KvCache::Create(o, backend);
+  ASSERT_TRUE(lazy.ok()) << lazy.status();
+  EXPECT_LT(ResidentBytes() - before_lazy, pools / 4);
+
+  o.resident = true;
+  const int64_t before = ResidentBytes();
+  auto resident = KvCache::Create(o, backend);
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  EXPECT_GE(ResidentBytes() - before, pools);
 }
 
 }  // namespace

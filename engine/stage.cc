@@ -173,6 +173,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSource& source,
   kv.block_size = options.kv_block_size;
   kv.max_positions = s->config_.context_length;
   kv.type = options.kv_type;
+  kv.resident = options.kv_resident;
   const int64_t blocks_per_seq =
       (s->config_.context_length + options.kv_block_size - 1) / options.kv_block_size;
   kv.num_blocks = options.kv_blocks > 0 ? options.kv_blocks

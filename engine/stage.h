@@ -58,6 +58,7 @@ struct StageOptions {
   // The KV cache's element type: F32, or F16 (half the memory and half the bytes attention
   // reads; keys and values rounded to nearest even when stored).
   TensorType kv_type = TensorType::kF32;
+  bool kv_resident = false;  // KvCacheOptions::resident
   int64_t max_batch_tokens = kDefaultMaxBatchTokens;
   // This stage's rank of a tensor-parallel group (rank tp->rank() of tp->size()); null: the
   // whole stage in this process. Its memory kind must be the backend's.

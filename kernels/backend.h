@@ -176,6 +176,10 @@ class Backend {
 
   // Memory management. Allocate returns zeroed memory, or ResourceExhausted.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
+  // Backs all of `buffer` (from Allocate) with memory now, not when first written, or
+  // returns ResourceExhausted when the machine cannot. A GPU's memory already is; the CPU
+  // backend's large buffers are mapped lazily and are faulted in here.
+  virtual absl::Status MakeResident(DeviceBuffer& buffer) { return absl::OkStatus(); }
   virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   // Makes a weight usable by this backend: a copy in memory the backend owns for its

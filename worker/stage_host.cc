@@ -51,6 +51,8 @@ StageOptions StageOptionsFor(const v1::LoadStageRequest& req, const StageHostOpt
   so.max_batch_tokens = req.max_batch_tokens();
   so.quantized_activations = !req.exact();
   so.kv_type = req.kv_type() == v1::KV_CACHE_TYPE_F16 ? TensorType::kF16 : TensorType::kF32;
+  // The plan counted this cache's memory: take it now (engine/kv_cache.h).
+  so.kv_resident = true;
   return so;
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -86,6 +87,27 @@ absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
   }
   std::memset(p, 0, rounded);
   return DeviceBuffer(p, bytes, MemoryKind::kHost, [](void* q) { std::free(q); });
+}
+
+absl::Status CpuBackend::MakeResident(DeviceBuffer& buffer) {
+  // Buffers under a huge page were written (zeroed) by Allocate already.
+  if (buffer.size() < cpu::kHugePageBytes || buffer.data() == nullptr) return absl::OkStatus();
+  const size_t page = 4096;
+  const size_t bytes = (buffer.size() + page - 1) / page * page;
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+  if (::madvise(buffer.data(), bytes, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
+  const int err = errno;
+  if (err == ENOMEM || err == EFAULT || err == EHWPOISON) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot back ", buffer.size() >> 20, " MiB with memory (", std::strerror(err),
+                     "): the machine has less free than the plan assumed"));
+  }
+  // An older kernel (EINVAL): fault the pages in by writing them (they are zero already).
+  auto* p = static_cast<volatile uint8_t*>(buffer.data());
+  for (size_t at = 0; at < bytes; at += page) p[at] = 0;
+  return absl::OkStatus();
 }
 
 void CpuBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {

@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
   MemoryKind memory_kind() const override { return MemoryKind::kHost; }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  absl::Status MakeResident(DeviceBuffer& buffer) override;
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
   // A copy of the weight (CpuBackendOptions::copy_weights), owned by this backend until it is
