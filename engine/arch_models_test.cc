@@ -456,6 +456,7 @@ class WithoutFeatures final : public Backend {
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override { return cpu_.Allocate(bytes); }
   void CopyToDevice(void* d, const void* s, size_t b) override { cpu_.CopyToDevice(d, s, b); }
   void CopyToHost(void* d, const void* s, size_t b) override { cpu_.CopyToHost(d, s, b); }
+  void CopyOnDevice(void* d, const void* s, size_t b) override { cpu_.CopyOnDevice(d, s, b); }
   absl::StatusOr<TensorView> UploadWeight(const TensorView& h) override {
     return cpu_.UploadWeight(h);
   }

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
   }
   kv->k_ = std::move(*k);
   kv->v_ = std::move(*v);
+  kv->backend_ = &backend;
   if (options.resident) {
     for (DeviceBuffer* pool : {&kv->k_, &kv->v_}) {
       if (absl::Status st = backend.MakeResident(*pool); !st.ok()) {
@@ -227,36 +228,84 @@ void KvCache::Clear() {
 
 absl::Status KvCache::AttachPrefix(const PrefixAttach& a) {
   const int64_t n = static_cast<int64_t>(a.blocks.size());
-  if (n * options_.block_size >= options_.max_positions) {
+  const int bs = options_.block_size;
+  if (a.partial_rows < 0 || a.partial_rows >= bs) {
+    return absl::InvalidArgumentError(absl::StrCat("prefix of sequence ", a.seq, ": ",
+                                                   a.partial_rows, " rows of a block of ", bs));
+  }
+  if (n * bs + a.partial_rows >= options_.max_positions) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "prefix of ", n, " blocks for sequence ", a.seq, " fills the context of ",
-        options_.max_positions, " tokens"));
+        "prefix of ", n, " blocks and ", a.partial_rows, " rows for sequence ", a.seq,
+        " fills the context of ", options_.max_positions, " tokens"));
   }
   std::vector<int32_t> table;
-  for (int64_t i = 0; i < n; ++i) {
-    auto c = cached_.find(a.blocks[i]);
+  for (int64_t i = 0; i <= n; ++i) {
+    if (i == n && a.partial_rows == 0) break;
+    auto c = cached_.find(i < n ? a.blocks[i] : a.partial);
     if (c == cached_.end()) {
-      return absl::NotFoundError(absl::StrCat("prefix cache miss: block ", i, " of ", n,
-                                              " for sequence ", a.seq,
-                                              " is not cached on this stage"));
+      return absl::NotFoundError(absl::StrCat(
+          "prefix cache miss: ", i < n ? absl::StrCat("block ", i, " of ", n) : "the partial block",
+          " for sequence ", a.seq, " is not cached on this stage"));
     }
     table.push_back(c->second);
   }
+  const int32_t source = a.partial_rows > 0 ? table.back() : -1;
+  if (source >= 0) table.pop_back();
   if (auto it = seqs_.find(a.seq); it != seqs_.end()) {
     const auto& have = it->second.blocks;
-    if (have.size() < table.size() || !std::equal(table.begin(), table.end(), have.begin())) {
+    if (have.size() < table.size() + (source >= 0 ? 1 : 0) ||
+        !std::equal(table.begin(), table.end(), have.begin())) {
       return absl::FailedPreconditionError(absl::StrCat(
           "sequence ", a.seq, " exists on this stage without the prefix it is sent with"));
     }
     return absl::OkStatus();  // sent again (a batch sent again after a timeout)
+  }
+  int32_t own = -1;
+  if (source >= 0) {
+    ++blocks_[source].refs;  // not taken below as an idle block
+    if (blocks_[source].refs == 1) --idle_cached_;
+    if (!free_.empty()) {
+      own = free_.back();
+      free_.pop_back();
+    } else if (const std::vector<int32_t> idle = IdleLru(1); !idle.empty()) {
+      own = idle.front();
+      BlockState& st = blocks_[own];
+      cached_.erase(st.name);
+      st.named = false;
+      --idle_cached_;
+    }
+    if (own >= 0) {
+      blocks_[own].refs = 1;
+      CopyRows(source, own, a.partial_rows);
+    }
+    Unref(source);
+    if (own < 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "KV cache full: no block for the partial prefix of sequence ", a.seq));
+    }
   }
   for (int32_t b : table) {
     if (blocks_[b].refs++ == 0) --idle_cached_;
   }
   SeqState& st = seqs_[a.seq];
   st.blocks = std::move(table);
-  st.length = static_cast<int32_t>(n * options_.block_size);
+  if (own >= 0) st.blocks.push_back(own);
+  st.length = static_cast<int32_t>(n * bs + a.partial_rows);
   return absl::OkStatus();
+}
+
+void KvCache::CopyRows(int32_t from, int32_t to, int32_t rows) {
+  const KvLayout l = layout();
+  const size_t bytes = static_cast<size_t>(rows) * l.head_dim * l.element_bytes();
+  const int64_t bs = options_.block_size;
+  for (int layer = 0; layer < options_.n_layers; ++layer) {
+    for (char* pool : {static_cast<char*>(keys(layer)), static_cast<char*>(values(layer))}) {
+      for (int h = 0; h < options_.n_kv_heads; ++h) {
+        backend_->CopyOnDevice(pool + l.Offset(to * bs, h) * l.element_bytes(),
+                               pool + l.Offset(from * bs, h) * l.element_bytes(), bytes);
+      }
+    }
+  }
 }
 
 absl::Status KvCache::Publish(const BlockPublish& p) {

@@ -14,7 +14,9 @@
 //   are dropped, e.g. to re-run a step after a failure).
 // - Prefix cache: a full block may be cached under a name (generation/batch.h BlockName,
 //   chosen by the coordinator). Blocks are reference-counted: a sequence that starts
-//   from cached blocks (AttachPrefix) shares them with every other sequence that does.
+//   from cached blocks (AttachPrefix) shares them with every other sequence that does;
+//   the rows it takes from a block it does not share whole (where its prompt parts from
+//   the cached one) are copied into a block of its own.
 //   A batch never writes into a block another sequence shares (InvalidArgument). A named
 //   block no sequence uses stays cached until Evict names it, or until a batch needs a
 //   block and none is free: then the least recently used of them is taken (the
@@ -86,9 +88,11 @@ class KvCache {
   void Clear();
 
   // Prefix cache (see the contract). AttachPrefix starts `a.seq` from the cached blocks
-  // a.blocks: NotFound naming the first block this cache lacks (nothing changes); for a
-  // sequence that exists already, OK when its first blocks are those, else
-  // FailedPrecondition.
+  // a.blocks, and with a.partial_rows > 0 a block of its own holding a copy of the first
+  // rows of cached block a.partial (taken as a batch takes blocks: ResourceExhausted when
+  // none is free or idle): NotFound naming the first block this cache lacks (nothing
+  // changes); for a sequence that exists already, OK when its first blocks are those,
+  // else FailedPrecondition.
   absl::Status AttachPrefix(const PrefixAttach& a);
   // Caches full block p.block of p.seq under p.name. A name already cached stays as it
   // is (this block stays private); InvalidArgument when the block is not full or absent.
@@ -136,10 +140,13 @@ class KvCache {
   void Unref(int32_t b);
   // Idle cached blocks, least recently used first, at most n.
   std::vector<int32_t> IdleLru(int64_t n) const;
+  // Copies positions [0, rows) of block `from` into block `to`, every layer, K and V.
+  void CopyRows(int32_t from, int32_t to, int32_t rows);
 
   KvCacheOptions options_;
   int64_t layer_bytes_;
   DeviceBuffer k_, v_;
+  Backend* backend_ = nullptr;  // the pools' (Create's); it outlives the cache
   std::vector<int32_t> free_;  // stack of free blocks; lowest index on top
   std::map<SeqId, SeqState> seqs_;
   std::vector<BlockState> blocks_;  // per physical block

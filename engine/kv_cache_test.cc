@@ -134,12 +134,12 @@ TEST(KvCache, SequencesShareCachedBlocks) {
   EXPECT_TRUE(kv.Publish({1, 1, kA}).ok());  // a name cached already: nothing changes
   EXPECT_EQ(kv.cached_blocks(), 2);
 
-  ASSERT_TRUE(kv.AttachPrefix({2, {kA, kB}}).ok());
+  ASSERT_TRUE(kv.AttachPrefix({2, {kA, kB}, {}, 0}).ok());
   EXPECT_EQ(kv.Length(2), 8);
   EXPECT_EQ(kv.BlockTable(2)[0], kv.BlockTable(1)[0]);
   EXPECT_EQ(kv.BlockTable(2)[1], kv.BlockTable(1)[1]);
   EXPECT_EQ(kv.RefCount(kv.BlockTable(1)[0]), 2);
-  EXPECT_TRUE(kv.AttachPrefix({2, {kA, kB}}).ok());  // sent again: the same
+  EXPECT_TRUE(kv.AttachPrefix({2, {kA, kB}, {}, 0}).ok());  // sent again: the same
   EXPECT_EQ(kv.RefCount(kv.BlockTable(1)[0]), 2);
   EXPECT_EQ(kv.free_blocks(), 3);
 
@@ -161,7 +161,7 @@ TEST(KvCache, SequencesShareCachedBlocks) {
   EXPECT_EQ(kv.cached_blocks(), 2);
   EXPECT_EQ(kv.idle_cached_blocks(), 2);
   EXPECT_EQ(kv.free_blocks(), 4);
-  ASSERT_TRUE(kv.AttachPrefix({3, {kA}}).ok());
+  ASSERT_TRUE(kv.AttachPrefix({3, {kA}, {}, 0}).ok());
   EXPECT_EQ(kv.idle_cached_blocks(), 1);
   kv.Free(3);
   kv.Evict(kA);
@@ -175,14 +175,80 @@ TEST(KvCache, AMissAttachesNothing) {
   KvCache& kv = *kv_ptr;
   kv.Apply(*kv.PlanBatch(Tokens(1, 0, 4)));
   ASSERT_TRUE(kv.Publish({1, 0, kA}).ok());
-  absl::Status miss = kv.AttachPrefix({2, {kA, kB}});
+  absl::Status miss = kv.AttachPrefix({2, {kA, kB}, {}, 0});
   EXPECT_EQ(miss.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(miss.message(), HasSubstr("block 1 of 2"));
   EXPECT_FALSE(kv.Has(2));
   EXPECT_EQ(kv.RefCount(kv.BlockTable(1)[0]), 1);
   // A sequence that exists without the prefix is not given it.
   kv.Apply(*kv.PlanBatch(Tokens(3, 0, 2)));
-  EXPECT_EQ(kv.AttachPrefix({3, {kA}}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(kv.AttachPrefix({3, {kA}, {}, 0}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A sequence whose prompt parts from a cached block inside it: its own block starts as a
+// copy of the rows they share, every layer, K and V; the cached block stays as it was.
+TEST(KvCache, APartialPrefixCopiesTheSharedRowsIntoABlockOfItsOwn) {
+  static CpuBackend backend({});
+  KvCacheOptions o = Small(6);
+  o.n_layers = 2;
+  o.n_kv_heads = 2;
+  auto made = KvCache::Create(o, backend);
+  ASSERT_TRUE(made.ok()) << made.status();
+  KvCache& kv = **made;
+  kv.Apply(*kv.PlanBatch(Tokens(1, 0, 8)));  // two full blocks of 4
+  ASSERT_TRUE(kv.Publish({1, 0, kA}).ok());
+  ASSERT_TRUE(kv.Publish({1, 1, kB}).ok());
+  // Every element of every pool a distinct value.
+  const int64_t per_layer = o.num_blocks * o.block_size * o.n_kv_heads * o.head_dim;
+  for (int l = 0; l < o.n_layers; ++l) {
+    for (int64_t e = 0; e < per_layer; ++e) {
+      static_cast<float*>(kv.keys(l))[e] = static_cast<float>(1000 * l + e);
+      static_cast<float*>(kv.values(l))[e] = -static_cast<float>(1000 * l + e);
+    }
+  }
+  const int32_t source = kv.BlockTable(1)[1];
+  ASSERT_TRUE(kv.AttachPrefix({2, {kA}, kB, 3}).ok());
+  EXPECT_EQ(kv.Length(2), 7);
+  ASSERT_EQ(kv.BlockTable(2).size(), 2u);
+  EXPECT_EQ(kv.BlockTable(2)[0], kv.BlockTable(1)[0]);
+  const int32_t own = kv.BlockTable(2)[1];
+  EXPECT_NE(own, source);
+  EXPECT_EQ(kv.RefCount(own), 1);
+  EXPECT_EQ(kv.RefCount(source), 1);  // sequence 1's only
+  const KvLayout l = kv.layout();
+  for (int layer = 0; layer < o.n_layers; ++layer) {
+    for (int h = 0; h < o.n_kv_heads; ++h) {
+      for (int row = 0; row < o.block_size; ++row) {
+        for (int d = 0; d < o.head_dim; ++d) {
+          const int64_t from = l.Offset(int64_t{source} * o.block_size + row, h) + d;
+          const int64_t to = l.Offset(int64_t{own} * o.block_size + row, h) + d;
+          const float* k = static_cast<const float*>(kv.keys(layer));
+          const float* v = static_cast<const float*>(kv.values(layer));
+          if (row < 3) {
+            EXPECT_EQ(k[to], k[from]) << "layer " << layer << " head " << h << " row " << row;
+            EXPECT_EQ(v[to], v[from]);
+          } else {
+            EXPECT_NE(k[to], k[from]) << "row " << row << " is the sequence's to compute";
+          }
+        }
+      }
+    }
+  }
+  // The sequence goes on from position 7 in its own block.
+  auto next = kv.PlanBatch(Tokens(2, 7, 2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  // Sent again: the same; a partial block not cached, or rows beyond a block, refused.
+  EXPECT_TRUE(kv.AttachPrefix({2, {kA}, kB, 3}).ok());
+  EXPECT_EQ(kv.RefCount(own), 1);
+  const absl::Status miss = kv.AttachPrefix({3, {kA}, kC, 2});
+  EXPECT_EQ(miss.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(miss.message(), HasSubstr("the partial block"));
+  EXPECT_FALSE(kv.Has(3));
+  EXPECT_EQ(kv.AttachPrefix({3, {kA}, kB, 4}).code(), absl::StatusCode::kInvalidArgument);
+  // A partial block alone (the prompts part in their first block).
+  ASSERT_TRUE(kv.AttachPrefix({4, {}, kA, 2}).ok());
+  EXPECT_EQ(kv.Length(4), 2);
+  EXPECT_NE(kv.BlockTable(4)[0], kv.BlockTable(1)[0]);
 }
 
 TEST(KvCache, ABatchTakesIdleCachedBlocksLeastRecentlyUsedFirst) {

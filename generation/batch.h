@@ -49,10 +49,15 @@ struct BlockName {
 };
 
 // A sequence new to a stage that starts from cached blocks: its first blocks.size()
-// blocks are these, and its length blocks.size() * block_size.
+// blocks are these, and its length blocks.size() * block_size. With partial_rows > 0 its
+// next block is its own copy of the first partial_rows rows (positions) of cached block
+// `partial`, whose tokens begin as the sequence's next ones (a block shared up to where
+// two prompts part), and its length partial_rows more.
 struct PrefixAttach {
   SeqId seq = 0;
   std::vector<BlockName> blocks;
+  BlockName partial;
+  int32_t partial_rows = 0;
 };
 
 // After the batch, block `block` of `seq` (full by then) is cached under `name`.

@@ -182,6 +182,8 @@ class Backend {
   virtual absl::Status MakeResident(DeviceBuffer& buffer) { return absl::OkStatus(); }
   virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  // Copies between two places of device memory (ordered with the backend's other work).
+  virtual void CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;
   // Makes a weight usable by this backend: a copy in memory the backend owns for its
   // lifetime (the CPU: in huge pages, perhaps in another row layout, the source's pages
   // released; a GPU: in device memory), or, for a CPU backend told not to copy, the view

@@ -89,6 +89,27 @@ int64_t PrefixCache::Match(std::span<const int32_t> tokens, std::span<const Bloc
   return hits;
 }
 
+PrefixCache::PartialHit PrefixCache::MatchPartial(const BlockName& parent,
+                                                  std::span<const int32_t> next,
+                                                  int32_t max_rows) {
+  PartialHit best;
+  auto kids = children_.find(parent);
+  if (kids == children_.end()) return best;
+  const int32_t limit =
+      std::min<int32_t>({max_rows, block_size_ - 1, static_cast<int32_t>(next.size())});
+  for (const BlockName& name : kids->second) {
+    const std::vector<int32_t>& tokens = entries_.at(name).tokens;
+    int32_t run = 0;
+    while (run < limit && tokens[run] == next[run]) ++run;
+    if (run > best.rows) best = {name, run};
+  }
+  if (best.rows > 0) {
+    Entry& e = entries_.at(best.name);
+    if (e.refs++ == 0) idle_.erase(e.idle_tick);
+  }
+  return best;
+}
+
 bool PrefixCache::Insert(const BlockName& name, const BlockName& parent,
                          std::span<const int32_t> tokens, bool referenced) {
   auto [it, inserted] = entries_.try_emplace(name);
@@ -98,6 +119,7 @@ bool PrefixCache::Insert(const BlockName& name, const BlockName& parent,
   e.tokens.assign(tokens.begin(), tokens.end());
   e.refs = referenced ? 1 : 0;
   if (!referenced) MakeIdle(name, e);
+  children_[parent].push_back(name);
   if (view_ != nullptr) view_->Add(name);
   return true;
 }
@@ -105,6 +127,13 @@ bool PrefixCache::Insert(const BlockName& name, const BlockName& parent,
 void PrefixCache::MakeIdle(const BlockName& name, Entry& e) {
   e.idle_tick = ++tick_;
   idle_.emplace(e.idle_tick, name);
+}
+
+void PrefixCache::Unlink(const BlockName& name, const Entry& e) {
+  auto kids = children_.find(e.parent);
+  if (kids == children_.end()) return;
+  std::erase(kids->second, name);
+  if (kids->second.empty()) children_.erase(kids);
 }
 
 void PrefixCache::Release(std::span<const BlockName> names) {
@@ -119,6 +148,7 @@ void PrefixCache::Forget(const BlockName& name) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return;
   if (it->second.refs == 0) idle_.erase(it->second.idle_tick);
+  Unlink(name, it->second);
   entries_.erase(it);
   if (view_ != nullptr) view_->Remove({&name, 1});
 }
@@ -128,7 +158,9 @@ std::vector<BlockName> PrefixCache::EvictIdle(int64_t n) {
   while (n-- > 0 && !idle_.empty()) {
     const BlockName name = idle_.begin()->second;
     idle_.erase(idle_.begin());
-    entries_.erase(name);
+    auto it = entries_.find(name);
+    Unlink(name, it->second);
+    entries_.erase(it);
     out.push_back(name);
   }
   if (view_ != nullptr) view_->Remove(out);

@@ -67,6 +67,18 @@ class PrefixCache {
   // How many of `names` (ChainNames of `tokens`) lead `tokens` in the cache, their tokens
   // compared; each of those gains a reference.
   int64_t Match(std::span<const int32_t> tokens, std::span<const BlockName> names);
+  // Where a prompt parts from a cached block: of the blocks cached after `parent`, the one
+  // whose tokens begin with the longest run of `next`'s tokens, at most max_rows (fewer
+  // than a block), and that run's length (rows 0: no block begins with next's first
+  // token). A block found gains a reference. Its first `rows` positions hold the KV
+  // entries the prompt needs there (causal: a position's entries depend on the tokens up
+  // to it), so a sequence may start from a copy of them (engine/kv_cache.h).
+  struct PartialHit {
+    BlockName name;
+    int32_t rows = 0;
+  };
+  PartialHit MatchPartial(const BlockName& parent, std::span<const int32_t> next,
+                          int32_t max_rows);
   // Caches a block (one reference, or idle with `referenced` false). False when the name
   // is cached already: the caller's block stays its own.
   bool Insert(const BlockName& name, const BlockName& parent, std::span<const int32_t> tokens,
@@ -92,10 +104,13 @@ class PrefixCache {
     uint64_t idle_tick = 0;  // key in idle_ while refs == 0
   };
   void MakeIdle(const BlockName& name, Entry& e);
+  // Drops `name` (whose entry is e) from its parent's children.
+  void Unlink(const BlockName& name, const Entry& e);
 
   const int block_size_;
   PrefixView* const view_;
   absl::flat_hash_map<BlockName, Entry> entries_;
+  absl::flat_hash_map<BlockName, std::vector<BlockName>> children_;  // by parent
   std::map<uint64_t, BlockName> idle_;  // by the tick they became idle: LRU first
   uint64_t tick_ = 0;
 };

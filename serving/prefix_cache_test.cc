@@ -63,6 +63,44 @@ TEST(PrefixCache, MatchesTheLeadingCachedBlocksAndCountsTheirUsers) {
   EXPECT_FALSE(c.Insert(names[1], names[0], std::span(prompt).subspan(4, 4), true));
 }
 
+// Where a prompt parts from the cached ones inside a block: the sibling block whose tokens
+// begin with the longest run of the prompt's next tokens, capped, referenced when found.
+TEST(PrefixCache, APromptPartingInsideABlockFindsTheLongestSharedRun) {
+  PrefixCache c(4, nullptr);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 10, 11, 12, 13};
+  const std::vector<int32_t> b = {1, 2, 3, 4, 10, 11, 20, 21};
+  const std::vector<BlockName> na = Publish(c, a);
+  const std::vector<BlockName> nb = PrefixCache::ChainNames(b, 4, 10);
+  ASSERT_EQ(na[0], nb[0]);  // one first block, two children
+  ASSERT_TRUE(c.Insert(nb[1], nb[0], std::span(b).subspan(4), /*referenced=*/false));
+  c.Release({&na[1], 1});
+  ASSERT_EQ(c.RefCount(na[0]), 1);
+  const std::vector<int32_t> next = {10, 11, 12, 99};  // after the first block
+  PrefixCache::PartialHit hit = c.MatchPartial(na[0], next, 3);
+  EXPECT_EQ(hit.name, na[1]);
+  EXPECT_EQ(hit.rows, 3);
+  EXPECT_EQ(c.RefCount(na[1]), 1);  // idle before: in use now
+  EXPECT_EQ(c.RefCount(nb[1]), 0);
+  // Capped by max_rows (the prompt's last token is computed); none where no block begins
+  // with the next token, or after a block with no cached children.
+  EXPECT_EQ(c.MatchPartial(na[0], next, 1).rows, 1);
+  EXPECT_EQ(c.MatchPartial(na[0], std::vector<int32_t>{7, 10, 11}, 3).rows, 0);
+  EXPECT_EQ(c.MatchPartial(na[1], next, 3).rows, 0);
+  // The first blocks of all prompts are the children of the zero name.
+  EXPECT_EQ(c.MatchPartial(BlockName{}, std::vector<int32_t>{1, 2, 5}, 3).rows, 2);
+  // An evicted or forgotten block is no longer offered.
+  c.Release(std::vector<BlockName>{na[0], na[1], na[1]});
+  EXPECT_EQ(c.RefCount(na[1]), 0);
+  c.Forget(na[1]);
+  hit = c.MatchPartial(na[0], next, 3);
+  EXPECT_EQ(hit.name, nb[1]);
+  EXPECT_EQ(hit.rows, 2);
+  c.Release({&hit.name, 1});
+  c.Release({&na[0], 1});
+  EXPECT_EQ(c.EvictIdle(10), (std::vector<BlockName>{nb[1], na[0]}));
+  EXPECT_EQ(c.MatchPartial(BlockName{}, a, 3).rows, 0);
+}
+
 TEST(PrefixCache, IdleBlocksGoLeastRecentlyUsedFirstAndLaterBlocksBeforeTheirPrefix) {
   PrefixCache c(2, nullptr);
   const std::vector<BlockName> first = Publish(c, Range(0, 6));    // 3 blocks

@@ -285,12 +285,14 @@ void Scheduler::Admit() {
     s.id = next_seq_++;
     s.seq = std::make_unique<Sequence>(tokenizer_, std::move(p.req), max_tokens, context_length_);
     s.blocks = blocks - found.hits;
-    s.processed = static_cast<int32_t>(found.hits) * kv_block_size_;
+    s.processed = static_cast<int32_t>(found.hits) * kv_block_size_ + found.partial.rows;
     if (prefix_) {  // the prompt's names: the cached ones, then those it computes
       s.names = std::move(p.names);
       s.prefix.assign(s.names.begin(), s.names.begin() + found.hits);
+      s.partial = found.partial;
       s.cached_tokens = s.processed;
       s.uses = s.prefix;
+      if (s.partial.rows > 0) s.uses.push_back(s.partial.name);
       s.computing.assign(s.names.begin() + found.hits, s.names.end());
       for (const BlockName& name : s.computing) ++computing_[name];
     }
@@ -329,11 +331,25 @@ Scheduler::PrefixLookup Scheduler::PrefixFor(Pending& p, int64_t blocks) {
   // starts after it (a burst of requests with one new system prompt computes it once).
   if (out.hits < static_cast<int64_t>(p.names.size()) && computing_.contains(p.names[out.hits])) {
     prefix_->Release(hits);
-    return {PrefixLookup::kComputing, 0};
+    return {PrefixLookup::kComputing, 0, {}};
+  }
+  // Where the prompt parts from a cached block: the rows before that, copied (at least the
+  // last prompt token is still computed).
+  const int64_t start = out.hits * kv_block_size_;
+  const int64_t room = static_cast<int64_t>(prompt.size()) - 1 - start;
+  if (room > 0) {
+    out.partial = prefix_->MatchPartial(out.hits == 0 ? BlockName{} : p.names[out.hits - 1],
+                                        std::span(prompt).subspan(static_cast<size_t>(start)),
+                                        static_cast<int32_t>(std::min<int64_t>(room, kv_block_size_)));
   }
   if (!MakeRoom(blocks - out.hits)) {
+    if (out.partial.rows > 0) {  // its source block may be the one that must make room
+      prefix_->Release({&out.partial.name, 1});
+      out.partial = {};
+      if (MakeRoom(blocks - out.hits)) return out;
+    }
     prefix_->Release(hits);
-    return {PrefixLookup::kNoRoom, 0};
+    return {PrefixLookup::kNoRoom, 0, {}};
   }
   return out;
 }
@@ -571,7 +587,7 @@ void Scheduler::FailFlight(uint64_t batch_id, const absl::Status& status) {
     s.in_flight = false;
     if (flight.attaches && !s.resent) {  // from s.processed, as after a lost batch
       s.resent = true;
-      if (!s.announced && !s.prefix.empty()) DropPrefix(id, s);
+      if (!s.announced && (!s.prefix.empty() || s.partial.rows > 0)) DropPrefix(id, s);
       continue;
     }
     Finish(s, FinishReason::kCancelled, status);
@@ -581,14 +597,17 @@ void Scheduler::FailFlight(uint64_t batch_id, const absl::Status& status) {
 void Scheduler::DropPrefix(SeqId id, Running& s) {
   release_.push_back(id);  // stages that attached it let go before it is sent again
   prefix_->Release(s.uses);
+  if (s.partial.rows > 0) s.prefix.push_back(s.partial.name);  // a stage may lack it too
   for (const BlockName& name : s.prefix) {
     if (prefix_->RefCount(name) > 0) continue;  // others use it: the stages hold it
     prefix_->Forget(name);
     evict_.push_back(name);
   }
+  if (s.partial.rows > 0) s.prefix.pop_back();
   const int64_t grown = static_cast<int64_t>(s.prefix.size());
   s.blocks += grown;
   s.prefix.clear();
+  s.partial = {};
   s.cached_tokens = 0;
   s.uses.clear();
   s.names.clear();
@@ -912,8 +931,8 @@ bool Scheduler::SendBatch() {
     // and the cached blocks it starts from; sent again until a result confirms them.
     if (!s.announced) {
       frame.admit.push_back(SamplingOf(id, s.seq->request()));
-      if (!s.prefix.empty()) {
-        frame.attach.push_back({id, s.prefix});
+      if (!s.prefix.empty() || s.partial.rows > 0) {
+        frame.attach.push_back({id, s.prefix, s.partial.name, s.partial.rows});
         flight.attaches = true;
       }
     }

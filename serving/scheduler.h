@@ -195,6 +195,9 @@ class Scheduler {
     // the cached blocks it uses (those and the ones it filled and published), and the
     // names of its full blocks so far.
     std::vector<BlockName> prefix;
+    // The cached block after those whose first rows it starts from (a copy of them; the
+    // block is in `uses` while it runs).
+    PrefixCache::PartialHit partial;
     int32_t cached_tokens = 0;  // prompt tokens it took from the cache (usage)
     std::vector<BlockName> uses;
     std::vector<BlockName> names;
@@ -217,6 +220,7 @@ class Scheduler {
       announced = false;
       resent = false;
       prefix.clear();
+      partial = {};
       cached_tokens = 0;
       uses.clear();
       names.clear();
@@ -289,6 +293,7 @@ class Scheduler {
   struct PrefixLookup {
     enum Outcome { kAdmit, kComputing, kNoRoom } outcome = kAdmit;
     int64_t hits = 0;  // leading blocks of p.names (PrefixFor names the prompt's blocks)
+    PrefixCache::PartialHit partial;  // the rows of the next block it takes from the cache
   };
   PrefixLookup PrefixFor(Pending& p, int64_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `blocks` more fit the KV budget beside the reservations and the cached blocks,

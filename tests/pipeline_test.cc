@@ -243,8 +243,17 @@ TEST_F(PrefixCacheTest, OutputWithACachedPrefixIsByteIdenticalToOutputWithout) {
       EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i;
       EXPECT_EQ(a[i].logprobs, b[i].logprobs) << "request " << i;  // bit for bit
       EXPECT_EQ(b[i].usage.cached_tokens, 0);
-      // All but the first find the shared beginning's full blocks (120 tokens: 15 of 8).
-      EXPECT_EQ(a[i].usage.cached_tokens, i == 0 ? 0 : 120) << "request " << i;
+      // All but the first find the shared beginning's full blocks (120 tokens: 15 of 8),
+      // then the rows of the 16th block that their suffix shares with the first request's
+      // prompt and answer (the block it cached), up to the prompt's last token.
+      std::vector<int32_t> first = reqs[0].prompt;
+      first.insert(first.end(), a[0].ids.begin(), a[0].ids.end());
+      int32_t rows = 0;
+      while (rows < 7 && 120 + rows + 1 < static_cast<int32_t>(reqs[i].prompt.size()) &&
+             reqs[i].prompt[120 + rows] == first[120 + rows]) {
+        ++rows;
+      }
+      EXPECT_EQ(a[i].usage.cached_tokens, i == 0 ? 0 : 120 + rows) << "request " << i;
     }
     SequenceRequest next = reqs[0];
     next.prompt.insert(next.prompt.end(), a[0].ids.begin(), a[0].ids.end());
@@ -262,6 +271,36 @@ TEST_F(PrefixCacheTest, OutputWithACachedPrefixIsByteIdenticalToOutputWithout) {
     const SchedulerStats st = cached->scheduler().Stats();
     EXPECT_GT(st.prefix_hit_tokens, 0u);
     EXPECT_LT(st.prefix_hit_tokens, st.prefix_queried_tokens);
+  }
+}
+
+// Prompts that part inside a block (a chat whose next turn resends the history, retyped):
+// the later one starts from a copy of the rows they share and computes the rest; its
+// text and logprobs are those without the cache, greedy and seeded, through 3 stages.
+TEST_F(PrefixCacheTest, APromptPartingInsideACachedBlockCopiesTheSharedRows) {
+  const std::vector<int32_t> beginning = SharedBeginning();  // 120 tokens: 15 blocks of 8
+  for (float temperature : {0.0f, 0.9f}) {
+    auto cached = Engine(3, 16, {.prefix_cache = true, .block_size = 8});
+    auto plain = Engine(3, 16, {.prefix_cache = false, .block_size = 8});
+    const SequenceRequest first = WithSuffix(beginning, " Lily ran to the park and played", temperature, 5);
+    // Shares the first block after the beginning up to a token inside it.
+    SequenceRequest second = first;
+    second.prompt.resize(beginning.size() + 5);
+    const std::vector<int32_t> more = *tok_->Encode(" with the red ball", false, false);
+    second.prompt.insert(second.prompt.end(), more.begin(), more.end());
+    second.sampling.seed = 6;
+    ASSERT_NE(second.prompt[beginning.size() + 5], first.prompt[beginning.size() + 5]);
+    std::vector<Output> a = Run(*cached, {first, second}), b = Run(*plain, {first, second});
+    ASSERT_EQ(a.size(), 2u);
+    ASSERT_EQ(b.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_TRUE(a[i].status.ok() && b[i].status.ok()) << a[i].status << b[i].status;
+      EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i << " at temperature " << temperature;
+      EXPECT_EQ(a[i].logprobs, b[i].logprobs) << "request " << i;  // bit for bit
+    }
+    // The beginning's 15 blocks whole and 5 rows of the 16th.
+    EXPECT_EQ(a[1].usage.cached_tokens, 125);
+    EXPECT_EQ(cached->scheduler().Stats().prefix_hit_tokens, 125u);
   }
 }
 
@@ -376,7 +415,9 @@ TEST_F(PrefixCacheTest, AStageThatLostItsCachedBlocksCostsAPrefillNotAWrongAnswe
   ASSERT_TRUE(u.ok());
   const Output again = Drain(**u);
   EXPECT_EQ(again.ids, expected.ids);
-  EXPECT_EQ(again.usage.cached_tokens, 120);
+  // The beginning's 15 blocks, then the rows of the 16th that the same prompt cached: all
+  // but the prompt's last token, whose logits give the first sample.
+  EXPECT_EQ(again.usage.cached_tokens, static_cast<int32_t>(second.prompt.size()) - 1);
 }
 
 // Routing over replicas: two in-process engines stand for two pipelines.

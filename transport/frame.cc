@@ -86,6 +86,10 @@ void EncodeCacheOps(const StageFrame& f, v1::ActivationFrame* out) {
     v1::PrefixAttach* o = out->add_attach();
     o->set_seq_id(a.seq);
     for (const BlockName& n : a.blocks) EncodeName(n, o->add_blocks());
+    if (a.partial_rows > 0) {
+      EncodeName(a.partial, o->mutable_partial());
+      o->set_partial_rows(a.partial_rows);
+    }
   }
   for (const BlockPublish& p : f.publish) {
     v1::BlockPublish* o = out->add_publish();
@@ -104,12 +108,21 @@ absl::Status DecodeCacheOps(const v1::ActivationFrame& in, const FrameExpectatio
     const std::string field = absl::StrCat("attach[seq ", a.seq_id(), "]");
     if (!in_frame.count(a.seq_id())) return Bad(field, "the sequence has no token in this frame");
     if (!attached.insert(a.seq_id()).second) return Bad(field, "duplicate");
-    if (a.blocks_size() == 0 || a.blocks_size() >= e.context_length) {
+    if (a.partial_rows() < 0 || a.partial_rows() >= e.context_length ||
+        (a.partial_rows() > 0) != a.has_partial()) {
+      return Bad(field, absl::StrCat(a.partial_rows(), " rows of ",
+                                     a.has_partial() ? "a" : "no", " partial block"));
+    }
+    if ((a.blocks_size() == 0 && a.partial_rows() == 0) || a.blocks_size() >= e.context_length) {
       return Bad(field, absl::StrCat(a.blocks_size(), " blocks"));
     }
     PrefixAttach& o = f->attach.emplace_back();
     o.seq = a.seq_id();
     for (const v1::BlockName& n : a.blocks()) o.blocks.push_back(DecodeName(n));
+    if (a.partial_rows() > 0) {
+      o.partial = DecodeName(a.partial());
+      o.partial_rows = a.partial_rows();
+    }
   }
   if (in.publish_size() > static_cast<int>(f->slots.size())) {
     return Bad("publish", absl::StrCat(in.publish_size(), " blocks for ", f->slots.size(),

@@ -43,7 +43,7 @@ StageFrame Sample() {
   f.admit = {a, b};
   f.release = {4, 8};
   f.evict = {{1, 2}};
-  f.attach = {{12, {{3, 4}, {5, 6}}}};
+  f.attach = {{12, {{3, 4}, {5, 6}}, {13, 14}, 5}};
   f.publish = {{11, 0, {7, 8}}, {12, 2, {9, 10}}};
   return f;
 }
@@ -82,6 +82,8 @@ TEST(Frame, RoundTrip) {
   ASSERT_EQ(f->attach.size(), 1u);
   EXPECT_EQ(f->attach[0].seq, 12);
   EXPECT_EQ(f->attach[0].blocks, (std::vector<BlockName>{{3, 4}, {5, 6}}));
+  EXPECT_EQ(f->attach[0].partial, (BlockName{13, 14}));
+  EXPECT_EQ(f->attach[0].partial_rows, 5);
   ASSERT_EQ(f->publish.size(), 2u);
   EXPECT_EQ(f->publish[1].seq, 12);
   EXPECT_EQ(f->publish[1].block, 2);
@@ -127,7 +129,17 @@ TEST(Frame, RejectsEveryKindOfBadField) {
   ExpectRejected([](auto* w) { w->mutable_attach(0)->set_seq_id(99); },
                  "attach[seq 99]: the sequence has no token in this frame");
   ExpectRejected([](auto* w) { *w->add_attach() = w->attach(0); }, "attach[seq 12]: duplicate");
-  ExpectRejected([](auto* w) { w->mutable_attach(0)->clear_blocks(); }, "attach[seq 12]: 0 blocks");
+  ExpectRejected(
+      [](auto* w) {
+        w->mutable_attach(0)->clear_blocks();
+        w->mutable_attach(0)->clear_partial();
+        w->mutable_attach(0)->set_partial_rows(0);
+      },
+      "attach[seq 12]: 0 blocks");
+  ExpectRejected([](auto* w) { w->mutable_attach(0)->clear_partial(); },
+                 "attach[seq 12]: 5 rows of no partial block");
+  ExpectRejected([](auto* w) { w->mutable_attach(0)->set_partial_rows(-1); },
+                 "attach[seq 12]: -1 rows of a partial block");
   ExpectRejected([](auto* w) { w->mutable_publish(0)->set_seq_id(99); },
                  "publish[seq 99]: the sequence has no token in this frame");
   ExpectRejected([](auto* w) { w->mutable_publish(0)->set_block(-1); }, "block -1 is outside");

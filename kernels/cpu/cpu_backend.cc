@@ -114,6 +114,10 @@ void CpuBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
   if (bytes > 0 && dst != host_src) std::memcpy(dst, host_src, bytes);
 }
 
+void CpuBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
 void CpuBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
   if (bytes > 0 && host_dst != src) std::memcpy(host_dst, src, bytes);
 }

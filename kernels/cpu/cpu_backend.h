@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::Status MakeResident(DeviceBuffer& buffer) override;
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
   // A copy of the weight (CpuBackendOptions::copy_weights), owned by this backend until it is

@@ -128,6 +128,11 @@ void CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
   impl_->Check(cudaStreamSynchronize(impl_->stream));
 }
 
+void CudaBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src || impl_->Failed()) return;
+  impl_->Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream));
+}
+
 void CudaBackend::Synchronize() { impl_->Check(cudaStreamSynchronize(impl_->stream)); }
 
 absl::StatusOr<TensorView> CudaBackend::UploadWeight(const TensorView& host) {

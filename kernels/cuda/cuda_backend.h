@@ -31,6 +31,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override;
   absl::StatusOr<TensorView> UploadWeight(const TensorView& host) override;
   void Synchronize() override;
 
