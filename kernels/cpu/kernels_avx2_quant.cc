@@ -368,28 +368,31 @@ void QuantizeQ8_0Row(const float* x, int64_t k, void* out) {
 
 namespace cascade::cpu {
 
+namespace {
+
+template <typename Block>
+void ExpandRowsOf(const uint8_t* const* rows, int64_t nb, int8_t* codes, int64_t block_bytes,
+                  float* scales, int64_t scale_stride) {
+  const Block* src[8];
+  for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const Block*>(rows[j]);
+  avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
+}
+
+}  // namespace
+
 void ExpandQuantRows8(TensorType type, const uint8_t* const* rows, int64_t nb, int8_t* codes,
                       int64_t block_bytes, float* scales, int64_t scale_stride) {
-  if (type == TensorType::kQ4_0) {
-    const BlockQ4_0* src[8];
-    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockQ4_0*>(rows[j]);
-    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
-  } else if (type == TensorType::kIQ4_NL) {
-    const BlockIQ4NL* src[8];
-    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockIQ4NL*>(rows[j]);
-    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
-  } else if (type == TensorType::kQ5_0) {
-    const BlockQ5_0* src[8];
-    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockQ5_0*>(rows[j]);
-    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
-  } else if (type == TensorType::kIQ4_XS) {
-    const BlockIQ4XS* src[8];
-    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockIQ4XS*>(rows[j]);
-    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
-  } else {
-    const BlockQ8_0* src[8];
-    for (int j = 0; j < 8; ++j) src[j] = reinterpret_cast<const BlockQ8_0*>(rows[j]);
-    avx2::ExpandRows8(src, nb, codes, block_bytes, scales, scale_stride);
+  switch (type) {
+    case TensorType::kQ4_0:
+      return ExpandRowsOf<BlockQ4_0>(rows, nb, codes, block_bytes, scales, scale_stride);
+    case TensorType::kIQ4_NL:
+      return ExpandRowsOf<BlockIQ4NL>(rows, nb, codes, block_bytes, scales, scale_stride);
+    case TensorType::kQ5_0:
+      return ExpandRowsOf<BlockQ5_0>(rows, nb, codes, block_bytes, scales, scale_stride);
+    case TensorType::kIQ4_XS:
+      return ExpandRowsOf<BlockIQ4XS>(rows, nb, codes, block_bytes, scales, scale_stride);
+    default:
+      return ExpandRowsOf<BlockQ8_0>(rows, nb, codes, block_bytes, scales, scale_stride);
   }
 }
 

@@ -276,7 +276,8 @@ CASCADE_TARGET_END()
 namespace cascade::cpu {
 namespace {
 
-// A matmul of kMinTokens tokens or more runs Kernel (an AVX-512 kernel above); up to
+// A matmul of kMinTokens tokens or more runs Kernel (an AVX-512 kernel above; none: the
+// AVX2 kernel there too); up to
 // kDecodeMax tokens run Decode (an AVX-512 decode kernel of avx512_decode.h) when there is
 // one and the row range allows (it ends at row 16 or later); the rest the AVX2 table's
 // kernel (the same bits).
@@ -284,7 +285,7 @@ template <TensorType kType, ActFormat kAct, int64_t kMinTokens,
           void (*Kernel)(const MatmulTask&, TensorType), int64_t kDecodeMax = 0,
           void (*Decode)(const MatmulTask&, TensorType) = nullptr>
 void ByTokens(const MatmulTask& t) {
-  if (t.n >= kMinTokens) {
+  if (Kernel != nullptr && t.n >= kMinTokens) {
     Kernel(t, kType);
   } else if (Decode != nullptr && t.n <= kDecodeMax && t.r1 >= 16) {
     Decode(t, kType);
@@ -342,17 +343,12 @@ constexpr MatmulFn kDot = &ByTokens<kType, ActFormat::kQ8_0, 17, &dot16::QuantBl
 // Q4_1 / Q5_1 and Q2_K / Q3_K: the decode kernel up to 16 tokens, the AVX2 kernel above
 // (the panels expand no codes with a minimum, nor 16 scales per super-block). Q5_0 takes
 // kDot: its codes u - 16 are signed bytes as Q8_0's.
-template <ActFormat kAct>
-void Avx2QuantMatmul(const MatmulTask& t, TensorType type) {
-  Avx2Kernels().matmul(type, kAct)(t);
-}
 template <TensorType kType>
-constexpr MatmulFn kLegacyDot = &ByTokens<kType, ActFormat::kQ8_0, 17,
-                                          &Avx2QuantMatmul<ActFormat::kQ8_0>, 16, &avx512::QuantDecode>;
+constexpr MatmulFn kLegacyDot =
+    &ByTokens<kType, ActFormat::kQ8_0, 0, nullptr, 16, &avx512::QuantDecode>;
 template <TensorType kType>
 constexpr MatmulFn kKLegacyDot =
-    &ByTokens<kType, ActFormat::kQ8K, 17, &Avx2QuantMatmul<ActFormat::kQ8K>, 16,
-              &avx512::KQuantDecode>;
+    &ByTokens<kType, ActFormat::kQ8K, 0, nullptr, 16, &avx512::KQuantDecode>;
 // K-quants: the decode kernel up to KQuantDecodeMaxTokens, the panels above.
 template <TensorType kType>
 constexpr MatmulFn kKDot =

@@ -348,7 +348,7 @@ void QuantDecodeOf(const MatmulTask& t) {
       o.d = _cvtsh_ss(a[b].d);
       const int32_t sum = CodeSum(a[b].qs);
       o.base = -QuantBlockLayout<kCodes>::kOffset * sum;
-      o.sum = static_cast<float>(sum);
+      if constexpr (QuantBlockLayout<kCodes>::kMin) o.sum = static_cast<float>(sum);
     }
   }
   const size_t stride = t.w_stride;
