@@ -171,6 +171,10 @@ std::vector<int32_t> KvCache::IdleLru(int64_t n) const {
   return idle;
 }
 
+void KvCache::Ref(int32_t b) {
+  if (blocks_[b].refs++ == 0) --idle_cached_;  // a cached block no sequence used
+}
+
 void KvCache::Unref(int32_t b) {
   BlockState& st = blocks_[b];
   if (--st.refs > 0) return;
@@ -180,6 +184,13 @@ void KvCache::Unref(int32_t b) {
   } else {
     free_.push_back(b);
   }
+}
+
+void KvCache::Unname(int32_t b) {
+  BlockState& st = blocks_[b];
+  cached_.erase(st.name);
+  st.named = false;
+  --idle_cached_;
 }
 
 void KvCache::Apply(const Plan& plan) {
@@ -193,12 +204,7 @@ void KvCache::Apply(const Plan& plan) {
     if (static_cast<int32_t>(blocks.size()) > c.blocks_needed) blocks.resize(c.blocks_needed);
   }
   free_.resize(free_.size() - plan.from_free);
-  for (size_t i = plan.from_free; i < plan.alloc.size(); ++i) {
-    BlockState& st = blocks_[plan.alloc[i]];
-    cached_.erase(st.name);
-    st.named = false;
-    --idle_cached_;
-  }
+  for (size_t i = plan.from_free; i < plan.alloc.size(); ++i) Unname(plan.alloc[i]);
   for (int32_t b : plan.alloc) blocks_[b].refs = 1;
   size_t next_alloc = 0;
   for (const SeqChange& c : plan.changes) {
@@ -238,19 +244,25 @@ absl::Status KvCache::AttachPrefix(const PrefixAttach& a) {
         "prefix of ", n, " blocks and ", a.partial_rows, " rows for sequence ", a.seq,
         " fills the context of ", options_.max_positions, " tokens"));
   }
+  // Every block it names, before anything changes.
+  auto find = [&](const BlockName& name) -> int32_t {
+    auto c = cached_.find(name);
+    return c == cached_.end() ? -1 : c->second;
+  };
   std::vector<int32_t> table;
-  for (int64_t i = 0; i <= n; ++i) {
-    if (i == n && a.partial_rows == 0) break;
-    auto c = cached_.find(i < n ? a.blocks[i] : a.partial);
-    if (c == cached_.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "prefix cache miss: ", i < n ? absl::StrCat("block ", i, " of ", n) : "the partial block",
-          " for sequence ", a.seq, " is not cached on this stage"));
+  for (int64_t i = 0; i < n; ++i) {
+    table.push_back(find(a.blocks[i]));
+    if (table.back() < 0) {
+      return absl::NotFoundError(absl::StrCat("prefix cache miss: block ", i, " of ", n,
+                                              " for sequence ", a.seq,
+                                              " is not cached on this stage"));
     }
-    table.push_back(c->second);
   }
-  const int32_t source = a.partial_rows > 0 ? table.back() : -1;
-  if (source >= 0) table.pop_back();
+  const int32_t source = a.partial_rows > 0 ? find(a.partial) : -1;
+  if (a.partial_rows > 0 && source < 0) {
+    return absl::NotFoundError(absl::StrCat("prefix cache miss: the partial block for sequence ",
+                                            a.seq, " is not cached on this stage"));
+  }
   if (auto it = seqs_.find(a.seq); it != seqs_.end()) {
     const auto& have = it->second.blocks;
     if (have.size() < table.size() + (source >= 0 ? 1 : 0) ||
@@ -262,17 +274,13 @@ absl::Status KvCache::AttachPrefix(const PrefixAttach& a) {
   }
   int32_t own = -1;
   if (source >= 0) {
-    ++blocks_[source].refs;  // not taken below as an idle block
-    if (blocks_[source].refs == 1) --idle_cached_;
+    Ref(source);  // not taken below as an idle block
     if (!free_.empty()) {
       own = free_.back();
       free_.pop_back();
     } else if (const std::vector<int32_t> idle = IdleLru(1); !idle.empty()) {
       own = idle.front();
-      BlockState& st = blocks_[own];
-      cached_.erase(st.name);
-      st.named = false;
-      --idle_cached_;
+      Unname(own);
     }
     if (own >= 0) {
       blocks_[own].refs = 1;
@@ -284,9 +292,7 @@ absl::Status KvCache::AttachPrefix(const PrefixAttach& a) {
           "KV cache full: no block for the partial prefix of sequence ", a.seq));
     }
   }
-  for (int32_t b : table) {
-    if (blocks_[b].refs++ == 0) --idle_cached_;
-  }
+  for (int32_t b : table) Ref(b);
   SeqState& st = seqs_[a.seq];
   st.blocks = std::move(table);
   if (own >= 0) st.blocks.push_back(own);

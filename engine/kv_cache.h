@@ -136,10 +136,14 @@ class KvCache {
   };
 
   explicit KvCache(const KvCacheOptions& options);
-  // Drops one reference to block b; at zero it is free (unnamed) or idle (named).
+  // Adds a reference to cached block b (no longer idle). Drops one reference to block b;
+  // at zero it is free (unnamed) or idle (named).
+  void Ref(int32_t b);
   void Unref(int32_t b);
   // Idle cached blocks, least recently used first, at most n.
   std::vector<int32_t> IdleLru(int64_t n) const;
+  // An idle cached block loses its name (it is taken for a sequence).
+  void Unname(int32_t b);
   // Copies positions [0, rows) of block `from` into block `to`, every layer, K and V.
   void CopyRows(int32_t from, int32_t to, int32_t rows);
 
