@@ -337,10 +337,10 @@ Scheduler::PrefixLookup Scheduler::PrefixFor(Pending& p, int64_t blocks) {
   // last prompt token is still computed).
   const int64_t start = out.hits * kv_block_size_;
   const int64_t room = static_cast<int64_t>(prompt.size()) - 1 - start;
-  if (room > 0) {
+  if (room > 0) {  // MatchPartial keeps it within the block
     out.partial = prefix_->MatchPartial(out.hits == 0 ? BlockName{} : p.names[out.hits - 1],
                                         std::span(prompt).subspan(static_cast<size_t>(start)),
-                                        static_cast<int32_t>(std::min<int64_t>(room, kv_block_size_)));
+                                        static_cast<int32_t>(room));
   }
   if (!MakeRoom(blocks - out.hits)) {
     if (out.partial.rows > 0) {  // its source block may be the one that must make room
@@ -597,13 +597,14 @@ void Scheduler::FailFlight(uint64_t batch_id, const absl::Status& status) {
 void Scheduler::DropPrefix(SeqId id, Running& s) {
   release_.push_back(id);  // stages that attached it let go before it is sent again
   prefix_->Release(s.uses);
-  if (s.partial.rows > 0) s.prefix.push_back(s.partial.name);  // a stage may lack it too
-  for (const BlockName& name : s.prefix) {
-    if (prefix_->RefCount(name) > 0) continue;  // others use it: the stages hold it
+  // A stage may lack any block it attached, the partial one too.
+  auto forget_unused = [&](const BlockName& name) {
+    if (prefix_->RefCount(name) > 0) return;  // others use it: the stages hold it
     prefix_->Forget(name);
     evict_.push_back(name);
-  }
-  if (s.partial.rows > 0) s.prefix.pop_back();
+  };
+  for (const BlockName& name : s.prefix) forget_unused(name);
+  if (s.partial.rows > 0) forget_unused(s.partial.name);
   const int64_t grown = static_cast<int64_t>(s.prefix.size());
   s.blocks += grown;
   s.prefix.clear();
