@@ -259,7 +259,9 @@ TEST_P(ClusterTest, PromptsSharingABeginningGetTheSingleProcessTextFromThePrefix
     const int32_t n = reqs[i].prompt_ids_size();
     int32_t rows = 0;
     while (96 + rows + 1 < n && reqs[i].prompt_ids(96 + rows) == first[96 + rows]) ++rows;
-    if (i > 0) EXPECT_GE(rows, 4);
+    if (i > 0) {
+      EXPECT_GE(rows, 4);
+    }
     EXPECT_EQ(got[i].usage.cached_tokens(), i == 0 ? 0 : 96 + rows) << "request " << i;
     hits += i == 0 ? 0 : 96 + rows;
   }
