@@ -19,6 +19,10 @@
 #include "util/status_macros.h"
 #include "util/system_memory.h"
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older C libraries lack the name
+#endif
+
 namespace cascade {
 namespace {
 
@@ -94,9 +98,6 @@ absl::Status CpuBackend::MakeResident(DeviceBuffer& buffer) {
   if (buffer.size() < cpu::kHugePageBytes || buffer.data() == nullptr) return absl::OkStatus();
   const size_t page = 4096;
   const size_t bytes = (buffer.size() + page - 1) / page * page;
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14
-#endif
   if (::madvise(buffer.data(), bytes, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
   const int err = errno;
   if (err == ENOMEM || err == EFAULT || err == EHWPOISON) {
